@@ -1,0 +1,81 @@
+//! The bus an event is published on once it is durable in the sink.
+//!
+//! [`Bus::publish`] resolves `Ok` only when the bus has acknowledged the event: with JetStream
+//! that is the PubAck, which means the stream stored it. A timeout proves nothing (the message
+//! may or may not have arrived), so it is an error and the event stays unpublished; publishing it
+//! again is safe because the event id travels as `Nats-Msg-Id`.
+
+mod nats;
+
+use std::future::Future;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::event::Event;
+
+pub use nats::{BusConfig, BusMode, NatsBus};
+
+/// Header carrying the event id; JetStream drops duplicates by it.
+pub const HEADER_MSG_ID: &str = "Nats-Msg-Id";
+/// Header carrying the event kind, e.g. `dead_lettered`.
+pub const HEADER_KIND: &str = "Dlq-Event-Kind";
+/// Header carrying the job id.
+pub const HEADER_JOB: &str = "Dlq-Job-Id";
+/// Header carrying the node id of the emitter.
+pub const HEADER_NODE: &str = "Dlq-Node-Id";
+
+/// What the bus said when it acknowledged an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    /// Stream sequence the event was stored at (JetStream mode only).
+    pub stream_seq: Option<u64>,
+    /// The stream already had this event id (a safe re-publish).
+    pub duplicate: bool,
+}
+
+/// Something events can be published on.
+pub trait Bus: Send + Sync + 'static {
+    /// Publishes one event; `Ok` only once the bus acknowledged it.
+    fn publish(&self, event: &Event) -> impl Future<Output = Result<Published, BusError>> + Send;
+
+    /// Whether the connection is up right now (the reconciler waits for this).
+    fn is_healthy(&self) -> bool;
+}
+
+/// Why a publish was not acknowledged. In every case the event may be published again.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum BusError {
+    /// The client is not connected (server down or unreachable); nothing was sent.
+    #[error("not connected to the bus")]
+    Disconnected,
+    /// No acknowledgement within the publish timeout; the event may or may not have arrived.
+    #[error("no acknowledgement within {0:?}")]
+    Timeout(Duration),
+    /// The stream could not be created or updated.
+    #[error("cannot set up stream: {0}")]
+    StreamSetup(String),
+    /// The bus refused the message (too large, wrong stream, ...).
+    #[error("the bus refused the event: {0}")]
+    Rejected(String),
+    /// The event could not be encoded.
+    #[error("cannot encode the event: {0}")]
+    Encode(String),
+    /// Any other transport error.
+    #[error("bus error: {0}")]
+    Transport(String),
+}
+
+impl BusError {
+    /// The label used for this error in metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            BusError::Disconnected => "disconnected",
+            BusError::Timeout(_) => "timeout",
+            BusError::StreamSetup(_) => "stream_setup",
+            BusError::Rejected(_) => "rejected",
+            BusError::Encode(_) => "encode",
+            BusError::Transport(_) => "transport",
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! [`NatsBus`]: publishes events on NATS, by default through JetStream with a PubAck.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_nats::connection::State;
+use async_nats::jetstream::{self, message::PublishMessage, stream};
+use async_nats::HeaderMap;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+use tracing::{info, warn};
+
+use super::{Bus, BusError, Published, HEADER_JOB, HEADER_KIND, HEADER_MSG_ID, HEADER_NODE};
+use crate::event::Event;
+
+/// How events are published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BusMode {
+    /// JetStream publish, acknowledged once the stream stored the event (the default).
+    #[default]
+    Jetstream,
+    /// Plain core-NATS publish plus flush. Weaker: the flush only proves the server received
+    /// the bytes; with no subscriber or a server crash the event is gone. For buses without
+    /// JetStream only.
+    Core,
+}
+
+/// Where and how to publish.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BusConfig {
+    /// Server URL(s), comma separated.
+    pub url: String,
+    /// Subject events are published on.
+    pub subject: String,
+    /// JetStream (default) or core.
+    pub mode: BusMode,
+    /// Stream name (JetStream mode).
+    pub stream: String,
+    /// How long JetStream remembers message ids to drop duplicates.
+    #[serde(with = "humantime_serde")]
+    pub duplicate_window: Duration,
+    /// Stream replicas (3 on a cluster).
+    pub replicas: usize,
+    /// Longest wait for an acknowledgement.
+    #[serde(with = "humantime_serde")]
+    pub publish_timeout: Duration,
+    /// Longest pause between reconnect attempts.
+    #[serde(with = "humantime_serde")]
+    pub reconnect_max_delay: Duration,
+}
+
+impl Default for BusConfig {
+    fn default() -> Self {
+        BusConfig {
+            url: "nats://127.0.0.1:4222".into(),
+            subject: "sys.job.dlq".into(),
+            mode: BusMode::Jetstream,
+            stream: "DLQ".into(),
+            duplicate_window: Duration::from_secs(120),
+            replicas: 1,
+            publish_timeout: Duration::from_secs(2),
+            reconnect_max_delay: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The NATS bus. Connects in the background, so it can be built while the server is down.
+pub struct NatsBus {
+    client: async_nats::Client,
+    jetstream: jetstream::Context,
+    config: BusConfig,
+    stream_ready: AtomicBool,
+    stream_setup: Mutex<()>,
+}
+
+impl NatsBus {
+    /// Starts connecting to `config.url`; returns at once even if the server is down.
+    pub async fn connect(config: BusConfig) -> Result<Self, BusError> {
+        let max_delay = config.reconnect_max_delay;
+        let client = async_nats::ConnectOptions::new()
+            .name("dlq")
+            .retry_on_initial_connect()
+            .max_reconnects(None)
+            .connection_timeout(config.publish_timeout.max(Duration::from_millis(500)))
+            .reconnect_delay_callback(move |attempts| {
+                let exp = u32::try_from(attempts.min(10)).unwrap_or(10);
+                (Duration::from_millis(50) * 2u32.pow(exp)).min(max_delay)
+            })
+            .event_callback(|event| async move {
+                info!(%event, "bus connection event");
+            })
+            .connect(config.url.as_str())
+            .await
+            .map_err(|err| BusError::Transport(format!("invalid bus address: {err}")))?;
+        let mut jetstream = jetstream::new(client.clone());
+        jetstream.set_timeout(config.publish_timeout);
+        Ok(NatsBus {
+            client,
+            jetstream,
+            config,
+            stream_ready: AtomicBool::new(false),
+            stream_setup: Mutex::new(()),
+        })
+    }
+
+    /// The underlying client (for subscribers in tests and tools).
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &BusConfig {
+        &self.config
+    }
+
+    /// Creates the stream, or updates it to the configured subjects and window.
+    pub async fn ensure_stream(&self) -> Result<(), BusError> {
+        if self.stream_ready.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let _guard = self.stream_setup.lock().await;
+        if self.stream_ready.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let subject = &self.config.subject;
+        let config = stream::Config {
+            name: self.config.stream.clone(),
+            subjects: vec![subject.clone(), format!("{subject}.>")],
+            storage: stream::StorageType::File,
+            duplicate_window: self.config.duplicate_window,
+            num_replicas: self.config.replicas,
+            ..Default::default()
+        };
+        let setup = self.jetstream.create_or_update_stream(config);
+        match tokio::time::timeout(self.config.publish_timeout, setup).await {
+            Ok(Ok(_)) => {
+                self.stream_ready.store(true, Ordering::SeqCst);
+                info!(stream = %self.config.stream, "stream ready");
+                Ok(())
+            }
+            Ok(Err(err)) => Err(BusError::StreamSetup(err.to_string())),
+            Err(_) => Err(BusError::Timeout(self.config.publish_timeout)),
+        }
+    }
+
+    fn headers(event: &Event) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(HEADER_MSG_ID, event.event_id.as_str());
+        headers.insert(HEADER_KIND, event.kind.name());
+        headers.insert(HEADER_JOB, event.job_id.as_str());
+        headers.insert(HEADER_NODE, event.node_id.as_str());
+        headers
+    }
+
+    async fn publish_jetstream(&self, event: &Event) -> Result<Published, BusError> {
+        self.ensure_stream().await?;
+        let payload = event
+            .to_json()
+            .map_err(|e| BusError::Encode(e.to_string()))?;
+        let message = PublishMessage::build()
+            .payload(payload.into())
+            .headers(Self::headers(event));
+        let ack = self
+            .jetstream
+            .send_publish(self.config.subject.clone(), message)
+            .await
+            .map_err(|err| BusError::Transport(err.to_string()))?
+            .await;
+        match ack {
+            Ok(ack) => Ok(Published {
+                stream_seq: Some(ack.sequence),
+                duplicate: ack.duplicate,
+            }),
+            Err(err) => {
+                use async_nats::jetstream::context::PublishErrorKind as Kind;
+                Err(match err.kind() {
+                    Kind::TimedOut => BusError::Timeout(self.config.publish_timeout),
+                    Kind::StreamNotFound => {
+                        self.stream_ready.store(false, Ordering::SeqCst);
+                        BusError::StreamSetup("stream not found".into())
+                    }
+                    Kind::MaxPayloadExceeded => BusError::Rejected(err.to_string()),
+                    _ => BusError::Transport(err.to_string()),
+                })
+            }
+        }
+    }
+
+    async fn publish_core(&self, event: &Event) -> Result<Published, BusError> {
+        let payload = event
+            .to_json()
+            .map_err(|e| BusError::Encode(e.to_string()))?;
+        self.client
+            .publish_with_headers(
+                self.config.subject.clone(),
+                Self::headers(event),
+                payload.into(),
+            )
+            .await
+            .map_err(|err| BusError::Transport(err.to_string()))?;
+        self.client
+            .flush()
+            .await
+            .map_err(|err| BusError::Transport(err.to_string()))?;
+        Ok(Published {
+            stream_seq: None,
+            duplicate: false,
+        })
+    }
+}
+
+impl Bus for NatsBus {
+    async fn publish(&self, event: &Event) -> Result<Published, BusError> {
+        if !self.is_healthy() {
+            return Err(BusError::Disconnected);
+        }
+        let timeout = self.config.publish_timeout;
+        let attempt = async {
+            match self.config.mode {
+                BusMode::Jetstream => self.publish_jetstream(event).await,
+                BusMode::Core => self.publish_core(event).await,
+            }
+        };
+        match tokio::time::timeout(timeout, attempt).await {
+            Ok(result) => result,
+            Err(_) => {
+                warn!(event_id = %event.event_id, ?timeout, "publish not acknowledged in time");
+                Err(BusError::Timeout(timeout))
+            }
+        }
+    }
+
+    fn is_healthy(&self) -> bool {
+        self.client.connection_state() == State::Connected
+    }
+}

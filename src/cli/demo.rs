@@ -1,0 +1,163 @@
+//! `dlq demo`: emit sample failures, the smallest end-to-end run of the product.
+
+use std::io::Write;
+use std::time::Duration;
+
+use chrono::Utc;
+use clap::Args;
+use serde_json::json;
+
+use super::open::{self, CliEmitter};
+use super::{Cli, CliError, Format, EXIT_OK};
+use crate::failure::dead_lettered_item;
+use crate::model::{ErrorType, FailureDetail};
+use crate::signature::classify;
+use crate::sink::Sink;
+
+/// Options of `dlq demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// How many sample failures to emit.
+    #[arg(long, default_value_t = 20)]
+    pub count: u64,
+    /// Job id to file them under (default: demo-<unix time>).
+    #[arg(long)]
+    pub job_id: Option<String>,
+    /// Scheduler topic the failures come from (selects the retry policy, labels metrics).
+    #[arg(long, default_value = "demo")]
+    pub source_topic: String,
+    /// Keep emitting until killed (used by crash drills); --count is ignored.
+    #[arg(long = "loop")]
+    pub forever: bool,
+    /// Print `ACK <event_id>` on stdout as soon as each event is durable.
+    #[arg(long)]
+    pub print_acked: bool,
+    /// After emitting, wait up to this long for the reconciler to publish the backlog.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: Duration,
+}
+
+/// Sample failure messages: (message, exit code, timed out).
+const SAMPLES: &[(&str, Option<i32>, bool)] = &[
+    (
+        "cargo test failed with exit code 101 after {n}.2s in /tmp/w{n}",
+        Some(101),
+        false,
+    ),
+    ("agent timed out after {n}s", None, true),
+    (
+        "permission denied: /srv/repo/{n}/.git/index.lock",
+        Some(1),
+        false,
+    ),
+    (
+        "out of memory: killed process {n} (rustc)",
+        Some(137),
+        false,
+    ),
+    ("merge conflict in src/module_{n}.rs", Some(1), false),
+];
+
+/// Runs the demo.
+pub async fn run(cli: &Cli, args: &DemoArgs) -> Result<u8, CliError> {
+    let emitter = open::emitter(cli).await?;
+    let job_id = args
+        .job_id
+        .clone()
+        .unwrap_or_else(|| format!("demo-{}", Utc::now().timestamp()));
+    let mut stdout = std::io::stdout();
+    let (mut emitted, mut published, mut failed) = (0u64, 0u64, 0u64);
+    let mut n = 0u64;
+    while args.forever || n < args.count {
+        let Some(item) = sample_item(&job_id, n) else {
+            break;
+        };
+        n += 1;
+        match emitter.dead_letter(&args.source_topic, item).await {
+            Ok(receipt) => {
+                emitted += 1;
+                published += u64::from(receipt.published);
+                if args.print_acked {
+                    for id in &receipt.event_ids {
+                        writeln!(stdout, "ACK {id}")?;
+                    }
+                    stdout.flush()?;
+                }
+            }
+            Err(err) => {
+                failed += 1;
+                eprintln!("dlq demo: emit failed: {err}");
+            }
+        }
+    }
+    let drained = wait_for_drain(&emitter, args.drain_timeout).await?;
+    let backlog = emitter.sink().backlog()?;
+    let summary = json!({
+        "job_id": job_id,
+        "node_id": emitter.sink().node_id(),
+        "emitted": emitted,
+        "failed": failed,
+        "published_on_emit": published,
+        "unpublished": backlog.count,
+        "drained": drained,
+    });
+    emitter.shutdown().await?;
+    match cli.format {
+        Format::Json => println!("{summary}"),
+        Format::Table => {
+            println!("job {job_id} on node {}", summary["node_id"]);
+            println!("  emitted (durable): {emitted}, failed: {failed}");
+            println!("  published on emit: {published}");
+            println!("  still unpublished: {} ", backlog.count);
+            if backlog.count > 0 {
+                println!("  the bus is unreachable: events stay in the sink and are published by the reconciler (`dlq reconcile`) once it is back");
+            }
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+/// Waits until the backlog is empty or `timeout` passes; true if it emptied.
+pub async fn wait_for_drain(emitter: &CliEmitter, timeout: Duration) -> Result<bool, CliError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if emitter.sink().backlog()?.count == 0 {
+            return Ok(true);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        emitter.wake_reconciler();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn sample_item(job_id: &str, n: u64) -> Option<crate::model::DeadLetteredItem> {
+    let index = usize::try_from(n).unwrap_or(0) % SAMPLES.len();
+    let (template, exit_code, timed_out) =
+        SAMPLES
+            .get(index)
+            .copied()
+            .unwrap_or(("unknown failure", None, false));
+    let message = template.replace("{n}", &n.to_string());
+    let error_type = classify(&message, exit_code, timed_out);
+    let step = if matches!(error_type, ErrorType::Timeout) {
+        "claude: /process '${item}'"
+    } else {
+        "shell: cargo test"
+    };
+    let failure = FailureDetail {
+        attempt_number: 1,
+        timestamp: Utc::now(),
+        error_type,
+        error_message: message,
+        stack_trace: Some(format!("thread 'main' panicked at src/lib.rs:{n}")),
+        agent_id: format!("agent-{}", n % 4),
+        step_failed: step.into(),
+        duration_ms: 1000 + n % 5000,
+        json_log_location: None,
+    };
+    let data = json!({ "file": format!("src/module_{n}.rs"), "priority": n % 10 });
+    let item_id = format!("item-{n}");
+    dead_lettered_item(job_id, &item_id, data, vec![failure], None)
+}

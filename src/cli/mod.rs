@@ -1,0 +1,134 @@
+//! The `dlq` command line: global options and the subcommands.
+
+mod demo;
+mod open;
+mod status;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::bus::BusMode;
+
+/// Exit code: success.
+pub const EXIT_OK: u8 = 0;
+/// Exit code: the command failed.
+pub const EXIT_ERROR: u8 = 1;
+/// Exit code: bad usage (clap uses 2 as well).
+pub const EXIT_USAGE: u8 = 2;
+/// Exit code: a named job or item does not exist.
+pub const EXIT_NOT_FOUND: u8 = 3;
+/// Exit code: work remains (e.g. events still unpublished when a wait timed out).
+pub const EXIT_INCOMPLETE: u8 = 4;
+
+/// A durable dead-letter queue: failures go to a local sled log first, then to NATS.
+#[derive(Debug, Parser)]
+#[command(name = "dlq", version, about, long_about = None)]
+pub struct Cli {
+    /// Data directory holding the sled sink.
+    #[arg(long, global = true, env = "DLQ_DATA_DIR", default_value = "dlq-data")]
+    pub data_dir: PathBuf,
+    /// NATS server URL.
+    #[arg(
+        long,
+        global = true,
+        env = "DLQ_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
+    pub nats_url: String,
+    /// NATS subject events are published on.
+    #[arg(long, global = true, env = "DLQ_TOPIC", default_value = "sys.job.dlq")]
+    pub topic: String,
+    /// JetStream (acknowledged, default) or core (weaker: no stream, no ack).
+    #[arg(long, global = true, value_enum, default_value_t = BusMode::Jetstream)]
+    pub bus_mode: BusMode,
+    /// YAML configuration file (sink, bus, per-topic retries, reconciler, retention).
+    #[arg(long, global = true, env = "DLQ_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Node id for a new data directory (default: generated and stored).
+    #[arg(long, global = true, env = "DLQ_NODE_ID")]
+    pub node_id: Option<String>,
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464).
+    #[arg(long, global = true, env = "DLQ_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+    /// Output format.
+    #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Human-readable.
+    Table,
+    /// One JSON document.
+    Json,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Emit sample failures into the data directory and publish them when the bus is reachable.
+    Demo(demo::DemoArgs),
+    /// Show the node id, item count and unpublished backlog of the data directory.
+    Status,
+    /// Publish every unpublished event, waiting up to --timeout for the bus.
+    Reconcile(status::ReconcileArgs),
+    /// Rebuild the projection (items and indexes) from the event log alone.
+    Rebuild,
+}
+
+/// Runs the command line; returns the process exit code.
+pub async fn run(cli: Cli) -> ExitCode {
+    let result = match &cli.command {
+        Command::Demo(args) => demo::run(&cli, args).await,
+        Command::Status => status::status(&cli).await,
+        Command::Reconcile(args) => status::reconcile(&cli, args).await,
+        Command::Rebuild => status::rebuild(&cli).await,
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("dlq: {err}");
+            ExitCode::from(err.exit_code())
+        }
+    }
+}
+
+/// An error of a CLI command: one line for the user and an exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Configuration problem.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// Sink problem.
+    #[error(transparent)]
+    Sink(#[from] crate::sink::SinkError),
+    /// Bus problem.
+    #[error(transparent)]
+    Bus(#[from] crate::bus::BusError),
+    /// Metrics exporter problem.
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
+    /// Bad usage that clap could not catch.
+    #[error("{0}")]
+    Usage(String),
+    /// Writing output failed.
+    #[error("cannot write output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+impl CliError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Usage(_) | CliError::Config(_) => EXIT_USAGE,
+            CliError::Sink(crate::sink::SinkError::NotFound { .. }) => EXIT_NOT_FOUND,
+            _ => EXIT_ERROR,
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! `dlq status`, `dlq reconcile` and `dlq rebuild`: looking after the data directory.
+
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::json;
+
+use super::demo::wait_for_drain;
+use super::{open, Cli, CliError, Format, EXIT_INCOMPLETE, EXIT_OK};
+use crate::sink::Sink;
+
+/// Options of `dlq reconcile`.
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// Give up (exit 4) if events are still unpublished after this long.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+}
+
+/// Prints node id, item count and backlog.
+pub async fn status(cli: &Cli) -> Result<u8, CliError> {
+    let config = open::config(cli)?;
+    let sink = open::sink(cli, &config)?;
+    let mut items = 0u64;
+    for item in sink.items() {
+        item?;
+        items += 1;
+    }
+    let backlog = sink.backlog()?;
+    let report = json!({
+        "node_id": sink.node_id(),
+        "data_dir": cli.data_dir,
+        "items": items,
+        "unpublished": backlog.count,
+        "oldest_unpublished": backlog.oldest,
+    });
+    sink.close().await?;
+    match cli.format {
+        Format::Json => println!("{report}"),
+        Format::Table => {
+            println!("node:        {}", report["node_id"].as_str().unwrap_or(""));
+            println!("data dir:    {}", cli.data_dir.display());
+            println!("items:       {items}");
+            println!("unpublished: {}", backlog.count);
+            if let Some(oldest) = backlog.oldest {
+                println!("oldest unpublished event written at {oldest}");
+            }
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+/// Publishes the backlog and waits for it to drain.
+pub async fn reconcile(cli: &Cli, args: &ReconcileArgs) -> Result<u8, CliError> {
+    let emitter = open::emitter(cli).await?;
+    let before = emitter.sink().backlog()?.count;
+    let drained = wait_for_drain(&emitter, args.timeout).await?;
+    let after = emitter.sink().backlog()?.count;
+    emitter.shutdown().await?;
+    let report =
+        json!({ "unpublished_before": before, "unpublished_after": after, "drained": drained });
+    match cli.format {
+        Format::Json => println!("{report}"),
+        Format::Table => println!(
+            "published {} events; {after} still unpublished",
+            before.saturating_sub(after)
+        ),
+    }
+    Ok(if drained { EXIT_OK } else { EXIT_INCOMPLETE })
+}
+
+/// Rebuilds the projection from the log.
+pub async fn rebuild(cli: &Cli) -> Result<u8, CliError> {
+    let config = open::config(cli)?;
+    let sink = open::sink(cli, &config)?;
+    let replayed = sink.rebuild_projection().await?;
+    sink.close().await?;
+    match cli.format {
+        Format::Json => println!("{}", json!({ "events_replayed": replayed })),
+        Format::Table => println!("projection rebuilt from {replayed} events"),
+    }
+    Ok(EXIT_OK)
+}

@@ -1,0 +1,269 @@
+//! Commands, and the pure decision of which events a command produces.
+//!
+//! A [`Command`] is what a caller asks for ("dead-letter this item", "clear this job"). The sink's
+//! single writer calls [`decide`] against the current state to turn it into event drafts, stamps
+//! them with sequence numbers and applies them through [`crate::projection::apply`]. Keeping the
+//! decision pure makes capacity, eviction and merge rules unit-testable without a disk.
+
+use chrono::{DateTime, Utc};
+use thiserror::Error;
+
+use crate::event::{EventKind, RemovalReason};
+use crate::model::DeadLetteredItem;
+use crate::projection::{renumber, StateView};
+
+/// Longest accepted `job_id`, `item_id` or topic, in bytes.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// A change a caller asks the sink to make.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Record a failed item: a new entry, or more history for an existing one.
+    DeadLetter {
+        /// Scheduler topic the failure came from.
+        topic: String,
+        /// The failed item; its `job_id` names the job.
+        item: Box<DeadLetteredItem>,
+    },
+    /// Remove one item.
+    Remove {
+        /// The item's job.
+        job_id: String,
+        /// The item.
+        item_id: String,
+        /// Why.
+        reason: RemovalReason,
+    },
+    /// Change an item's flags.
+    UpdateFlags {
+        /// The item's job.
+        job_id: String,
+        /// The item.
+        item_id: String,
+        /// New eligibility, if it changes.
+        reprocess_eligible: Option<bool>,
+        /// New review flag, if it changes.
+        manual_review_required: Option<bool>,
+    },
+    /// Audit that an event could not be published.
+    RecordEmitFailure {
+        /// Job of the failed event.
+        job_id: String,
+        /// Topic of the failed event.
+        topic: String,
+        /// The event that was not published.
+        failed_event_id: String,
+        /// Attempts made.
+        attempts: u32,
+        /// Last error.
+        error: String,
+    },
+    /// Remove up to `limit` items of a job (callers repeat until nothing is left).
+    Clear {
+        /// The job.
+        job_id: String,
+        /// Most items removed by this command.
+        limit: usize,
+    },
+    /// Remove up to `limit` items first failed before `cutoff`.
+    Purge {
+        /// Items first failed before this are removed.
+        cutoff: DateTime<Utc>,
+        /// Restrict to one job.
+        job_id: Option<String>,
+        /// Most items removed by this command.
+        limit: usize,
+    },
+}
+
+/// An event before the sink gives it a sequence number and a timestamp.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Draft {
+    /// The job it concerns.
+    pub job_id: String,
+    /// The scheduler topic.
+    pub topic: String,
+    /// What happens.
+    pub kind: EventKind,
+}
+
+/// Limits that shape decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most items one job holds; the oldest is evicted to make room (FIFO).
+    pub capacity_per_job: u64,
+}
+
+/// Why a command was refused. Nothing was written.
+#[derive(Debug, Error, PartialEq)]
+pub enum DecideError<E> {
+    /// No such item.
+    #[error("item '{item_id}' not found in job '{job_id}': check the ids with `dlq list --job-id {job_id}`")]
+    NotFound {
+        /// The job searched.
+        job_id: String,
+        /// The item asked for.
+        item_id: String,
+    },
+    /// An id is empty, too long or has control characters.
+    #[error(
+        "invalid {what} '{value}': ids must be 1-{MAX_ID_BYTES} bytes without control characters"
+    )]
+    InvalidId {
+        /// Which id.
+        what: &'static str,
+        /// The offending value (escaped).
+        value: String,
+    },
+    /// Reading state failed.
+    #[error("reading current state failed: {0}")]
+    State(E),
+}
+
+/// Checks that an id can be used as a key: non-empty, bounded, no control characters.
+pub fn validate_id<E>(what: &'static str, value: &str) -> Result<(), DecideError<E>> {
+    if value.is_empty() || value.len() > MAX_ID_BYTES || value.chars().any(char::is_control) {
+        let mut shown: String = value.escape_default().collect();
+        shown.truncate(80);
+        return Err(DecideError::InvalidId { what, value: shown });
+    }
+    Ok(())
+}
+
+/// Turns a command into the events it produces, given the current state.
+pub fn decide<V: StateView>(
+    view: &V,
+    command: &Command,
+    limits: Limits,
+) -> Result<Vec<Draft>, DecideError<V::Error>> {
+    let draft = |job_id: &str, topic: &str, kind| Draft {
+        job_id: job_id.to_owned(),
+        topic: topic.to_owned(),
+        kind,
+    };
+    match command {
+        Command::DeadLetter { topic, item } => {
+            validate_id("job_id", &item.job_id)?;
+            validate_id("item_id", &item.item_id)?;
+            validate_id("topic", topic)?;
+            let job = item.job_id.as_str();
+            if let Some(existing) = view.item(job, &item.item_id).map_err(DecideError::State)? {
+                let kind = EventKind::FailureAppended {
+                    item_id: item.item_id.clone(),
+                    failures: renumber(existing.item.failure_count, &item.failure_history),
+                    attempts: item.failure_count,
+                    last_attempt: item.last_attempt,
+                    error_signature: item.error_signature.clone(),
+                    error_pattern: item.error_pattern.clone(),
+                    reprocess_eligible: item.reprocess_eligible,
+                    manual_review_required: item.manual_review_required,
+                    worktree_artifacts: item.worktree_artifacts.clone(),
+                };
+                return Ok(vec![draft(job, topic, kind)]);
+            }
+            let len = view.job_len(job).map_err(DecideError::State)?;
+            let over = (len + 1).saturating_sub(limits.capacity_per_job.max(1));
+            let mut drafts = Vec::new();
+            let evict = usize::try_from(over).unwrap_or(usize::MAX);
+            for item_id in view.oldest_in_job(job, evict).map_err(DecideError::State)? {
+                let reason = RemovalReason::Evicted;
+                drafts.push(draft(
+                    job,
+                    topic,
+                    EventKind::ItemRemoved { item_id, reason },
+                ));
+            }
+            drafts.push(draft(
+                job,
+                topic,
+                EventKind::DeadLettered {
+                    item: (**item).clone(),
+                },
+            ));
+            Ok(drafts)
+        }
+        Command::Remove {
+            job_id,
+            item_id,
+            reason,
+        } => {
+            let existing = view.item(job_id, item_id).map_err(DecideError::State)?;
+            let Some(_) = existing else {
+                return Err(DecideError::NotFound {
+                    job_id: job_id.clone(),
+                    item_id: item_id.clone(),
+                });
+            };
+            let kind = EventKind::ItemRemoved {
+                item_id: item_id.clone(),
+                reason: *reason,
+            };
+            Ok(vec![draft(job_id, "", kind)])
+        }
+        Command::UpdateFlags {
+            job_id,
+            item_id,
+            reprocess_eligible,
+            manual_review_required,
+        } => {
+            if view
+                .item(job_id, item_id)
+                .map_err(DecideError::State)?
+                .is_none()
+            {
+                return Err(DecideError::NotFound {
+                    job_id: job_id.clone(),
+                    item_id: item_id.clone(),
+                });
+            }
+            let kind = EventKind::FlagsUpdated {
+                item_id: item_id.clone(),
+                reprocess_eligible: *reprocess_eligible,
+                manual_review_required: *manual_review_required,
+            };
+            Ok(vec![draft(job_id, "", kind)])
+        }
+        Command::RecordEmitFailure {
+            job_id,
+            topic,
+            failed_event_id,
+            attempts,
+            error,
+        } => {
+            let kind = EventKind::EmitFailed {
+                failed_event_id: failed_event_id.clone(),
+                attempts: *attempts,
+                error: error.clone(),
+            };
+            Ok(vec![draft(job_id, topic, kind)])
+        }
+        Command::Clear { job_id, limit } => {
+            let ids = view
+                .oldest_in_job(job_id, *limit)
+                .map_err(DecideError::State)?;
+            Ok(ids
+                .into_iter()
+                .map(|item_id| {
+                    let reason = RemovalReason::Cleared;
+                    draft(job_id, "", EventKind::ItemRemoved { item_id, reason })
+                })
+                .collect())
+        }
+        Command::Purge {
+            cutoff,
+            job_id,
+            limit,
+        } => {
+            let hits = view
+                .first_failed_before(*cutoff, job_id.as_deref(), *limit)
+                .map_err(DecideError::State)?;
+            Ok(hits
+                .into_iter()
+                .map(|(job, item_id)| {
+                    let reason = RemovalReason::Purged;
+                    draft(&job, "", EventKind::ItemRemoved { item_id, reason })
+                })
+                .collect())
+        }
+    }
+}

@@ -1,0 +1,442 @@
+//! The emitter: sink first, then the bus, with per-topic retries and an audit trail.
+//!
+//! [`Emitter::dead_letter`] is what a scheduler calls on its failure path. It returns
+//! `Ok` only once the event is durable in the sink; whether the bus acknowledged it too is in
+//! the [`Receipt`]. It never panics and never waits longer than [`Emitter::budget`]: the store
+//! timeout plus the topic's publish attempts and delays. When publishing finally fails it counts
+//! `dlq_emit_failures_total{topic}`, appends an `EmitFailed` audit event and wakes the
+//! reconciler, which publishes everything left behind once the bus is back.
+
+mod policy;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use thiserror::Error;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+pub use policy::{RetryBackoff, TopicPolicies, TopicPolicy};
+
+use crate::bus::{Bus, BusError};
+use crate::decide::Command;
+use crate::event::{Event, EventKind};
+use crate::metrics as m;
+use crate::model::DeadLetteredItem;
+use crate::reconciler::{Reconciler, ReconcilerConfig};
+use crate::retention::{self, RetentionConfig};
+use crate::sink::{Sink, SinkError};
+
+/// What an emit achieved. Returned only when the events are durable in the sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt {
+    /// Ids of the events written, in order (an eviction comes before the item it made room for).
+    pub event_ids: Vec<String>,
+    /// Whether the bus acknowledged every one of them (if not, the reconciler will publish them).
+    pub published: bool,
+}
+
+/// Why an emit did not make its events durable.
+#[derive(Debug, Error)]
+pub enum EmitError {
+    /// The request was refused; nothing was stored or published.
+    #[error("refused: {0}")]
+    Rejected(String),
+    /// The item named does not exist; nothing changed.
+    #[error("item '{item_id}' not found in job '{job_id}'")]
+    NotFound {
+        /// The job searched.
+        job_id: String,
+        /// The item asked for.
+        item_id: String,
+    },
+    /// The sink failed. The event may still have reached the bus (`published`).
+    #[error("not stored durably ({source}); published to the bus: {published}")]
+    NotStored {
+        /// What the sink said.
+        source: SinkError,
+        /// Ids of the events published anyway.
+        event_ids: Vec<String>,
+        /// Whether the bus acknowledged them.
+        published: bool,
+    },
+}
+
+impl EmitError {
+    /// True when the failure left nothing durable (callers may want to log the item themselves).
+    pub fn is_not_stored(&self) -> bool {
+        matches!(self, EmitError::NotStored { .. })
+    }
+}
+
+/// Events being published by an emit call right now: the reconciler leaves them alone.
+pub(crate) type InFlight = Arc<Mutex<HashSet<u64>>>;
+
+/// A cloneable, `Send + Sync` handle that schedulers use to dead-letter failed items.
+pub struct Emitter<S: Sink, B: Bus> {
+    inner: Arc<Inner<S, B>>,
+}
+
+impl<S: Sink, B: Bus> Clone for Emitter<S, B> {
+    fn clone(&self) -> Self {
+        Emitter {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+struct Inner<S, B> {
+    sink: Arc<S>,
+    bus: Arc<B>,
+    policies: TopicPolicies,
+    publish_timeout: Duration,
+    store_timeout: Duration,
+    in_flight: InFlight,
+    wake_reconciler: Arc<Notify>,
+    shutdown: CancellationToken,
+    volatile_counter: AtomicU64,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl<S, B> Drop for Inner<S, B> {
+    fn drop(&mut self) {
+        // The last handle is gone: stop the background tasks (mini-redis's DropGuard shape).
+        self.shutdown.cancel();
+    }
+}
+
+/// Builds an [`Emitter`].
+pub struct EmitterBuilder<S, B> {
+    sink: S,
+    bus: B,
+    policies: TopicPolicies,
+    publish_timeout: Duration,
+    store_timeout: Duration,
+    reconciler: Option<ReconcilerConfig>,
+    retention: Option<RetentionConfig>,
+}
+
+impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
+    /// Starts a builder with default policies and a reconciler.
+    pub fn new(sink: S, bus: B) -> Self {
+        EmitterBuilder {
+            sink,
+            bus,
+            policies: TopicPolicies::default(),
+            publish_timeout: Duration::from_secs(2),
+            store_timeout: Duration::from_secs(2),
+            reconciler: Some(ReconcilerConfig::default()),
+            retention: None,
+        }
+    }
+
+    /// Purge items past retention in the background (off unless set).
+    pub fn retention(mut self, config: Option<RetentionConfig>) -> Self {
+        self.retention = config;
+        self
+    }
+
+    /// Retry policies by topic.
+    pub fn policies(mut self, policies: TopicPolicies) -> Self {
+        self.policies = policies;
+        self
+    }
+
+    /// The per-attempt publish timeout the bus uses (only used to compute the budget).
+    pub fn publish_timeout(mut self, timeout: Duration) -> Self {
+        self.publish_timeout = timeout;
+        self
+    }
+
+    /// The sink's store timeout (only used to compute the budget).
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.store_timeout = timeout;
+        self
+    }
+
+    /// Reconciler settings, or `None` to run without one (the baseline of reference 003).
+    pub fn reconciler(mut self, config: Option<ReconcilerConfig>) -> Self {
+        self.reconciler = config;
+        self
+    }
+
+    /// Builds the handle and starts the reconciler. Needs a Tokio runtime.
+    pub fn build(self) -> Emitter<S, B> {
+        let inner = Arc::new(Inner {
+            sink: Arc::new(self.sink),
+            bus: Arc::new(self.bus),
+            policies: self.policies,
+            publish_timeout: self.publish_timeout,
+            store_timeout: self.store_timeout,
+            in_flight: InFlight::default(),
+            wake_reconciler: Arc::new(Notify::new()),
+            shutdown: CancellationToken::new(),
+            volatile_counter: AtomicU64::new(0),
+            tasks: Mutex::new(Vec::new()),
+        });
+        if let Some(config) = self.reconciler {
+            let reconciler = Reconciler {
+                sink: inner.sink.clone(),
+                bus: inner.bus.clone(),
+                config,
+                in_flight: inner.in_flight.clone(),
+                wake: inner.wake_reconciler.clone(),
+                shutdown: inner.shutdown.child_token(),
+            };
+            let handle = tokio::spawn(reconciler.run());
+            if let Ok(mut tasks) = inner.tasks.lock() {
+                tasks.push(handle);
+            }
+        }
+        if let Some(config) = self.retention {
+            let task = retention_task(
+                inner.sink.clone(),
+                config,
+                inner.wake_reconciler.clone(),
+                inner.shutdown.child_token(),
+            );
+            let handle = tokio::spawn(task);
+            if let Ok(mut tasks) = inner.tasks.lock() {
+                tasks.push(handle);
+            }
+        }
+        Emitter { inner }
+    }
+}
+
+/// Purges expired items every `check_interval`; the reconciler publishes the removals.
+async fn retention_task<S: Sink>(
+    sink: Arc<S>,
+    config: RetentionConfig,
+    wake: Arc<Notify>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        if let Some(cutoff) = config.cutoff(Utc::now()) {
+            match retention::purge(&*sink, cutoff, None).await {
+                Ok(0) => {}
+                Ok(removed) => {
+                    debug!(removed, "retention purged expired items");
+                    wake.notify_one();
+                }
+                Err(err) => warn!(error = %err, "retention purge failed; will try again"),
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(config.check_interval) => {}
+        }
+    }
+}
+
+impl<S: Sink, B: Bus> Emitter<S, B> {
+    /// The sink.
+    pub fn sink(&self) -> &S {
+        &self.inner.sink
+    }
+
+    /// The bus.
+    pub fn bus(&self) -> &B {
+        &self.inner.bus
+    }
+
+    /// The longest an emit on `topic` can take: the store timeout for the event, the topic's
+    /// publish attempts and delays, and the store timeout again for an audit event.
+    pub fn budget(&self, topic: &str) -> Duration {
+        let policy = self.inner.policies.for_topic(topic);
+        self.inner.store_timeout * 2 + policy.budget(self.inner.publish_timeout)
+    }
+
+    /// Dead-letters a failed item of `item.job_id`, coming from scheduler `topic`.
+    pub async fn dead_letter(
+        &self,
+        topic: &str,
+        item: DeadLetteredItem,
+    ) -> Result<Receipt, EmitError> {
+        let command = Command::DeadLetter {
+            topic: topic.to_owned(),
+            item: Box::new(item),
+        };
+        self.submit(topic, command).await
+    }
+
+    /// Stores any command's events, then publishes them as [`Emitter::dead_letter`] does.
+    pub async fn submit(&self, topic: &str, command: Command) -> Result<Receipt, EmitError> {
+        let started = Instant::now();
+        let volatile = self.volatile_event(topic, &command);
+        let result = match self.inner.sink.append(command).await {
+            Ok(events) => {
+                let published = self.publish_all(topic, &events, true).await;
+                Ok(Receipt {
+                    event_ids: events.into_iter().map(|e| e.event_id).collect(),
+                    published,
+                })
+            }
+            Err(SinkError::NotFound { job_id, item_id }) => {
+                Err(EmitError::NotFound { job_id, item_id })
+            }
+            Err(SinkError::Rejected(reason)) => Err(EmitError::Rejected(reason)),
+            Err(err) => self.publish_unstored(topic, err, volatile).await,
+        };
+        metrics::histogram!(m::EMIT_DURATION).record(started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// The sink failed: publish what we can so the failure is not lost twice.
+    async fn publish_unstored(
+        &self,
+        topic: &str,
+        err: SinkError,
+        volatile: Option<Event>,
+    ) -> Result<Receipt, EmitError> {
+        metrics::counter!(m::SINK_FAILURES).increment(1);
+        warn!(error = %err, topic, "sink failed; publishing without durable copy");
+        let events = match err {
+            SinkError::NotDurable { ref events, .. } => events.clone(),
+            _ => volatile.into_iter().collect(),
+        };
+        let published = !events.is_empty() && self.publish_all(topic, &events, false).await;
+        Err(EmitError::NotStored {
+            source: err,
+            event_ids: events.into_iter().map(|e| e.event_id).collect(),
+            published,
+        })
+    }
+
+    /// An event to publish if the sink fails: only dead-letters can be built without state.
+    fn volatile_event(&self, topic: &str, command: &Command) -> Option<Event> {
+        let Command::DeadLetter { item, .. } = command else {
+            return None;
+        };
+        let node_id = self.inner.sink.node_id();
+        let now = Utc::now();
+        let counter = self.inner.volatile_counter.fetch_add(1, Ordering::Relaxed);
+        let nanos = now.timestamp_nanos_opt().unwrap_or(0);
+        Some(Event {
+            event_id: Event::volatile_id(node_id, nanos, counter),
+            node_id: node_id.to_owned(),
+            seq: 0,
+            timestamp: now,
+            job_id: item.job_id.clone(),
+            topic: topic.to_owned(),
+            kind: EventKind::DeadLettered {
+                item: (**item).clone(),
+            },
+        })
+    }
+
+    /// Publishes the events in order with the topic's retries; true when all were acknowledged.
+    /// After a final failure the rest are not tried: they stay unpublished for the reconciler,
+    /// so one emit spends the retry budget once.
+    async fn publish_all(&self, topic: &str, events: &[Event], durable: bool) -> bool {
+        for event in events {
+            if !self.publish_one(topic, event, durable).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    async fn publish_one(&self, topic: &str, event: &Event, durable: bool) -> bool {
+        if durable {
+            self.in_flight(|set| set.insert(event.seq));
+        }
+        let outcome = self.publish_with_retry(topic, event).await;
+        if durable {
+            if outcome.is_ok() {
+                if let Err(err) = self.inner.sink.mark_published(event.seq) {
+                    warn!(error = %err, event_id = %event.event_id, "cannot mark event published; it will be published again");
+                }
+            }
+            self.in_flight(|set| set.remove(&event.seq));
+        }
+        match outcome {
+            Ok(()) => {
+                metrics::counter!(m::PUBLISHED, "topic" => topic.to_owned()).increment(1);
+                true
+            }
+            Err((attempts, err)) => {
+                self.record_emit_failure(topic, event, attempts, err, durable)
+                    .await;
+                false
+            }
+        }
+    }
+
+    async fn publish_with_retry(&self, topic: &str, event: &Event) -> Result<(), (u32, BusError)> {
+        let policy = self.inner.policies.for_topic(topic);
+        let mut delays = policy.delays().into_iter();
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let err = match self.inner.bus.publish(event).await {
+                Ok(_) => return Ok(()),
+                Err(err) => err,
+            };
+            debug!(event_id = %event.event_id, attempts, error = %err, "publish attempt failed");
+            let retryable = !matches!(err, BusError::Rejected(_) | BusError::Encode(_));
+            let Some(delay) = delays.next().filter(|_| retryable) else {
+                return Err((attempts, err));
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = self.inner.shutdown.cancelled() => return Err((attempts, err)),
+            }
+        }
+    }
+
+    async fn record_emit_failure(
+        &self,
+        topic: &str,
+        event: &Event,
+        attempts: u32,
+        err: BusError,
+        durable: bool,
+    ) {
+        metrics::counter!(m::EMIT_FAILURES, "topic" => topic.to_owned()).increment(1);
+        warn!(event_id = %event.event_id, topic, attempts, error = %err, "publish failed after every retry");
+        if durable {
+            let audit = Command::RecordEmitFailure {
+                job_id: event.job_id.clone(),
+                topic: topic.to_owned(),
+                failed_event_id: event.event_id.clone(),
+                attempts,
+                error: err.to_string(),
+            };
+            if let Err(err) = self.inner.sink.append(audit).await {
+                metrics::counter!(m::SINK_FAILURES).increment(1);
+                warn!(error = %err, "cannot store the emit-failure audit event");
+            }
+        }
+        self.inner.wake_reconciler.notify_one();
+    }
+
+    fn in_flight(&self, change: impl FnOnce(&mut HashSet<u64>) -> bool) {
+        if let Ok(mut set) = self.inner.in_flight.lock() {
+            change(&mut set);
+        }
+    }
+
+    /// Wakes the reconciler now (e.g. after bulk changes appended straight to the sink).
+    pub fn wake_reconciler(&self) {
+        self.inner.wake_reconciler.notify_one();
+    }
+
+    /// Stops the background tasks, waits for them, then flushes and closes the sink.
+    pub async fn shutdown(&self) -> Result<(), SinkError> {
+        self.inner.shutdown.cancel();
+        let tasks: Vec<JoinHandle<()>> = match self.inner.tasks.lock() {
+            Ok(mut tasks) => tasks.drain(..).collect(),
+            Err(_) => Vec::new(),
+        };
+        for task in tasks {
+            let _ = task.await;
+        }
+        self.inner.sink.close().await
+    }
+}

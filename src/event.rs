@@ -1,0 +1,176 @@
+//! The event envelope: every change to the dead-letter queue is one [`Event`].
+//!
+//! Events are appended to the sink's log, published to the bus as JSON, and folded into
+//! projections by [`crate::projection`]. An event's identity is `event_id = "{node_id}:{seq}"`,
+//! where `seq` is the per-node log sequence (starting at 1). The id is sent as `Nats-Msg-Id`, so
+//! JetStream drops re-publishes inside its duplicate window, and consumers drop them beyond it.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::model::{DeadLetteredItem, FailureDetail, WorktreeArtifacts};
+
+/// One change to the dead-letter queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// `"{node_id}:{seq}"` for stored events; see [`Event::volatile_id`] for the others.
+    pub event_id: String,
+    /// The node (emitter process) that wrote the event.
+    pub node_id: String,
+    /// Per-node log sequence; `0` for an event the sink failed to store.
+    pub seq: u64,
+    /// When the event was written.
+    pub timestamp: DateTime<Utc>,
+    /// The job the event concerns.
+    pub job_id: String,
+    /// The scheduler topic the failure came from (selects the retry policy, labels metrics).
+    pub topic: String,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// What an [`Event`] records. Serialised with a `"kind"` tag in snake case.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EventKind {
+    /// A new item entered the dead-letter queue.
+    DeadLettered {
+        /// The item as handed over by the scheduler.
+        item: DeadLetteredItem,
+    },
+    /// An item already in the queue failed again: its history grows.
+    FailureAppended {
+        /// The item that failed again.
+        item_id: String,
+        /// The new failures, already numbered after the existing history.
+        failures: Vec<FailureDetail>,
+        /// How many attempts the new failures represent (added to `failure_count`).
+        attempts: u32,
+        /// The most recent failure time.
+        last_attempt: DateTime<Utc>,
+        /// Signature of the most recent failure.
+        error_signature: String,
+        /// Readable pattern of the most recent failure.
+        error_pattern: String,
+        /// Eligibility after this failure.
+        reprocess_eligible: bool,
+        /// Review flag after this failure.
+        manual_review_required: bool,
+        /// Worktree state of the most recent failure, if any.
+        worktree_artifacts: Option<WorktreeArtifacts>,
+    },
+    /// An item left the queue.
+    ItemRemoved {
+        /// The item removed.
+        item_id: String,
+        /// Why it was removed.
+        reason: RemovalReason,
+    },
+    /// An operator or policy changed an item's flags.
+    FlagsUpdated {
+        /// The item changed.
+        item_id: String,
+        /// New eligibility, when changed.
+        reprocess_eligible: Option<bool>,
+        /// New review flag, when changed.
+        manual_review_required: Option<bool>,
+    },
+    /// Audit: publishing an event failed after every retry. The event stays in the sink's
+    /// unpublished set and the reconciler publishes it once the bus is back.
+    EmitFailed {
+        /// The event that could not be published.
+        failed_event_id: String,
+        /// Publish attempts made.
+        attempts: u32,
+        /// The last publish error.
+        error: String,
+    },
+}
+
+/// Why an item left the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RemovalReason {
+    /// A retry succeeded.
+    Resolved,
+    /// An operator cleared the job's items.
+    Cleared,
+    /// An operator purged old items, or retention expired them.
+    Purged,
+    /// The job reached its capacity and the oldest item made room (FIFO).
+    Evicted,
+}
+
+impl EventKind {
+    /// The snake-case name of the kind, as sent in the `Dlq-Event-Kind` header.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::DeadLettered { .. } => "dead_lettered",
+            EventKind::FailureAppended { .. } => "failure_appended",
+            EventKind::ItemRemoved { .. } => "item_removed",
+            EventKind::FlagsUpdated { .. } => "flags_updated",
+            EventKind::EmitFailed { .. } => "emit_failed",
+        }
+    }
+
+    /// The item the event concerns, if it concerns one.
+    pub fn item_id(&self) -> Option<&str> {
+        match self {
+            EventKind::DeadLettered { item } => Some(&item.item_id),
+            EventKind::FailureAppended { item_id, .. }
+            | EventKind::ItemRemoved { item_id, .. }
+            | EventKind::FlagsUpdated { item_id, .. } => Some(item_id),
+            EventKind::EmitFailed { .. } => None,
+        }
+    }
+}
+
+impl Event {
+    /// The id of a stored event.
+    pub fn stored_id(node_id: &str, seq: u64) -> String {
+        format!("{node_id}:{seq}")
+    }
+
+    /// The id of an event the sink could not store: still unique per node (wall-clock nanos
+    /// plus a process-local counter), and marked so that nobody mistakes it for a log position.
+    pub fn volatile_id(node_id: &str, nanos: i64, counter: u64) -> String {
+        format!("{node_id}:v{nanos}-{counter}")
+    }
+
+    /// Serialises the event as the JSON sent on the bus and stored in the log.
+    pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(self)
+    }
+
+    /// Parses an event from its JSON form.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_is_a_flat_tag() {
+        let event = Event {
+            event_id: Event::stored_id("node-a", 7),
+            node_id: "node-a".into(),
+            seq: 7,
+            timestamp: Utc::now(),
+            job_id: "job-1".into(),
+            topic: "mapreduce".into(),
+            kind: EventKind::ItemRemoved {
+                item_id: "item-1".into(),
+                reason: RemovalReason::Resolved,
+            },
+        };
+        let json: serde_json::Value = serde_json::from_slice(&event.to_json().unwrap()).unwrap();
+        assert_eq!(json["kind"], "item_removed");
+        assert_eq!(json["reason"], "resolved");
+        assert_eq!(json["event_id"], "node-a:7");
+        assert_eq!(Event::from_json(&event.to_json().unwrap()).unwrap(), event);
+    }
+}

@@ -1,0 +1,69 @@
+//! Metric names, their descriptions, and the Prometheus exporter.
+//!
+//! Everything goes through the `metrics` facade; without an installed recorder the calls are
+//! no-ops, so the library never requires Prometheus.
+
+use std::net::SocketAddr;
+
+use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+use thiserror::Error;
+
+/// Publishes that failed after every retry, by `topic`.
+pub const EMIT_FAILURES: &str = "dlq_emit_failures_total";
+/// Appends the sink could not make durable.
+pub const SINK_FAILURES: &str = "dlq_sink_failures_total";
+/// Events the bus has not acknowledged yet.
+pub const UNPUBLISHED: &str = "dlq_unpublished_events";
+/// Events published by the reconciler.
+pub const RECONCILED: &str = "dlq_reconciled_total";
+/// Age of the oldest unpublished event.
+pub const OLDEST_UNPUBLISHED_AGE: &str = "dlq_oldest_unpublished_age_seconds";
+/// Events stored durably, by `kind`.
+pub const EVENTS_STORED: &str = "dlq_events_stored_total";
+/// Events acknowledged by the bus on the emit path, by `topic`.
+pub const PUBLISHED: &str = "dlq_published_total";
+/// Time an emit call took, in seconds.
+pub const EMIT_DURATION: &str = "dlq_emit_duration_seconds";
+
+/// Registers the descriptions of every metric above.
+pub fn describe() {
+    describe_counter!(
+        EMIT_FAILURES,
+        "Publishes that failed after every retry, by topic"
+    );
+    describe_counter!(SINK_FAILURES, "Appends the sink could not make durable");
+    describe_gauge!(UNPUBLISHED, "Events the bus has not acknowledged yet");
+    describe_counter!(RECONCILED, "Events published by the reconciler");
+    describe_gauge!(
+        OLDEST_UNPUBLISHED_AGE,
+        Unit::Seconds,
+        "Age of the oldest unpublished event"
+    );
+    describe_counter!(EVENTS_STORED, "Events stored durably, by kind");
+    describe_counter!(
+        PUBLISHED,
+        "Events acknowledged by the bus on the emit path, by topic"
+    );
+    describe_histogram!(EMIT_DURATION, Unit::Seconds, "Time an emit call took");
+}
+
+/// The exporter could not start.
+#[derive(Debug, Error)]
+#[error("cannot serve metrics on {addr}: {reason} (choose another --metrics-addr)")]
+pub struct MetricsError {
+    addr: SocketAddr,
+    reason: String,
+}
+
+/// Installs the Prometheus recorder and serves `/metrics` on `addr`. Needs a Tokio runtime.
+pub fn serve_prometheus(addr: SocketAddr) -> Result<(), MetricsError> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .map_err(|err| MetricsError {
+            addr,
+            reason: err.to_string(),
+        })?;
+    describe();
+    Ok(())
+}

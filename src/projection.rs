@@ -1,0 +1,260 @@
+//! The pure fold of events into current state.
+//!
+//! [`apply`] takes an item's previous state and one event and says what changes. It has no I/O:
+//! the sled sink runs it inside its write path (live projection), [`MemoryProjection`] runs it
+//! in memory (consumers, tests), and a rebuild replays the log through it. Because every store
+//! goes through the same function, a projection rebuilt from the log alone equals the live one.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{Event, EventKind};
+use crate::model::{DeadLetteredItem, FailureDetail};
+
+/// An item as the projection keeps it: the reference-000 item plus bookkeeping.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredItem {
+    /// The item, with `job_id` set.
+    pub item: DeadLetteredItem,
+    /// Log sequence of the event that created it: the FIFO order for eviction.
+    pub created_seq: u64,
+    /// Number of events applied to the item (1 on creation).
+    pub version: u64,
+    /// The last event applied to the item.
+    pub last_event_id: String,
+}
+
+/// What applying one event does to one item.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// The item is created or replaced; `previous` is what it replaces (for index upkeep).
+    Put {
+        /// The new state.
+        item: Box<StoredItem>,
+        /// The state it replaces, if any.
+        previous: Option<Box<StoredItem>>,
+    },
+    /// The item is removed.
+    Delete {
+        /// The state removed.
+        previous: Box<StoredItem>,
+    },
+    /// Nothing changes (audit events, or an event about an item that is not there).
+    Unchanged,
+}
+
+/// Folds one event into the previous state of the item it concerns.
+///
+/// `previous` must be the current state of `(event.job_id, event.kind.item_id())`.
+pub fn apply(previous: Option<&StoredItem>, event: &Event) -> Change {
+    match (&event.kind, previous) {
+        (EventKind::DeadLettered { item }, None) => {
+            let mut item = item.clone();
+            item.job_id = event.job_id.clone();
+            Change::Put {
+                item: Box::new(StoredItem {
+                    item,
+                    created_seq: event.seq,
+                    version: 1,
+                    last_event_id: event.event_id.clone(),
+                }),
+                previous: None,
+            }
+        }
+        // Two nodes dead-lettered the same item: keep the first and append the newcomer's
+        // history, exactly as a repeated failure would.
+        (EventKind::DeadLettered { item }, Some(prev)) => {
+            let mut next = prev.clone();
+            merge_failure(&mut next, item, item.failure_count);
+            put(next, prev, event)
+        }
+        (
+            EventKind::FailureAppended {
+                failures,
+                attempts,
+                last_attempt,
+                error_signature,
+                error_pattern,
+                reprocess_eligible,
+                manual_review_required,
+                worktree_artifacts,
+                ..
+            },
+            Some(prev),
+        ) => {
+            let mut next = prev.clone();
+            let item = &mut next.item;
+            item.failure_history.extend(failures.iter().cloned());
+            item.failure_count = item.failure_count.saturating_add(*attempts);
+            item.last_attempt = item.last_attempt.max(*last_attempt);
+            item.error_signature = error_signature.clone();
+            item.error_pattern = error_pattern.clone();
+            item.reprocess_eligible = *reprocess_eligible;
+            item.manual_review_required = *manual_review_required;
+            if worktree_artifacts.is_some() {
+                item.worktree_artifacts = worktree_artifacts.clone();
+            }
+            put(next, prev, event)
+        }
+        (EventKind::ItemRemoved { .. }, Some(prev)) => Change::Delete {
+            previous: Box::new(prev.clone()),
+        },
+        (
+            EventKind::FlagsUpdated {
+                reprocess_eligible,
+                manual_review_required,
+                ..
+            },
+            Some(prev),
+        ) => {
+            let mut next = prev.clone();
+            if let Some(flag) = reprocess_eligible {
+                next.item.reprocess_eligible = *flag;
+            }
+            if let Some(flag) = manual_review_required {
+                next.item.manual_review_required = *flag;
+            }
+            put(next, prev, event)
+        }
+        _ => Change::Unchanged,
+    }
+}
+
+/// Appends `incoming`'s history to `target`, renumbering attempts after the existing ones.
+pub fn merge_failure(target: &mut StoredItem, incoming: &DeadLetteredItem, attempts: u32) {
+    let item = &mut target.item;
+    let renumbered = renumber(item.failure_count, &incoming.failure_history);
+    item.failure_history.extend(renumbered);
+    item.failure_count = item.failure_count.saturating_add(attempts);
+    item.last_attempt = item.last_attempt.max(incoming.last_attempt);
+    item.error_signature = incoming.error_signature.clone();
+    item.error_pattern = incoming.error_pattern.clone();
+    item.reprocess_eligible = incoming.reprocess_eligible;
+    item.manual_review_required = incoming.manual_review_required;
+    if incoming.worktree_artifacts.is_some() {
+        item.worktree_artifacts = incoming.worktree_artifacts.clone();
+    }
+}
+
+/// Numbers `failures` as attempts `base + 1, base + 2, ...`.
+pub fn renumber(base: u32, failures: &[FailureDetail]) -> Vec<FailureDetail> {
+    let mut number = base;
+    failures
+        .iter()
+        .map(|failure| {
+            number = number.saturating_add(1);
+            FailureDetail {
+                attempt_number: number,
+                ..failure.clone()
+            }
+        })
+        .collect()
+}
+
+fn put(mut next: StoredItem, prev: &StoredItem, event: &Event) -> Change {
+    next.version = prev.version + 1;
+    next.last_event_id = event.event_id.clone();
+    Change::Put {
+        item: Box::new(next),
+        previous: Some(Box::new(prev.clone())),
+    }
+}
+
+/// Read access to current state, as [`crate::decide`] needs it to turn commands into events.
+pub trait StateView {
+    /// The error reading state can fail with.
+    type Error;
+    /// The current state of one item.
+    fn item(&self, job_id: &str, item_id: &str) -> Result<Option<StoredItem>, Self::Error>;
+    /// How many items the job holds.
+    fn job_len(&self, job_id: &str) -> Result<u64, Self::Error>;
+    /// Up to `limit` item ids of the job, oldest created first (FIFO order).
+    fn oldest_in_job(&self, job_id: &str, limit: usize) -> Result<Vec<String>, Self::Error>;
+    /// Up to `limit` `(job_id, item_id)` pairs whose first failure is before `cutoff`,
+    /// optionally restricted to one job.
+    fn first_failed_before(
+        &self,
+        cutoff: chrono::DateTime<chrono::Utc>,
+        job_id: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, Self::Error>;
+}
+
+/// A projection held in memory: for consumers, tests and comparisons.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MemoryProjection {
+    /// Items by `(job_id, item_id)`.
+    pub items: BTreeMap<(String, String), StoredItem>,
+}
+
+impl MemoryProjection {
+    /// Folds one event in.
+    pub fn apply(&mut self, event: &Event) {
+        let Some(item_id) = event.kind.item_id() else {
+            return;
+        };
+        let key = (event.job_id.clone(), item_id.to_owned());
+        match apply(self.items.get(&key), event) {
+            Change::Put { item, .. } => {
+                self.items.insert(key, *item);
+            }
+            Change::Delete { .. } => {
+                self.items.remove(&key);
+            }
+            Change::Unchanged => {}
+        }
+    }
+}
+
+impl StateView for MemoryProjection {
+    type Error = std::convert::Infallible;
+
+    fn item(&self, job_id: &str, item_id: &str) -> Result<Option<StoredItem>, Self::Error> {
+        Ok(self
+            .items
+            .get(&(job_id.to_owned(), item_id.to_owned()))
+            .cloned())
+    }
+
+    fn job_len(&self, job_id: &str) -> Result<u64, Self::Error> {
+        Ok(self.items.keys().filter(|(job, _)| job == job_id).count() as u64)
+    }
+
+    fn oldest_in_job(&self, job_id: &str, limit: usize) -> Result<Vec<String>, Self::Error> {
+        let mut in_job: Vec<&StoredItem> = self
+            .items
+            .iter()
+            .filter(|((job, _), _)| job == job_id)
+            .map(|(_, stored)| stored)
+            .collect();
+        in_job.sort_by_key(|stored| stored.created_seq);
+        Ok(in_job
+            .into_iter()
+            .take(limit)
+            .map(|stored| stored.item.item_id.clone())
+            .collect())
+    }
+
+    fn first_failed_before(
+        &self,
+        cutoff: chrono::DateTime<chrono::Utc>,
+        job_id: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, Self::Error> {
+        let mut hits: Vec<(&StoredItem, &(String, String))> = self
+            .items
+            .iter()
+            .filter(|((job, _), stored)| {
+                job_id.is_none_or(|j| j == job) && stored.item.first_attempt < cutoff
+            })
+            .map(|(key, stored)| (stored, key))
+            .collect();
+        hits.sort_by(|a, b| (a.0.item.first_attempt, a.1).cmp(&(b.0.item.first_attempt, b.1)));
+        Ok(hits
+            .into_iter()
+            .take(limit)
+            .map(|(_, key)| key.clone())
+            .collect())
+    }
+}

@@ -1,0 +1,51 @@
+//! Deterministic fault injection for the sink's writer, for tests and chaos drills.
+//!
+//! The switches are checked by the writer thread before it applies or flushes a group, so a
+//! drill can make the real sled sink fail or stall while everything else stays real.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Switches that make the sink's writer fail on purpose. Cloning shares the switches.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    inner: Arc<Switches>,
+}
+
+#[derive(Debug, Default)]
+struct Switches {
+    fail_writes: AtomicBool,
+    fail_flush: AtomicBool,
+    stall_ms: AtomicU64,
+}
+
+impl Faults {
+    /// While set, every write is refused with an I/O error and nothing is written.
+    pub fn set_fail_writes(&self, on: bool) {
+        self.inner.fail_writes.store(on, Ordering::SeqCst);
+    }
+
+    /// While set, writes are applied but the flush reports an error (not durable).
+    pub fn set_fail_flush(&self, on: bool) {
+        self.inner.fail_flush.store(on, Ordering::SeqCst);
+    }
+
+    /// Makes the writer sleep this long before each group (a slow disk); zero turns it off.
+    pub fn set_stall(&self, stall: Duration) {
+        let ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
+        self.inner.stall_ms.store(ms, Ordering::SeqCst);
+    }
+
+    pub(crate) fn fail_writes(&self) -> bool {
+        self.inner.fail_writes.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn fail_flush(&self) -> bool {
+        self.inner.fail_flush.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn stall(&self) -> Duration {
+        Duration::from_millis(self.inner.stall_ms.load(Ordering::SeqCst))
+    }
+}

@@ -1,0 +1,145 @@
+//! The durable sink: an append-only event log with its projections, in sled.
+//!
+//! # What is durable when
+//!
+//! * [`Sink::append`] resolves `Ok(events)` only after the events are in sled **and** a
+//!   `flush` (which fsyncs) has completed. `Ok` therefore survives `kill -9` and a reopen.
+//! * Each command becomes one sled `Batch` on one tree: the log entries, their membership in the
+//!   unpublished set, the item and every index change. sled recovers a batch atomically, so a
+//!   crash never leaves a log entry without its projection or its unpublished marker.
+//! * Marking an event published only deletes its unpublished marker and is not flushed on its
+//!   own. After a crash such a marker may come back; the event is then published twice, with the
+//!   same `event_id`, which JetStream and consumers both drop. Duplicates are allowed; loss is not.
+//!
+//! # Group commit
+//!
+//! One writer thread ([`writer`]) owns every write: it takes all requests waiting in its queue,
+//! applies each as a batch, then calls the blocking `flush` once for the whole group and answers
+//! every waiter. This gives concurrent appends one shared fsync and never calls sled's
+//! `flush_async` (concurrent `flush_async` deadlocks sled 0.34, issue 1308). sled's own
+//! periodic flusher is disabled, so the writer is the only flusher.
+//!
+//! # Layout
+//!
+//! One tree; see [`keys`]. Log `l/seq`, unpublished `u/seq`, items `i/job\0item`, indexes by
+//! signature, by age and in FIFO order, per-job counts, and the next sequence number.
+//!
+//! # Recovery
+//!
+//! Opening runs sled's own recovery. A database that cannot be opened yields
+//! [`SinkError::Open`] with what to do (see the README, "Recovering a data directory"); the
+//! projection can always be rebuilt from the log with [`SledSink::rebuild_projection`].
+
+pub mod faults;
+pub mod keys;
+mod reads;
+mod sled_sink;
+mod writer;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use thiserror::Error;
+
+use crate::decide::Command;
+use crate::event::Event;
+
+pub use faults::Faults;
+pub use sled_sink::{KeyValue, SinkConfig, SledSink};
+
+/// The backlog of events the bus has not acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Backlog {
+    /// How many events are unpublished.
+    pub count: u64,
+    /// When the oldest unpublished event was written.
+    pub oldest: Option<DateTime<Utc>>,
+}
+
+/// A durable, append-only event store with projections.
+pub trait Sink: Send + Sync + 'static {
+    /// Decides, stores and fsyncs the events of `command`; resolves once they are durable.
+    fn append(
+        &self,
+        command: Command,
+    ) -> impl Future<Output = Result<Vec<Event>, SinkError>> + Send;
+
+    /// Records that the bus acknowledged the event with log sequence `seq`.
+    fn mark_published(&self, seq: u64) -> Result<(), SinkError>;
+
+    /// Up to `limit` unpublished events with a sequence above `after`, in sequence order.
+    fn unpublished(&self, after: u64, limit: usize) -> Result<Vec<Event>, SinkError>;
+
+    /// Size and age of the unpublished backlog.
+    fn backlog(&self) -> Result<Backlog, SinkError>;
+
+    /// The node id stamped on this sink's events.
+    fn node_id(&self) -> &str;
+
+    /// Flushes everything, including publish marks, and stops accepting appends.
+    fn close(&self) -> impl Future<Output = Result<(), SinkError>> + Send;
+}
+
+/// Why a sink operation failed.
+#[derive(Debug, Error)]
+pub enum SinkError {
+    /// The database could not be opened.
+    #[error("cannot open the sink at {path}: {reason}. {hint}")]
+    Open {
+        /// The data directory.
+        path: PathBuf,
+        /// What sled reported.
+        reason: String,
+        /// What to do about it.
+        hint: &'static str,
+    },
+    /// The command was refused; nothing was written.
+    #[error("{0}")]
+    Rejected(String),
+    /// An item's id was not found; nothing was written.
+    #[error("item '{item_id}' not found in job '{job_id}'")]
+    NotFound {
+        /// The job searched.
+        job_id: String,
+        /// The item asked for.
+        item_id: String,
+    },
+    /// The store did not answer within the store timeout. The write may still complete.
+    #[error("the sink did not confirm the write within {0:?} (it may still complete; the disk may be slow or full)")]
+    Timeout(Duration),
+    /// The events were written but the flush failed: they are not known to be durable.
+    #[error("events written but not flushed to disk: {reason}")]
+    NotDurable {
+        /// The events, so the caller can still publish them under their ids.
+        events: Vec<Event>,
+        /// The flush error.
+        reason: String,
+    },
+    /// A disk or sled error.
+    #[error("sink I/O failed: {0}")]
+    Io(String),
+    /// A stored record could not be decoded.
+    #[error("corrupt record at key {key}: {reason}; run `dlq rebuild` if it is in the projection")]
+    Corrupt {
+        /// The key, escaped.
+        key: String,
+        /// The decode error.
+        reason: String,
+    },
+    /// The sink was closed.
+    #[error("the sink is closed")]
+    Closed,
+}
+
+impl From<sled::Error> for SinkError {
+    fn from(err: sled::Error) -> Self {
+        SinkError::Io(err.to_string())
+    }
+}
+
+/// Escapes a key for error messages.
+pub(crate) fn show_key(key: &[u8]) -> String {
+    key.escape_ascii().to_string()
+}

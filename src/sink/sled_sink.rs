@@ -1,0 +1,375 @@
+//! [`SledSink`]: the [`Sink`] backed by sled 0.34, with its writer thread.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, oneshot};
+
+use super::reads::TreeView;
+use super::writer::{Request, Writer};
+use super::{keys, show_key, Backlog, Faults, Sink, SinkError};
+use crate::decide::{Command, Limits};
+use crate::event::Event;
+use crate::projection::{StateView, StoredItem};
+
+/// A raw key and value, as stored.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
+/// How the sled sink is opened.
+#[derive(Debug, Clone)]
+pub struct SinkConfig {
+    /// Directory of the database (created if missing).
+    pub path: PathBuf,
+    /// Node id for new databases; must match an existing database's id when given.
+    pub node_id: Option<String>,
+    /// sled page cache size in bytes.
+    pub cache_capacity_bytes: u64,
+    /// Longest an append waits for durability before giving up (default 2 s).
+    pub store_timeout: Duration,
+    /// Most items per job before FIFO eviction (default 10,000).
+    pub capacity_per_job: u64,
+    /// Largest accepted event, in bytes (default 512 KiB, under NATS's 1 MiB payload limit).
+    pub max_event_bytes: usize,
+    /// Most requests the writer commits in one group.
+    pub max_group: usize,
+    /// Requests that may wait for the writer before appends queue up (backpressure).
+    pub queue_depth: usize,
+}
+
+impl SinkConfig {
+    /// Defaults for a database in `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        SinkConfig {
+            path: path.into(),
+            node_id: None,
+            cache_capacity_bytes: 64 * 1024 * 1024,
+            store_timeout: Duration::from_secs(2),
+            capacity_per_job: 10_000,
+            max_event_bytes: 512 * 1024,
+            max_group: 1024,
+            queue_depth: 8192,
+        }
+    }
+}
+
+/// The sled-backed sink. Cheap to clone; all clones share one database and one writer.
+#[derive(Clone)]
+pub struct SledSink {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    tree: sled::Tree,
+    node_id: String,
+    requests: mpsc::Sender<Request>,
+    store_timeout: Duration,
+    unpublished: Arc<AtomicU64>,
+    marks_dirty: Arc<AtomicBool>,
+    faults: Faults,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+const LOCK_HINT: &str = "Another process holds this data directory: stop it, or point --data-dir elsewhere (`dlq serve` and `dlq run` hold it while they run).";
+const RECOVERY_HINT: &str = "See README 'Recovering a data directory': move the directory aside, start with an empty one, and rebuild from the NATS stream; nothing was changed.";
+
+impl SledSink {
+    /// Opens (or creates) the database and starts its writer thread.
+    pub fn open(config: SinkConfig) -> Result<Self, SinkError> {
+        let db = open_db(&config)?;
+        let tree: sled::Tree = (*db).clone();
+        let node_id = resolve_node_id(&tree, &config)?;
+        let next_seq = tree
+            .get(keys::NEXT_SEQ)?
+            .and_then(|v| keys::decode_u64(&v))
+            .unwrap_or(1);
+        let unpublished = Arc::new(AtomicU64::new(
+            tree.scan_prefix(keys::UNPUBLISHED).count() as u64
+        ));
+        let marks_dirty = Arc::new(AtomicBool::new(false));
+        let faults = Faults::default();
+        let (requests, rx) = mpsc::channel(config.queue_depth.max(1));
+        let writer = Writer {
+            db,
+            tree: tree.clone(),
+            node_id: node_id.clone(),
+            next_seq,
+            limits: Limits {
+                capacity_per_job: config.capacity_per_job,
+            },
+            max_event_bytes: config.max_event_bytes,
+            max_group: config.max_group.max(1),
+            faults: faults.clone(),
+            unpublished: unpublished.clone(),
+            marks_dirty: marks_dirty.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("dlq-sink-writer".into())
+            .spawn(move || writer.run(rx))
+            .map_err(|err| SinkError::Io(format!("cannot start the writer thread: {err}")))?;
+        spawn_ticker(requests.downgrade())?;
+        Ok(SledSink {
+            inner: Arc::new(Inner {
+                tree,
+                node_id,
+                requests,
+                store_timeout: config.store_timeout,
+                unpublished,
+                marks_dirty,
+                faults,
+                writer: Mutex::new(Some(handle)),
+            }),
+        })
+    }
+
+    /// Fault switches for drills and tests.
+    pub fn faults(&self) -> &Faults {
+        &self.inner.faults
+    }
+
+    /// One item, if present.
+    pub fn item(&self, job_id: &str, item_id: &str) -> Result<Option<StoredItem>, SinkError> {
+        self.view().item(job_id, item_id)
+    }
+
+    /// How many items a job holds.
+    pub fn job_len(&self, job_id: &str) -> Result<u64, SinkError> {
+        self.view().job_len(job_id)
+    }
+
+    /// Every item of every job, in key order (job, then item id).
+    pub fn items(&self) -> impl Iterator<Item = Result<StoredItem, SinkError>> + '_ {
+        self.inner.tree.scan_prefix(keys::ITEM).map(|entry| {
+            let (key, value) = entry?;
+            TreeView::decode_item(&key, &value)
+        })
+    }
+
+    /// The stored event at `seq`.
+    pub fn event(&self, seq: u64) -> Result<Option<Event>, SinkError> {
+        self.view().event(seq)
+    }
+
+    /// Every stored event from `from` on, in sequence order.
+    pub fn events_from(&self, from: u64) -> impl Iterator<Item = Result<Event, SinkError>> + '_ {
+        self.inner
+            .tree
+            .range(keys::log(from)..keys::log(u64::MAX))
+            .map(|entry| {
+                let (key, value) = entry?;
+                Event::from_json(&value).map_err(|err| SinkError::Corrupt {
+                    key: show_key(&key),
+                    reason: err.to_string(),
+                })
+            })
+    }
+
+    /// Replays the whole log into a fresh projection; returns the number of events replayed.
+    pub async fn rebuild_projection(&self) -> Result<u64, SinkError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Request::Rebuild { reply }).await?;
+        answer.await.map_err(|_| SinkError::Closed)?
+    }
+
+    /// Every projection key and value, for comparing projections byte for byte.
+    pub fn projection_snapshot(&self) -> Result<Vec<KeyValue>, SinkError> {
+        let mut all = Vec::new();
+        for prefix in keys::PROJECTION_PREFIXES {
+            for entry in self.inner.tree.scan_prefix(prefix) {
+                let (key, value) = entry?;
+                all.push((key.to_vec(), value.to_vec()));
+            }
+        }
+        Ok(all)
+    }
+
+    fn view(&self) -> TreeView<'_> {
+        TreeView {
+            tree: &self.inner.tree,
+        }
+    }
+
+    async fn send(&self, request: Request) -> Result<(), SinkError> {
+        self.inner
+            .requests
+            .send(request)
+            .await
+            .map_err(|_| SinkError::Closed)
+    }
+}
+
+impl Sink for SledSink {
+    async fn append(&self, command: Command) -> Result<Vec<Event>, SinkError> {
+        let timeout = self.inner.store_timeout;
+        let attempt = async {
+            let (reply, answer) = oneshot::channel();
+            let command = Box::new(command);
+            self.send(Request::Append { command, reply }).await?;
+            answer.await.map_err(|_| SinkError::Closed)?
+        };
+        tokio::time::timeout(timeout, attempt)
+            .await
+            .map_err(|_| SinkError::Timeout(timeout))?
+    }
+
+    fn mark_published(&self, seq: u64) -> Result<(), SinkError> {
+        if self.inner.tree.remove(keys::unpublished(seq))?.is_some() {
+            self.inner.unpublished.fetch_sub(1, Ordering::SeqCst);
+            self.inner.marks_dirty.store(true, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    fn unpublished(&self, after: u64, limit: usize) -> Result<Vec<Event>, SinkError> {
+        let start = keys::unpublished(after.saturating_add(1));
+        let end = keys::unpublished(u64::MAX);
+        let view = self.view();
+        let mut events = Vec::new();
+        for entry in self.inner.tree.range(start..end).take(limit) {
+            let (key, _) = entry?;
+            let Some(seq) = keys::seq_of(&key) else {
+                continue;
+            };
+            match view.event(seq)? {
+                Some(event) => events.push(event),
+                None => {
+                    return Err(SinkError::Corrupt {
+                        key: show_key(&key),
+                        reason: "unpublished marker without a log entry".into(),
+                    })
+                }
+            }
+        }
+        Ok(events)
+    }
+
+    fn backlog(&self) -> Result<Backlog, SinkError> {
+        let oldest = match self.inner.tree.scan_prefix(keys::UNPUBLISHED).next() {
+            None => None,
+            Some(entry) => {
+                let (_, value) = entry?;
+                keys::decode_u64(&value)
+                    .and_then(|ms| i64::try_from(ms).ok())
+                    .and_then(DateTime::<Utc>::from_timestamp_millis)
+            }
+        };
+        Ok(Backlog {
+            count: self.inner.unpublished.load(Ordering::SeqCst),
+            oldest,
+        })
+    }
+
+    fn node_id(&self) -> &str {
+        &self.inner.node_id
+    }
+
+    async fn close(&self) -> Result<(), SinkError> {
+        let (reply, answer) = oneshot::channel();
+        if self.send(Request::Close { reply }).await.is_err() {
+            return Ok(());
+        }
+        let result = answer.await.unwrap_or(Ok(()));
+        let handle = self
+            .inner
+            .writer
+            .lock()
+            .ok()
+            .and_then(|mut guard| guard.take());
+        if let Some(handle) = handle {
+            let _ = tokio::task::spawn_blocking(move || handle.join()).await;
+        }
+        result
+    }
+}
+
+fn open_db(config: &SinkConfig) -> Result<sled::Db, SinkError> {
+    let open_error = |reason: String, hint| SinkError::Open {
+        path: config.path.clone(),
+        reason,
+        hint,
+    };
+    std::fs::create_dir_all(&config.path)
+        .map_err(|err| open_error(err.to_string(), "Check that the directory is writable."))?;
+    let sled_config = sled::Config::new()
+        .path(&config.path)
+        .cache_capacity(config.cache_capacity_bytes)
+        .flush_every_ms(None);
+    // sled 0.34 has been reported to panic on some damaged databases (issues 1527, 1533):
+    // a panic while opening becomes an error with a recovery path, never a crash.
+    match catch_unwind(AssertUnwindSafe(|| sled_config.open())) {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(err)) => {
+            let reason = err.to_string();
+            let hint = if reason.contains("could not acquire lock") {
+                LOCK_HINT
+            } else {
+                RECOVERY_HINT
+            };
+            Err(open_error(reason, hint))
+        }
+        Err(_) => Err(open_error(
+            "sled panicked while recovering".into(),
+            RECOVERY_HINT,
+        )),
+    }
+}
+
+fn resolve_node_id(tree: &sled::Tree, config: &SinkConfig) -> Result<String, SinkError> {
+    let stored = tree
+        .get(keys::NODE_ID)?
+        .map(|v| String::from_utf8_lossy(&v).into_owned());
+    match (stored, &config.node_id) {
+        (Some(stored), Some(wanted)) if &stored != wanted => Err(SinkError::Open {
+            path: config.path.clone(),
+            reason: format!("the database belongs to node '{stored}', not '{wanted}'"),
+            hint: "Each node needs its own data directory: pass the matching --node-id or another --data-dir.",
+        }),
+        (Some(stored), _) => Ok(stored),
+        (None, wanted) => {
+            let node_id = match wanted {
+                Some(id) => {
+                    crate::decide::validate_id::<SinkError>("node_id", id)
+                        .map_err(|err| SinkError::Rejected(err.to_string()))?;
+                    id.clone()
+                }
+                None => generated_node_id(&config.path),
+            };
+            tree.insert(keys::NODE_ID, node_id.as_bytes())?;
+            tree.flush()?;
+            Ok(node_id)
+        }
+    }
+}
+
+/// A new node id: stable once stored, unique enough across hosts and directories.
+fn generated_node_id(path: &Path) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(path.to_string_lossy().as_bytes());
+    hasher.update(Utc::now().timestamp_nanos_opt().unwrap_or(0).to_be_bytes());
+    hasher.update(std::process::id().to_be_bytes());
+    let digest = hasher.finalize();
+    let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    format!("node-{hex}")
+}
+
+/// Asks the writer to flush publish marks once a second; stops when the sink is gone.
+fn spawn_ticker(requests: mpsc::WeakSender<Request>) -> Result<(), SinkError> {
+    std::thread::Builder::new()
+        .name("dlq-sink-ticker".into())
+        .spawn(move || loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let Some(sender) = requests.upgrade() else {
+                return;
+            };
+            if let Err(mpsc::error::TrySendError::Closed(_)) = sender.try_send(Request::Tick) {
+                return;
+            }
+        })
+        .map(|_| ())
+        .map_err(|err| SinkError::Io(format!("cannot start the ticker thread: {err}")))
+}
