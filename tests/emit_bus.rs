@@ -1,0 +1,332 @@
+//! The emitter against a real nats-server and a real sled sink: healthy bus, bus killed, bus
+//! frozen, a retry that succeeds, and a failing sink.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use common::stream::{metric_value, metrics, stream_ids, stream_messages};
+use common::{wait_for, NatsServer};
+use dlq::bus::{Bus, BusConfig, NatsBus};
+use dlq::emitter::{EmitError, Emitter, EmitterBuilder, TopicPolicies, TopicPolicy};
+use dlq::event::EventKind;
+use dlq::failure::dead_lettered_item;
+use dlq::model::{DeadLetteredItem, ErrorType, FailureDetail};
+use dlq::reconciler::ReconcilerConfig;
+use dlq::sink::{Sink, SinkConfig, SledSink};
+
+const PUBLISH_TIMEOUT: Duration = Duration::from_millis(500);
+const RETRY_DELAY: Duration = Duration::from_millis(300);
+
+type TestEmitter = Emitter<SledSink, NatsBus>;
+
+fn item(job: &str, id: &str) -> DeadLetteredItem {
+    let failure = FailureDetail {
+        attempt_number: 1,
+        timestamp: Utc::now(),
+        error_type: ErrorType::CommandFailed { exit_code: 101 },
+        error_message: format!("cargo test failed with exit code 101 in /tmp/{id}"),
+        stack_trace: None,
+        agent_id: "agent-1".into(),
+        step_failed: "shell: cargo test".into(),
+        duration_ms: 1200,
+        json_log_location: None,
+    };
+    dead_lettered_item(
+        job,
+        id,
+        serde_json::json!({ "id": id }),
+        vec![failure],
+        None,
+    )
+    .unwrap()
+}
+
+async fn emitter(dir: &Path, url: &str, policy: TopicPolicy) -> TestEmitter {
+    metrics();
+    let sink = SledSink::open(SinkConfig::new(dir)).unwrap();
+    let bus = NatsBus::connect(BusConfig {
+        url: url.to_owned(),
+        publish_timeout: PUBLISH_TIMEOUT,
+        reconnect_max_delay: Duration::from_millis(200),
+        ..BusConfig::default()
+    })
+    .await
+    .unwrap();
+    let reconciler = ReconcilerConfig {
+        interval: Duration::from_millis(200),
+        ..ReconcilerConfig::default()
+    };
+    EmitterBuilder::new(sink, bus)
+        .policies(TopicPolicies {
+            default: policy,
+            ..TopicPolicies::default()
+        })
+        .publish_timeout(PUBLISH_TIMEOUT)
+        .reconciler(Some(reconciler))
+        .build()
+}
+
+fn one_retry() -> TopicPolicy {
+    TopicPolicy {
+        retry_attempts: 1,
+        retry_delay: RETRY_DELAY,
+        ..TopicPolicy::default()
+    }
+}
+
+/// Every event id in the sink's log.
+fn logged_ids(emitter: &TestEmitter) -> Vec<String> {
+    emitter
+        .sink()
+        .events_from(1)
+        .map(|e| e.unwrap().event_id)
+        .collect()
+}
+
+async fn connected(emitter: &TestEmitter) {
+    wait_for("bus connected", Duration::from_secs(20), || async {
+        emitter.bus().is_healthy()
+    })
+    .await;
+}
+
+async fn drained(emitter: &TestEmitter) {
+    wait_for(
+        "unpublished backlog drained",
+        Duration::from_secs(60),
+        || async { emitter.sink().backlog().unwrap().count == 0 },
+    )
+    .await;
+}
+
+/// Each stored event is in the stream exactly once, and the stream holds nothing else.
+async fn assert_stream_matches_log(emitter: &TestEmitter, server: &NatsServer) {
+    let logged = logged_ids(emitter);
+    let streamed = stream_ids(&server.url(), "DLQ").await;
+    let unique: HashSet<&String> = streamed.iter().collect();
+    assert_eq!(
+        unique.len(),
+        streamed.len(),
+        "duplicates in the stream: {streamed:?}"
+    );
+    assert_eq!(
+        unique,
+        logged.iter().collect::<HashSet<_>>(),
+        "stream and log differ"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthy_bus_stores_then_publishes_exactly_once() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let emitter = emitter(dir.path(), &server.url(), one_retry()).await;
+    connected(&emitter).await;
+
+    let receipt = emitter
+        .dead_letter("healthy", item("job-1", "a"))
+        .await
+        .unwrap();
+    assert!(receipt.published);
+    assert_eq!(
+        receipt.event_ids,
+        vec![format!("{}:1", emitter.sink().node_id())]
+    );
+    assert!(emitter.sink().item("job-1", "a").unwrap().is_some());
+    assert_eq!(emitter.sink().backlog().unwrap().count, 0);
+
+    let messages = stream_messages(&server.url(), "DLQ").await;
+    assert_eq!(messages.len(), 1);
+    let (id, body) = &messages[0];
+    assert_eq!(id, &receipt.event_ids[0]);
+    assert_eq!(body["kind"], "dead_lettered");
+    assert_eq!(body["item"]["item_id"], "a");
+    assert_eq!(body["job_id"], "job-1");
+    emitter.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bus_killed_emit_is_bounded_audited_and_reconciled() {
+    let mut server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let emitter = emitter(dir.path(), &server.url(), one_retry()).await;
+    connected(&emitter).await;
+    server.kill();
+    wait_for(
+        "client notices the dead server",
+        Duration::from_secs(20),
+        || async { !emitter.bus().is_healthy() },
+    )
+    .await;
+
+    let before = metric_value("dlq_emit_failures_total", &[("topic", "killed")]);
+    let mut stored = Vec::new();
+    for n in 0..5 {
+        let started = Instant::now();
+        let receipt = emitter
+            .dead_letter("killed", item("job-2", &format!("i{n}")))
+            .await
+            .unwrap();
+        let took = started.elapsed();
+        assert!(!receipt.published);
+        assert!(
+            took >= RETRY_DELAY,
+            "the retry delay was not applied: {took:?}"
+        );
+        assert!(took < emitter.budget("killed"), "emit took {took:?}");
+        stored.extend(receipt.event_ids);
+    }
+    let after = metric_value("dlq_emit_failures_total", &[("topic", "killed")]);
+    assert_eq!(after - before, 5.0, "one emit failure per item");
+
+    // The audit trail: an EmitFailed event per failed publish, naming the event.
+    let audited: Vec<String> = emitter
+        .sink()
+        .events_from(1)
+        .filter_map(|e| match e.unwrap().kind {
+            EventKind::EmitFailed {
+                failed_event_id,
+                attempts,
+                ..
+            } => {
+                assert_eq!(attempts, 2);
+                Some(failed_event_id)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(audited, stored);
+    assert_eq!(emitter.sink().backlog().unwrap().count, 10);
+
+    server.restart();
+    drained(&emitter).await;
+    assert_stream_matches_log(&emitter, &server).await;
+    assert_eq!(metric_value("dlq_unpublished_events", &[]), 0.0);
+    emitter.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bus_frozen_emit_is_bounded_and_reconciled_without_duplicates() {
+    let mut server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let emitter = emitter(dir.path(), &server.url(), one_retry()).await;
+    connected(&emitter).await;
+    emitter
+        .dead_letter("frozen", item("job-3", "warm"))
+        .await
+        .unwrap();
+
+    server.stop();
+    for n in 0..3 {
+        let started = Instant::now();
+        let receipt = emitter
+            .dead_letter("frozen", item("job-3", &format!("f{n}")))
+            .await
+            .unwrap();
+        let took = started.elapsed();
+        assert!(!receipt.published, "a frozen server cannot acknowledge");
+        assert!(
+            took >= PUBLISH_TIMEOUT,
+            "emit did not wait for an ack: {took:?}"
+        );
+        assert!(took < emitter.budget("frozen"), "emit took {took:?}");
+    }
+    assert!(emitter.sink().item("job-3", "f2").unwrap().is_some());
+
+    server.cont();
+    drained(&emitter).await;
+    // Publishes queued while frozen reach the server after SIGCONT; their re-publishes carry
+    // the same Nats-Msg-Id and are dropped, so each event is in the stream once.
+    assert_stream_matches_log(&emitter, &server).await;
+    emitter.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_succeeds_when_the_bus_returns_within_the_delay() {
+    let mut server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = TopicPolicy {
+        retry_attempts: 1,
+        retry_delay: Duration::from_secs(5),
+        ..TopicPolicy::default()
+    };
+    let emitter = emitter(dir.path(), &server.url(), policy).await;
+    connected(&emitter).await;
+    server.kill();
+    wait_for(
+        "client notices the dead server",
+        Duration::from_secs(20),
+        || async { !emitter.bus().is_healthy() },
+    )
+    .await;
+
+    let before = metric_value("dlq_emit_failures_total", &[("topic", "comeback")]);
+    let task = {
+        let emitter = emitter.clone();
+        tokio::spawn(async move { emitter.dead_letter("comeback", item("job-4", "x")).await })
+    };
+    // The first attempt fails at once (disconnected); the server is back before the retry.
+    server.restart();
+    let receipt = task.await.unwrap().unwrap();
+    assert!(
+        receipt.published,
+        "the second attempt should have been acknowledged"
+    );
+    let after = metric_value("dlq_emit_failures_total", &[("topic", "comeback")]);
+    assert_eq!(after, before, "no emit failure on a successful retry");
+    let audits = emitter
+        .sink()
+        .events_from(1)
+        .filter(|e| matches!(e.as_ref().unwrap().kind, EventKind::EmitFailed { .. }))
+        .count();
+    assert_eq!(audits, 0);
+    assert_eq!(stream_ids(&server.url(), "DLQ").await, receipt.event_ids);
+    emitter.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_sink_still_publishes_and_counts() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let emitter = emitter(dir.path(), &server.url(), one_retry()).await;
+    connected(&emitter).await;
+
+    let before = metric_value("dlq_sink_failures_total", &[]);
+    emitter.sink().faults().set_fail_writes(true);
+    let err = emitter
+        .dead_letter("sinkfail", item("job-5", "s"))
+        .await
+        .unwrap_err();
+    let EmitError::NotStored {
+        event_ids,
+        published,
+        ..
+    } = &err
+    else {
+        panic!("expected NotStored, got {err}");
+    };
+    assert!(
+        published,
+        "the bus was up: the event must still be published"
+    );
+    assert_eq!(metric_value("dlq_sink_failures_total", &[]) - before, 1.0);
+    assert!(emitter.sink().item("job-5", "s").unwrap().is_none());
+    let messages = stream_messages(&server.url(), "DLQ").await;
+    assert_eq!(messages.len(), 1);
+    assert_eq!(&messages[0].0, &event_ids[0]);
+    assert_eq!(messages[0].1["item"]["item_id"], "s");
+
+    // Once the disk recovers, emits are durable again.
+    emitter.sink().faults().set_fail_writes(false);
+    let receipt = emitter
+        .dead_letter("sinkfail", item("job-5", "t"))
+        .await
+        .unwrap();
+    assert!(receipt.published);
+    emitter.shutdown().await.unwrap();
+}
