@@ -16,6 +16,7 @@ use super::reads::TreeView;
 use super::{keys, Faults, SinkError};
 use crate::decide::{decide, Command, DecideError, Limits};
 use crate::event::Event;
+use crate::metrics as m;
 use crate::projection::{apply, Change, StateView, StoredItem};
 
 /// A message to the writer thread.
@@ -103,6 +104,11 @@ impl Writer {
         }
         let flushed = if need_flush { self.flush() } else { Ok(()) };
         for (reply, result) in answered {
+            if let (Ok(()), Ok(events)) = (&flushed, &result) {
+                for event in events {
+                    metrics::counter!(m::EVENTS_STORED, "kind" => event.kind.name()).increment(1);
+                }
+            }
             let result = match (&flushed, result) {
                 (Err(reason), Ok(events)) if !events.is_empty() => Err(SinkError::NotDurable {
                     events,

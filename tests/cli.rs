@@ -1,0 +1,154 @@
+//! The `dlq` binary end to end: demo without a bus, reconcile once it is up, status, rebuild,
+//! config errors, a data directory held by another process, and `/metrics`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::stream::stream_ids;
+use common::{free_port, http_get, poll_until, spawn_tied_to_test, NatsServer};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+fn dlq(data_dir: &Path, url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dlq"))
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--nats-url", url, "--format", "json"])
+        .args(args)
+        .env("DLQ_CONFIG", data_dir.with_extension("yml"))
+        .output()
+        .unwrap()
+}
+
+fn json(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "dlq failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// A config that keeps runs short: no retries on the emit path, short publish timeout.
+fn write_config(data_dir: &Path) {
+    std::fs::write(
+        data_dir.with_extension("yml"),
+        "topics:\n  default:\n    retry_attempts: 0\nbus:\n  publish_timeout: 300ms\n  reconnect_max_delay: 200ms\n",
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_without_bus_then_reconcile_publishes_everything() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    write_config(&data);
+    let mut server = NatsServer::start();
+    let url = server.url();
+    server.kill();
+
+    let demo = json(&dlq(
+        &data,
+        &url,
+        &["demo", "--count", "4", "--drain-timeout", "0s"],
+    ));
+    assert_eq!(demo["emitted"], 4);
+    assert_eq!(demo["published_on_emit"], 0);
+    // Each item plus its emit-failed audit event.
+    assert_eq!(demo["unpublished"], 8);
+    let status = json(&dlq(&data, &url, &["status"]));
+    assert_eq!(status["items"], 4);
+    assert_eq!(status["unpublished"], 8);
+    assert_eq!(status["node_id"], demo["node_id"]);
+
+    server.restart();
+    let reconcile = json(&dlq(&data, &url, &["reconcile", "--timeout", "60s"]));
+    assert_eq!(reconcile["unpublished_before"], 8);
+    assert_eq!(reconcile["unpublished_after"], 0);
+    assert_eq!(stream_ids(&url, "DLQ").await.len(), 8);
+    assert_eq!(json(&dlq(&data, &url, &["status"]))["unpublished"], 0);
+
+    let rebuilt = json(&dlq(&data, &url, &["rebuild"]));
+    assert_eq!(rebuilt["events_replayed"], 8);
+    assert_eq!(json(&dlq(&data, &url, &["status"]))["items"], 4);
+}
+
+#[test]
+fn reconcile_gives_up_with_exit_4_while_the_bus_is_down() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    write_config(&data);
+    let url = format!("nats://127.0.0.1:{}", free_port(0));
+    json(&dlq(
+        &data,
+        &url,
+        &["demo", "--count", "1", "--drain-timeout", "0s"],
+    ));
+    let out = dlq(&data, &url, &["reconcile", "--timeout", "1s"]);
+    assert_eq!(out.status.code(), Some(4));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["unpublished_after"], 2);
+}
+
+#[test]
+fn invalid_config_is_a_usage_error_that_names_the_key_and_changes_nothing() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    std::fs::write(data.with_extension("yml"), "sink:\n  store_timout: 2s\n").unwrap();
+    let out = dlq(&data, "nats://127.0.0.1:1", &["status"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("store_timout"), "{stderr}");
+    assert!(stderr.contains("line 2"), "{stderr}");
+    assert!(!data.exists(), "nothing may be created on bad input");
+}
+
+#[test]
+fn a_held_data_directory_is_a_clear_error_and_metrics_are_served() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    write_config(&data);
+    let url = format!("nats://127.0.0.1:{}", free_port(0));
+    let port = free_port(0);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlq"));
+    cmd.arg("--data-dir")
+        .arg(&data)
+        .args([
+            "--nats-url",
+            &url,
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .args(["demo", "--loop"])
+        .env("DLQ_CONFIG", data.with_extension("yml"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = spawn_tied_to_test(cmd).unwrap();
+
+    let body = poll_until(Duration::from_secs(30), || {
+        let (status, body) = http_get(port, "/metrics")?;
+        (status == 200 && body.contains("dlq_events_stored_total")).then_some(body)
+    })
+    .expect("metrics served");
+    assert!(
+        body.contains("dlq_emit_failures_total{topic=\"demo\"}"),
+        "{body}"
+    );
+    assert!(body.contains("dlq_unpublished_events"), "{body}");
+
+    let out = dlq(&data, &url, &["status"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Another process holds this data directory"),
+        "{stderr}"
+    );
+
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+}
