@@ -70,7 +70,14 @@ impl<S: Sink, B: Bus> Reconciler<S, B> {
     pub(crate) async fn run(self) {
         loop {
             self.report_backlog();
-            if self.bus.is_healthy() {
+            let ready = self.bus.is_healthy() && {
+                let prepared = self.bus.prepare().await;
+                if let Err(err) = &prepared {
+                    warn!(error = %err, "bus not ready; will retry");
+                }
+                prepared.is_ok()
+            };
+            if ready {
                 match self.pass().await {
                     Ok(report) if report.published > 0 => {
                         info!(published = report.published, "reconciler published backlog");

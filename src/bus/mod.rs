@@ -41,6 +41,12 @@ pub trait Bus: Send + Sync + 'static {
 
     /// Whether the connection is up right now (the reconciler waits for this).
     fn is_healthy(&self) -> bool;
+
+    /// Gets the bus ready for publishing (e.g. creates or updates the stream). Called by the
+    /// reconciler at start and whenever the bus is healthy; cheap once done.
+    fn prepare(&self) -> impl Future<Output = Result<(), BusError>> + Send {
+        async { Ok(()) }
+    }
 }
 
 /// Why a publish was not acknowledged. In every case the event may be published again.

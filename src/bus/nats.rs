@@ -235,4 +235,11 @@ impl Bus for NatsBus {
     fn is_healthy(&self) -> bool {
         self.client.connection_state() == State::Connected
     }
+
+    async fn prepare(&self) -> Result<(), BusError> {
+        match self.config.mode {
+            BusMode::Jetstream => self.ensure_stream().await,
+            BusMode::Core => Ok(()),
+        }
+    }
 }

@@ -1,0 +1,129 @@
+//! The NATS bus against a real server: the stream is created (or updated) at start, and the
+//! core mode publishes with the same headers but without a stream.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use chrono::Utc;
+use common::{wait_for, NatsServer};
+use dlq::bus::{Bus, BusConfig, BusMode, NatsBus};
+use dlq::emitter::{Emitter, EmitterBuilder};
+use dlq::failure::dead_lettered_item;
+use dlq::model::{DeadLetteredItem, ErrorType, FailureDetail};
+use dlq::sink::{Sink, SinkConfig, SledSink};
+use futures::StreamExt;
+
+fn item(id: &str) -> DeadLetteredItem {
+    let failure = FailureDetail {
+        attempt_number: 1,
+        timestamp: Utc::now(),
+        error_type: ErrorType::Timeout,
+        error_message: "agent timed out after 30s".into(),
+        stack_trace: None,
+        agent_id: "agent-1".into(),
+        step_failed: "claude: /process".into(),
+        duration_ms: 30_000,
+        json_log_location: Some("/tmp/log.json".into()),
+    };
+    dead_lettered_item("job-b", id, serde_json::json!({}), vec![failure], None).unwrap()
+}
+
+async fn emitter(dir: &std::path::Path, config: BusConfig) -> Emitter<SledSink, NatsBus> {
+    let sink = SledSink::open(SinkConfig::new(dir)).unwrap();
+    let bus = NatsBus::connect(config).await.unwrap();
+    EmitterBuilder::new(sink, bus).build()
+}
+
+async fn stream_config(url: &str) -> Option<async_nats::jetstream::stream::Config> {
+    let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
+    let mut stream = js.get_stream("DLQ").await.ok()?;
+    Some(stream.info().await.ok()?.config.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_is_created_at_start_and_updated_to_the_configured_window() {
+    let server = NatsServer::start();
+    // A stream left by an older configuration, with another duplicate window.
+    let js = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "DLQ".into(),
+        subjects: vec!["sys.job.dlq".into()],
+        duplicate_window: Duration::from_secs(10),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = BusConfig {
+        url: server.url(),
+        duplicate_window: Duration::from_secs(90),
+        ..BusConfig::default()
+    };
+    let emitter = emitter(dir.path(), config).await;
+    // No emit at all: the reconciler prepares the stream as soon as the bus is healthy.
+    wait_for("stream updated", Duration::from_secs(20), || async {
+        stream_config(&server.url())
+            .await
+            .is_some_and(|c| c.duplicate_window == Duration::from_secs(90))
+    })
+    .await;
+    let config = stream_config(&server.url()).await.unwrap();
+    assert_eq!(config.subjects, vec!["sys.job.dlq", "sys.job.dlq.>"]);
+    assert_eq!(
+        config.storage,
+        async_nats::jetstream::stream::StorageType::File
+    );
+    emitter.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_mode_publishes_with_headers_and_no_stream() {
+    let server = NatsServer::start();
+    let subscriber = async_nats::connect(server.url()).await.unwrap();
+    let mut messages = subscriber.subscribe("sys.job.dlq").await.unwrap();
+    subscriber.flush().await.unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = BusConfig {
+        url: server.url(),
+        mode: BusMode::Core,
+        ..BusConfig::default()
+    };
+    let emitter = emitter(dir.path(), config).await;
+    wait_for("bus connected", Duration::from_secs(20), || async {
+        emitter.bus().is_healthy()
+    })
+    .await;
+    let receipt = emitter.dead_letter("core", item("c1")).await.unwrap();
+    assert!(receipt.published);
+    assert_eq!(emitter.sink().backlog().unwrap().count, 0);
+
+    let message = tokio::time::timeout(Duration::from_secs(10), messages.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let headers = message.headers.unwrap();
+    assert_eq!(
+        headers.get("Nats-Msg-Id").unwrap().as_str(),
+        receipt.event_ids[0]
+    );
+    assert_eq!(
+        headers.get("Dlq-Event-Kind").unwrap().as_str(),
+        "dead_lettered"
+    );
+    assert_eq!(headers.get("Dlq-Job-Id").unwrap().as_str(), "job-b");
+    assert_eq!(
+        headers.get("Dlq-Node-Id").unwrap().as_str(),
+        emitter.sink().node_id()
+    );
+    let body: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
+    assert_eq!(body["item"]["failure_history"][0]["error_type"], "Timeout");
+    assert!(
+        stream_config(&server.url()).await.is_none(),
+        "core mode creates no stream"
+    );
+    emitter.shutdown().await.unwrap();
+}
