@@ -19,3 +19,5 @@ pub mod reconciler;
 pub mod retention;
 pub mod signature;
 pub mod sink;
+#[cfg(test)]
+mod testing;

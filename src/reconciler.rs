@@ -172,3 +172,129 @@ impl<S: Sink, B: Bus> Reconciler<S, B> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::decide::Command;
+    use crate::testing::{item, FakeBus, MemorySink};
+
+    async fn reconciler(
+        events: usize,
+        bus: FakeBus,
+        config: ReconcilerConfig,
+    ) -> Reconciler<MemorySink, FakeBus> {
+        let sink = MemorySink::default();
+        for n in 0..events {
+            let job = format!("job-{}", n % 3);
+            let command = Command::DeadLetter {
+                topic: "t".into(),
+                item: Box::new(item(&job, &format!("i{n}"))),
+            };
+            sink.append(command).await.unwrap();
+        }
+        Reconciler {
+            sink: Arc::new(sink),
+            bus: Arc::new(bus),
+            config,
+            in_flight: InFlight::default(),
+            wake: Arc::new(Notify::new()),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    fn ids(n: usize) -> Vec<String> {
+        (1..=n).map(|seq| format!("mem:{seq}")).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn publishes_in_sequence_order_within_the_window() {
+        let bus = FakeBus {
+            latency: Duration::from_millis(10),
+            ..FakeBus::default()
+        };
+        let config = ReconcilerConfig {
+            max_in_flight: 4,
+            ..ReconcilerConfig::default()
+        };
+        let r = reconciler(30, bus, config).await;
+        let report = r.pass().await.unwrap();
+        assert_eq!(report.published, 30);
+        assert_eq!(*r.bus.attempts.lock().unwrap(), ids(30));
+        assert_eq!(r.bus.max_in_flight.load(Ordering::SeqCst), 4);
+        assert_eq!(r.sink.backlog().unwrap().count, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_stops_the_pass_and_the_next_pass_resumes() {
+        let bus = FakeBus {
+            fail_first: 1.into(),
+            ..FakeBus::default()
+        };
+        let config = ReconcilerConfig {
+            max_in_flight: 5,
+            ..ReconcilerConfig::default()
+        };
+        let r = reconciler(12, bus, config).await;
+        let first = r.pass().await.unwrap();
+        assert!(first.interrupted);
+        assert_eq!(
+            first.published, 4,
+            "the rest of the first window still lands"
+        );
+        assert_eq!(r.sink.backlog().unwrap().count, 8);
+        let second = r.pass().await.unwrap();
+        assert!(!second.interrupted);
+        assert_eq!(second.published, 8);
+        let acked: std::collections::BTreeSet<String> =
+            r.bus.acked.lock().unwrap().iter().cloned().collect();
+        assert_eq!(acked, ids(12).into_iter().collect());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_rate_limit_spreads_publishes_over_time() {
+        let config = ReconcilerConfig {
+            max_in_flight: 10,
+            rate_limit: Some(50),
+            ..ReconcilerConfig::default()
+        };
+        let r = reconciler(100, FakeBus::default(), config).await;
+        let started = Instant::now();
+        assert_eq!(r.pass().await.unwrap().published, 100);
+        assert!(
+            started.elapsed() >= Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn events_the_emitter_is_publishing_are_left_alone() {
+        let r = reconciler(3, FakeBus::default(), ReconcilerConfig::default()).await;
+        r.in_flight.lock().unwrap().insert(2);
+        assert_eq!(r.pass().await.unwrap().published, 2);
+        assert_eq!(*r.bus.attempts.lock().unwrap(), vec!["mem:1", "mem:3"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn run_waits_for_a_healthy_bus() {
+        let bus = FakeBus {
+            unhealthy: true.into(),
+            ..FakeBus::default()
+        };
+        let r = reconciler(2, bus, ReconcilerConfig::default()).await;
+        let (sink, bus, shutdown) = (r.sink.clone(), r.bus.clone(), r.shutdown.clone());
+        let task = tokio::spawn(r.run());
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(bus.attempts.lock().unwrap().is_empty());
+        bus.unhealthy.store(false, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(sink.backlog().unwrap().count, 0);
+        shutdown.cancel();
+        task.await.unwrap();
+    }
+}

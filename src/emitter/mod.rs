@@ -440,3 +440,6 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
         self.inner.sink.close().await
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -43,11 +43,12 @@ impl Default for TopicPolicy {
 }
 
 impl TopicPolicy {
-    /// The delays before each retry, in order (`retry_attempts` of them).
+    /// The delays before each retry, in order (`retry_attempts` of them), rounded to whole
+    /// milliseconds (backon computes growth in floating point; timers tick in milliseconds).
     pub fn delays(&self) -> Vec<Duration> {
         let times = usize::try_from(self.retry_attempts).unwrap_or(usize::MAX);
         let delay = self.retry_delay;
-        match self.backoff {
+        let delays: Vec<Duration> = match self.backoff {
             RetryBackoff::Fixed => ConstantBuilder::default()
                 .with_delay(delay)
                 .with_max_times(times)
@@ -63,7 +64,11 @@ impl TopicPolicy {
                 .with_max_times(times)
                 .build()
                 .collect(),
-        }
+        };
+        delays
+            .into_iter()
+            .map(|d| Duration::from_millis((d.as_secs_f64() * 1000.0).round() as u64))
+            .collect()
     }
 
     /// The longest a publish can take under this policy, given the per-attempt timeout.

@@ -1,0 +1,170 @@
+//! Unit tests of the emitter's retry, audit and cancellation logic with a scripted bus.
+//! Time is paused, so delays are exact and nothing sleeps for real.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+use crate::testing::{item, FakeBus, MemorySink};
+
+fn build(bus: FakeBus, policy: TopicPolicy) -> Emitter<MemorySink, FakeBus> {
+    EmitterBuilder::new(MemorySink::default(), bus)
+        .policies(TopicPolicies {
+            default: policy,
+            ..TopicPolicies::default()
+        })
+        .reconciler(None)
+        .build()
+}
+
+fn policy(retry_attempts: u32, retry_delay: Duration, backoff: RetryBackoff) -> TopicPolicy {
+    TopicPolicy {
+        retry_attempts,
+        retry_delay,
+        backoff,
+    }
+}
+
+fn audits(emitter: &Emitter<MemorySink, FakeBus>) -> Vec<(String, u32)> {
+    emitter
+        .sink()
+        .log()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::EmitFailed {
+                failed_event_id,
+                attempts,
+                ..
+            } => Some((failed_event_id, attempts)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn attempts_and_delays_follow_the_topic_policy() {
+    let bus = FakeBus {
+        fail_first: 100.into(),
+        ..FakeBus::default()
+    };
+    let emitter = build(
+        bus,
+        policy(3, Duration::from_millis(100), RetryBackoff::Fixed),
+    );
+    let started = Instant::now();
+    let receipt = emitter.dead_letter("t", item("j", "a")).await.unwrap();
+    assert!(!receipt.published);
+    assert_eq!(started.elapsed(), Duration::from_millis(300));
+    assert_eq!(emitter.bus().attempts.lock().unwrap().len(), 4);
+    assert_eq!(audits(&emitter), vec![("mem:1".to_owned(), 4)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn exponential_backoff_doubles_the_delay() {
+    let bus = FakeBus {
+        fail_first: 100.into(),
+        ..FakeBus::default()
+    };
+    let emitter = build(
+        bus,
+        policy(3, Duration::from_millis(100), RetryBackoff::Exponential),
+    );
+    let started = Instant::now();
+    emitter.dead_letter("t", item("j", "a")).await.unwrap();
+    assert_eq!(started.elapsed(), Duration::from_millis(100 + 200 + 400));
+}
+
+#[tokio::test(start_paused = true)]
+async fn success_on_the_second_attempt_is_published_without_audit() {
+    let bus = FakeBus {
+        fail_first: 1.into(),
+        ..FakeBus::default()
+    };
+    let emitter = build(bus, TopicPolicy::default());
+    let receipt = emitter.dead_letter("t", item("j", "a")).await.unwrap();
+    assert!(receipt.published);
+    assert_eq!(emitter.bus().attempts.lock().unwrap().len(), 2);
+    assert!(audits(&emitter).is_empty());
+    assert_eq!(emitter.sink().backlog().unwrap().count, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rejected_event_is_not_retried() {
+    let bus = FakeBus {
+        fail_first: 100.into(),
+        reject: true.into(),
+        ..FakeBus::default()
+    };
+    let emitter = build(bus, policy(5, Duration::from_secs(1), RetryBackoff::Fixed));
+    emitter.dead_letter("t", item("j", "a")).await.unwrap();
+    assert_eq!(emitter.bus().attempts.lock().unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_cancels_a_retry_wait() {
+    let bus = FakeBus {
+        fail_first: 100.into(),
+        ..FakeBus::default()
+    };
+    let emitter = build(
+        bus,
+        policy(1, Duration::from_secs(3600), RetryBackoff::Fixed),
+    );
+    let started = Instant::now();
+    let task = {
+        let emitter = emitter.clone();
+        tokio::spawn(async move { emitter.dead_letter("t", item("j", "a")).await })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    emitter.shutdown().await.unwrap();
+    let receipt = task.await.unwrap().unwrap();
+    assert!(!receipt.published);
+    assert!(started.elapsed() < Duration::from_secs(3600));
+    assert_eq!(
+        emitter.sink().backlog().unwrap().count,
+        2,
+        "item and audit stay unpublished"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_final_failure_later_events_are_left_to_the_reconciler() {
+    let bus = FakeBus::default();
+    let emitter = build(bus, policy(0, Duration::ZERO, RetryBackoff::Fixed));
+    // Fill job capacity (100 in MemorySink), then one more: eviction + new item in one emit.
+    for n in 0..100 {
+        emitter
+            .dead_letter("t", item("j", &format!("i{n}")))
+            .await
+            .unwrap();
+    }
+    emitter.bus().fail_first.store(100, Ordering::SeqCst);
+    let receipt = emitter.dead_letter("t", item("j", "last")).await.unwrap();
+    assert_eq!(receipt.event_ids.len(), 2, "eviction then the new item");
+    let attempts = emitter.bus().attempts.lock().unwrap().clone();
+    assert_eq!(attempts.last(), Some(&receipt.event_ids[0]));
+    assert!(!attempts.contains(&receipt.event_ids[1]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_items_and_bad_ids_are_refused_without_publishing() {
+    let emitter = build(FakeBus::default(), TopicPolicy::default());
+    let err = emitter
+        .submit(
+            "t",
+            Command::Remove {
+                job_id: "j".into(),
+                item_id: "nope".into(),
+                reason: crate::event::RemovalReason::Resolved,
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EmitError::NotFound { .. }), "{err}");
+    let err = emitter.dead_letter("t", item("", "a")).await.unwrap_err();
+    assert!(matches!(err, EmitError::Rejected(_)), "{err}");
+    assert!(emitter.bus().attempts.lock().unwrap().is_empty());
+    assert!(emitter.sink().log().is_empty());
+}

@@ -1,0 +1,173 @@
+//! Fakes for unit tests of the code that calls [`Sink`] and [`Bus`] (integration tests use the
+//! real sled and nats-server instead).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use chrono::Utc;
+
+use crate::bus::{Bus, BusError, Published};
+use crate::decide::{decide, Command, DecideError, Limits};
+use crate::event::Event;
+use crate::model::{DeadLetteredItem, ErrorType, FailureDetail};
+use crate::projection::MemoryProjection;
+use crate::sink::{Backlog, Sink, SinkError};
+
+/// A sink in memory: the same decide/apply logic as the sled sink, no disk.
+#[derive(Default)]
+pub struct MemorySink {
+    state: Mutex<MemoryState>,
+}
+
+#[derive(Default)]
+struct MemoryState {
+    projection: MemoryProjection,
+    log: Vec<Event>,
+    unpublished: BTreeSet<u64>,
+}
+
+impl MemorySink {
+    /// Every event appended so far.
+    pub fn log(&self) -> Vec<Event> {
+        self.state.lock().unwrap().log.clone()
+    }
+}
+
+impl Sink for MemorySink {
+    async fn append(&self, command: Command) -> Result<Vec<Event>, SinkError> {
+        let mut state = self.state.lock().unwrap();
+        let limits = Limits {
+            capacity_per_job: 100,
+        };
+        let drafts = decide(&state.projection, &command, limits).map_err(|e| match e {
+            DecideError::NotFound { job_id, item_id } => SinkError::NotFound { job_id, item_id },
+            other => SinkError::Rejected(other.to_string()),
+        })?;
+        let mut events = Vec::new();
+        for draft in drafts {
+            let seq = state.log.len() as u64 + 1;
+            let event = Event {
+                event_id: Event::stored_id("mem", seq),
+                node_id: "mem".into(),
+                seq,
+                timestamp: Utc::now(),
+                job_id: draft.job_id,
+                topic: draft.topic,
+                kind: draft.kind,
+            };
+            state.projection.apply(&event);
+            state.log.push(event.clone());
+            state.unpublished.insert(seq);
+            events.push(event);
+        }
+        Ok(events)
+    }
+
+    fn mark_published(&self, seq: u64) -> Result<(), SinkError> {
+        self.state.lock().unwrap().unpublished.remove(&seq);
+        Ok(())
+    }
+
+    fn unpublished(&self, after: u64, limit: usize) -> Result<Vec<Event>, SinkError> {
+        let state = self.state.lock().unwrap();
+        Ok(state
+            .unpublished
+            .range(after + 1..)
+            .take(limit)
+            .map(|seq| state.log[*seq as usize - 1].clone())
+            .collect())
+    }
+
+    fn backlog(&self) -> Result<Backlog, SinkError> {
+        let state = self.state.lock().unwrap();
+        let oldest = state
+            .unpublished
+            .first()
+            .map(|seq| state.log[*seq as usize - 1].timestamp);
+        Ok(Backlog {
+            count: state.unpublished.len() as u64,
+            oldest,
+        })
+    }
+
+    fn node_id(&self) -> &str {
+        "mem"
+    }
+
+    async fn close(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+/// A bus whose answers the test scripts: it fails the first `fail_first` publishes, takes
+/// `latency` per publish, and records what it was asked to publish.
+#[derive(Default)]
+pub struct FakeBus {
+    /// Publishes to fail before succeeding.
+    pub fail_first: AtomicUsize,
+    /// Fail with `Rejected` instead of `Disconnected`.
+    pub reject: AtomicBool,
+    /// Simulated acknowledgement latency.
+    pub latency: Duration,
+    /// Whether `is_healthy` says yes.
+    pub unhealthy: AtomicBool,
+    /// Event ids in the order publishing started.
+    pub attempts: Mutex<Vec<String>>,
+    /// Event ids acknowledged.
+    pub acked: Mutex<Vec<String>>,
+    /// Publishes awaiting an answer now.
+    pub in_flight: AtomicUsize,
+    /// Most publishes awaiting an answer at once.
+    pub max_in_flight: AtomicUsize,
+}
+
+impl Bus for FakeBus {
+    async fn publish(&self, event: &Event) -> Result<Published, BusError> {
+        self.attempts.lock().unwrap().push(event.event_id.clone());
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        if !self.latency.is_zero() {
+            tokio::time::sleep(self.latency).await;
+        }
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let fail = self
+            .fail_first
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if fail {
+            return Err(if self.reject.load(Ordering::SeqCst) {
+                BusError::Rejected("scripted".into())
+            } else {
+                BusError::Disconnected
+            });
+        }
+        self.acked.lock().unwrap().push(event.event_id.clone());
+        Ok(Published {
+            stream_seq: None,
+            duplicate: false,
+        })
+    }
+
+    fn is_healthy(&self) -> bool {
+        !self.unhealthy.load(Ordering::SeqCst)
+    }
+}
+
+/// A one-failure item of `job`.
+pub fn item(job: &str, id: &str) -> DeadLetteredItem {
+    let failure = FailureDetail {
+        attempt_number: 1,
+        timestamp: Utc::now(),
+        error_type: ErrorType::Unknown,
+        error_message: "boom".into(),
+        stack_trace: None,
+        agent_id: "a".into(),
+        step_failed: "shell: false".into(),
+        duration_ms: 1,
+        json_log_location: None,
+    };
+    crate::failure::dead_lettered_item(job, id, serde_json::Value::Null, vec![failure], None)
+        .unwrap()
+}
