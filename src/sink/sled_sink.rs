@@ -18,6 +18,13 @@ use crate::decide::{Command, Limits};
 use crate::event::Event;
 use crate::projection::{StateView, StoredItem};
 
+/// sled segment size. sled 0.34 stores values larger than a quarter segment as separate blob
+/// files that it never fsyncs; with 8 MiB segments that threshold (2 MiB) is far above
+/// [`MAX_VALUE_BYTES`], so every accepted value lives in the log that we fsync.
+pub const SEGMENT_SIZE: usize = 8 << 20;
+/// Largest value (an event, or an item with its history) the sink stores.
+pub const MAX_VALUE_BYTES: usize = 1 << 20;
+
 /// A raw key and value, as stored.
 pub type KeyValue = (Vec<u8>, Vec<u8>);
 
@@ -34,7 +41,8 @@ pub struct SinkConfig {
     pub store_timeout: Duration,
     /// Most items per job before FIFO eviction (default 10,000).
     pub capacity_per_job: u64,
-    /// Largest accepted event, in bytes (default 512 KiB, under NATS's 1 MiB payload limit).
+    /// Largest accepted event, in bytes (default 512 KiB, under NATS's 1 MiB payload limit;
+    /// at most [`MAX_VALUE_BYTES`]).
     pub max_event_bytes: usize,
     /// Most requests the writer commits in one group.
     pub max_group: usize,
@@ -81,7 +89,20 @@ const RECOVERY_HINT: &str = "See README 'Recovering a data directory': move the 
 impl SledSink {
     /// Opens (or creates) the database and starts its writer thread.
     pub fn open(config: SinkConfig) -> Result<Self, SinkError> {
+        if config.max_event_bytes > MAX_VALUE_BYTES {
+            return Err(SinkError::Rejected(format!(
+                "max_event_bytes {} is above the sink's limit of {MAX_VALUE_BYTES} bytes",
+                config.max_event_bytes
+            )));
+        }
         let db = open_db(&config)?;
+        // sled's flush ends in sync_file_range on Linux, which neither flushes the device's
+        // write cache nor the file size: the writer fdatasyncs the log file after each flush.
+        let log_file = std::fs::File::open(config.path.join("db")).map_err(|err| SinkError::Open {
+            path: config.path.clone(),
+            reason: format!("cannot open sled's log file for fsync: {err}"),
+            hint: RECOVERY_HINT,
+        })?;
         let tree: sled::Tree = (*db).clone();
         let node_id = resolve_node_id(&tree, &config)?;
         let next_seq = tree
@@ -96,6 +117,7 @@ impl SledSink {
         let (requests, rx) = mpsc::channel(config.queue_depth.max(1));
         let writer = Writer {
             db,
+            log_file,
             tree: tree.clone(),
             node_id: node_id.clone(),
             next_seq,
@@ -298,6 +320,7 @@ fn open_db(config: &SinkConfig) -> Result<sled::Db, SinkError> {
     let sled_config = sled::Config::new()
         .path(&config.path)
         .cache_capacity(config.cache_capacity_bytes)
+        .segment_size(SEGMENT_SIZE)
         .flush_every_ms(None);
     // sled 0.34 has been reported to panic on some damaged databases (issues 1527, 1533):
     // a panic while opening becomes an error with a recovery path, never a crash.

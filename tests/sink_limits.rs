@@ -1,0 +1,81 @@
+//! Size limits that keep every stored byte inside the fsync'd log: sled 0.34 writes values over
+//! a quarter segment to blob files it never fsyncs, so the sink uses 8 MiB segments and refuses
+//! values over 1 MiB.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use chrono::Utc;
+use dlq::decide::Command;
+use dlq::failure::dead_lettered_item;
+use dlq::model::{DeadLetteredItem, ErrorType, FailureDetail};
+use dlq::sink::{Sink, SinkConfig, SinkError, SledSink};
+
+fn big_item(id: &str, trace_bytes: usize) -> DeadLetteredItem {
+    let failure = FailureDetail {
+        attempt_number: 1,
+        timestamp: Utc::now(),
+        error_type: ErrorType::Unknown,
+        error_message: "boom".into(),
+        stack_trace: Some("x".repeat(trace_bytes)),
+        agent_id: "a".into(),
+        step_failed: "shell: false".into(),
+        duration_ms: 1,
+        json_log_location: None,
+    };
+    dead_lettered_item("job", id, serde_json::Value::Null, vec![failure], None).unwrap()
+}
+
+fn dead_letter(item: DeadLetteredItem) -> Command {
+    Command::DeadLetter {
+        topic: "t".into(),
+        item: Box::new(item),
+    }
+}
+
+#[tokio::test]
+async fn large_events_stay_in_the_log_and_growing_history_is_capped() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = SledSink::open(SinkConfig::new(dir.path())).unwrap();
+    // 450 KiB: above sled's default blob threshold (128 KiB), below ours (2 MiB).
+    sink.append(dead_letter(big_item("a", 450 * 1024)))
+        .await
+        .unwrap();
+    sink.append(dead_letter(big_item("a", 450 * 1024)))
+        .await
+        .unwrap();
+    let blobs = std::fs::read_dir(dir.path().join("blobs"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(blobs, 0, "a value was written as an un-fsynced blob");
+    let conf =
+        String::from_utf8_lossy(&std::fs::read(dir.path().join("conf")).unwrap()).into_owned();
+    assert!(conf.contains("segment_size: 8388608"), "{conf}");
+
+    // A third 450 KiB failure would make the item ~1.35 MiB: refused, state unchanged.
+    let err = sink
+        .append(dead_letter(big_item("a", 450 * 1024)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, SinkError::Rejected(ref m) if m.contains("resolve, clear or purge")),
+        "{err}"
+    );
+    assert_eq!(
+        sink.item("job", "a").unwrap().unwrap().item.failure_count,
+        2
+    );
+    assert_eq!(sink.events_from(1).count(), 2);
+    sink.close().await.unwrap();
+}
+
+#[test]
+fn max_event_bytes_above_the_value_limit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = SinkConfig {
+        max_event_bytes: 4 << 20,
+        ..SinkConfig::new(dir.path())
+    };
+    assert!(matches!(
+        SledSink::open(config),
+        Err(SinkError::Rejected(_))
+    ));
+}
