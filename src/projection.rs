@@ -171,8 +171,8 @@ pub trait StateView {
     fn job_len(&self, job_id: &str) -> Result<u64, Self::Error>;
     /// Up to `limit` item ids of the job, oldest created first (FIFO order).
     fn oldest_in_job(&self, job_id: &str, limit: usize) -> Result<Vec<String>, Self::Error>;
-    /// Up to `limit` `(job_id, item_id)` pairs whose first failure is before `cutoff`,
-    /// optionally restricted to one job.
+    /// Up to `limit` `(job_id, item_id)` pairs whose first failure is before `cutoff`, compared
+    /// at millisecond precision (the age index's), optionally restricted to one job.
     fn first_failed_before(
         &self,
         cutoff: chrono::DateTime<chrono::Utc>,
@@ -246,7 +246,8 @@ impl StateView for MemoryProjection {
             .items
             .iter()
             .filter(|((job, _), stored)| {
-                job_id.is_none_or(|j| j == job) && stored.item.first_attempt < cutoff
+                job_id.is_none_or(|j| j == job)
+                    && stored.item.first_attempt.timestamp_millis() < cutoff.timestamp_millis()
             })
             .map(|(key, stored)| (stored, key))
             .collect();
