@@ -79,3 +79,39 @@ fn max_event_bytes_above_the_value_limit_is_refused() {
         Err(SinkError::Rejected(_))
     ));
 }
+
+/// A database recovered as a shorter log (here: lost entirely, same node id) must not hand out
+/// the ids it handed out before: the sequence floor beside it continues above them.
+#[tokio::test]
+async fn a_rolled_back_database_never_reuses_event_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = || SinkConfig {
+        node_id: Some("n1".into()),
+        ..SinkConfig::new(dir.path())
+    };
+    let sink = SledSink::open(config()).unwrap();
+    for n in 0..10 {
+        sink.append(dead_letter(big_item(&format!("i{n}"), 10)))
+            .await
+            .unwrap();
+    }
+    sink.close().await.unwrap();
+    drop(sink);
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap() != "seq.floor" {
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path).unwrap();
+            } else {
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
+    }
+    let sink = SledSink::open(config()).unwrap();
+    let events = sink.append(dead_letter(big_item("new", 10))).await.unwrap();
+    assert_eq!(
+        events[0].event_id, "n1:11",
+        "a clean close leaves no gap and no reuse"
+    );
+    sink.close().await.unwrap();
+}

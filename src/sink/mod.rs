@@ -24,6 +24,12 @@
 //! One tree; see [`keys`]. Log `l/seq`, unpublished `u/seq`, items `i/job\0item`, indexes by
 //! signature, by age and in FIFO order, per-job counts, and the next sequence number.
 //!
+//! # Ids are never reused
+//!
+//! A damaged database may be recovered by sled as a shorter prefix of its log; the sequence
+//! floor ([`seq_floor`]) guarantees that new events never get the ids of events already handed
+//! out. After a crash the sequence may jump (a gap); it never goes back.
+//!
 //! # Recovery
 //!
 //! Opening runs sled's own recovery. A database that cannot be opened yields
@@ -33,6 +39,7 @@
 pub mod faults;
 pub mod keys;
 mod reads;
+pub mod seq_floor;
 mod sled_sink;
 mod writer;
 

@@ -10,8 +10,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
+use tracing::warn;
 
 use super::reads::TreeView;
+use super::seq_floor::SeqFloor;
 use super::writer::{Request, Writer};
 use super::{keys, show_key, Backlog, Faults, Sink, SinkError};
 use crate::decide::{Command, Limits};
@@ -105,10 +107,19 @@ impl SledSink {
         })?;
         let tree: sled::Tree = (*db).clone();
         let node_id = resolve_node_id(&tree, &config)?;
-        let next_seq = tree
+        let seq_floor = SeqFloor::open(&config.path)?;
+        let stored_next = tree
             .get(keys::NEXT_SEQ)?
             .and_then(|v| keys::decode_u64(&v))
             .unwrap_or(1);
+        if stored_next < seq_floor.floor() {
+            warn!(
+                stored_next,
+                floor = seq_floor.floor(),
+                "continuing the event sequence above the reserved floor (after a crash this is expected)"
+            );
+        }
+        let next_seq = stored_next.max(seq_floor.floor()).max(1);
         let unpublished = Arc::new(AtomicU64::new(
             tree.scan_prefix(keys::UNPUBLISHED).count() as u64
         ));
@@ -118,6 +129,7 @@ impl SledSink {
         let writer = Writer {
             db,
             log_file,
+            seq_floor,
             tree: tree.clone(),
             node_id: node_id.clone(),
             next_seq,

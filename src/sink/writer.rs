@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 use super::reads::TreeView;
+use super::seq_floor::SeqFloor;
 use super::sled_sink::MAX_VALUE_BYTES;
 use super::{keys, Faults, SinkError};
 use crate::decide::{decide, Command, DecideError, Limits};
@@ -44,6 +45,8 @@ pub(crate) struct Writer {
     pub(crate) db: sled::Db,
     /// sled's log file, fdatasync'd after each flush (see [`Writer::flush`]).
     pub(crate) log_file: std::fs::File,
+    /// Reserved sequence numbers, so ids are never reused (see [`super::seq_floor`]).
+    pub(crate) seq_floor: SeqFloor,
     pub(crate) tree: sled::Tree,
     pub(crate) node_id: String,
     pub(crate) next_seq: u64,
@@ -72,9 +75,17 @@ impl Writer {
                 return;
             }
         }
-        if let Err(err) = self.db.flush() {
+        if let Err(err) = self.flush().and_then(|()| self.close_floor()) {
             warn!(error = %err, "final flush of the sink failed");
         }
+    }
+
+    /// After a successful final flush: the floor becomes the exact next sequence, so the next
+    /// open continues without a gap.
+    fn close_floor(&mut self) -> Result<(), String> {
+        self.seq_floor
+            .write(self.next_seq)
+            .map_err(|err| err.to_string())
     }
 
     /// Handles one group; returns true when asked to stop.
@@ -123,6 +134,10 @@ impl Writer {
             let _ = reply.send(result);
         }
         let stop = !closing.is_empty();
+        let flushed = match (&flushed, stop) {
+            (Ok(()), true) => self.close_floor(),
+            _ => flushed,
+        };
         for reply in closing {
             let _ = reply.send(flushed.clone().map_err(SinkError::Io));
         }
@@ -191,6 +206,7 @@ impl Writer {
         }
         staged.batch.insert(keys::NEXT_SEQ, &seq.to_be_bytes());
         let batch = staged.finish()?;
+        self.seq_floor.reserve(seq - 1)?;
         self.tree.apply_batch(batch)?;
         self.next_seq = seq;
         self.unpublished
