@@ -251,7 +251,8 @@ impl StateView for MemoryProjection {
             })
             .map(|(key, stored)| (stored, key))
             .collect();
-        hits.sort_by(|a, b| (a.0.item.first_attempt, a.1).cmp(&(b.0.item.first_attempt, b.1)));
+        // The age index's order: whole milliseconds, then job and item id.
+        hits.sort_by_key(|(stored, key)| (stored.item.first_attempt.timestamp_millis(), *key));
         Ok(hits
             .into_iter()
             .take(limit)

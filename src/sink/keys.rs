@@ -19,8 +19,6 @@ pub const BY_AGE: &[u8] = b"a";
 pub const FIFO: &[u8] = b"f";
 /// Prefix of per-job counts: `c` + job → count (big-endian u64).
 pub const JOB_COUNT: &[u8] = b"c";
-/// Next log sequence to assign (big-endian u64).
-pub const NEXT_SEQ: &[u8] = b"m/next_seq";
 /// The node id this database belongs to.
 pub const NODE_ID: &[u8] = b"m/node_id";
 

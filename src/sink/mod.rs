@@ -4,9 +4,9 @@
 //!
 //! * [`Sink::append`] resolves `Ok(events)` only after the events are in sled **and** a
 //!   `flush` (which fsyncs) has completed. `Ok` therefore survives `kill -9` and a reopen.
-//! * Each command becomes one sled `Batch` on one tree: the log entries, their membership in the
-//!   unpublished set, the item and every index change. sled recovers a batch atomically, so a
-//!   crash never leaves a log entry without its projection or its unpublished marker.
+//! * A group of commands becomes one sled `Batch` on one tree: the log entries, their membership
+//!   in the unpublished set, the items and every index change. sled recovers a batch atomically,
+//!   so a crash never leaves a log entry without its projection or its unpublished marker.
 //! * Marking an event published only deletes its unpublished marker and is not flushed on its
 //!   own. After a crash such a marker may come back; the event is then published twice, with the
 //!   same `event_id`, which JetStream and consumers both drop. Duplicates are allowed; loss is not.
@@ -14,15 +14,16 @@
 //! # Group commit
 //!
 //! One writer thread ([`writer`]) owns every write: it takes all requests waiting in its queue,
-//! applies each as a batch, then calls the blocking `flush` once for the whole group and answers
-//! every waiter. This gives concurrent appends one shared fsync and never calls sled's
+//! decides each on top of the ones before it, applies the whole group as one sled batch, makes it
+//! durable once (sled's blocking `flush`, then `fdatasync`) and answers every waiter. This gives concurrent appends one shared fsync and never calls sled's
 //! `flush_async` (concurrent `flush_async` deadlocks sled 0.34, issue 1308). sled's own
 //! periodic flusher is disabled, so the writer is the only flusher.
 //!
 //! # Layout
 //!
 //! One tree; see [`keys`]. Log `l/seq`, unpublished `u/seq`, items `i/job\0item`, indexes by
-//! signature, by age and in FIFO order, per-job counts, and the next sequence number.
+//! signature, by age and in FIFO order, and per-job counts. The next sequence is the last log
+//! key's plus one (or the sequence floor, if higher).
 //!
 //! # Ids are never reused
 //!
@@ -41,6 +42,7 @@ pub mod keys;
 mod reads;
 pub mod seq_floor;
 mod sled_sink;
+mod staged;
 mod writer;
 
 use std::future::Future;

@@ -70,10 +70,13 @@ impl SeqFloor {
             .truncate(true)
             .open(&tmp)
             .map_err(io)?;
-        file.write_all(format!("{floor}\n").as_bytes()).map_err(io)?;
+        file.write_all(format!("{floor}\n").as_bytes())
+            .map_err(io)?;
         file.sync_all().map_err(io)?;
         std::fs::rename(&tmp, self.dir.join(FILE_NAME)).map_err(io)?;
-        File::open(&self.dir).and_then(|d| d.sync_all()).map_err(io)?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io)?;
         self.floor = floor;
         Ok(())
     }

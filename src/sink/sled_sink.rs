@@ -100,18 +100,19 @@ impl SledSink {
         let db = open_db(&config)?;
         // sled's flush ends in sync_file_range on Linux, which neither flushes the device's
         // write cache nor the file size: the writer fdatasyncs the log file after each flush.
-        let log_file = std::fs::File::open(config.path.join("db")).map_err(|err| SinkError::Open {
-            path: config.path.clone(),
-            reason: format!("cannot open sled's log file for fsync: {err}"),
-            hint: RECOVERY_HINT,
-        })?;
+        let log_file =
+            std::fs::File::open(config.path.join("db")).map_err(|err| SinkError::Open {
+                path: config.path.clone(),
+                reason: format!("cannot open sled's log file for fsync: {err}"),
+                hint: RECOVERY_HINT,
+            })?;
         let tree: sled::Tree = (*db).clone();
         let node_id = resolve_node_id(&tree, &config)?;
         let seq_floor = SeqFloor::open(&config.path)?;
-        let stored_next = tree
-            .get(keys::NEXT_SEQ)?
-            .and_then(|v| keys::decode_u64(&v))
-            .unwrap_or(1);
+        let stored_next = match tree.scan_prefix(keys::LOG).next_back() {
+            Some(entry) => keys::seq_of(&entry?.0).map_or(1, |seq| seq + 1),
+            None => 1,
+        };
         if stored_next < seq_floor.floor() {
             warn!(
                 stored_next,
@@ -129,6 +130,8 @@ impl SledSink {
         let writer = Writer {
             db,
             log_file,
+            blobs_dir: config.path.join("blobs"),
+            synced_blobs: Default::default(),
             seq_floor,
             tree: tree.clone(),
             node_id: node_id.clone(),

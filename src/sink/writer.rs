@@ -1,10 +1,15 @@
-//! The single writer thread: decides, applies and group-commits every write.
+//! The single writer thread: decides, stages and group-commits every write.
 //!
-//! The thread drains every request already queued (up to `max_group`), applies each append as
-//! one atomic sled batch, then calls the blocking `flush` once for the whole group and answers
-//! every waiter. It is the only code that flushes the database.
+//! The thread drains every request already queued (up to `max_group`), decides and stages each
+//! append on top of the ones before it ([`Staged`]), applies the whole group as one atomic sled
+//! batch, then makes it durable once — sled's `flush`, an `fdatasync` of sled's log file, and an
+//! fsync of any new blob file — and only then answers every waiter. It is the only code that
+//! flushes the database.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::fs::File;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -12,14 +17,12 @@ use chrono::Utc;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
-use super::reads::TreeView;
 use super::seq_floor::SeqFloor;
-use super::sled_sink::MAX_VALUE_BYTES;
+use super::staged::Staged;
 use super::{keys, Faults, SinkError};
 use crate::decide::{decide, Command, DecideError, Limits};
 use crate::event::Event;
 use crate::metrics as m;
-use crate::projection::{apply, Change, StateView, StoredItem};
 
 /// A message to the writer thread.
 pub(crate) enum Request {
@@ -43,11 +46,15 @@ pub(crate) enum Request {
 /// State owned by the writer thread.
 pub(crate) struct Writer {
     pub(crate) db: sled::Db,
+    pub(crate) tree: sled::Tree,
     /// sled's log file, fdatasync'd after each flush (see [`Writer::flush`]).
-    pub(crate) log_file: std::fs::File,
+    pub(crate) log_file: File,
+    /// sled's blob directory; new blob files are fsync'd after each flush.
+    pub(crate) blobs_dir: PathBuf,
+    /// Blob files already fsync'd.
+    pub(crate) synced_blobs: HashSet<OsString>,
     /// Reserved sequence numbers, so ids are never reused (see [`super::seq_floor`]).
     pub(crate) seq_floor: SeqFloor,
-    pub(crate) tree: sled::Tree,
     pub(crate) node_id: String,
     pub(crate) next_seq: u64,
     pub(crate) limits: Limits,
@@ -80,50 +87,59 @@ impl Writer {
         }
     }
 
-    /// After a successful final flush: the floor becomes the exact next sequence, so the next
-    /// open continues without a gap.
-    fn close_floor(&mut self) -> Result<(), String> {
-        self.seq_floor
-            .write(self.next_seq)
-            .map_err(|err| err.to_string())
-    }
-
     /// Handles one group; returns true when asked to stop.
     fn handle_group(&mut self, group: Vec<Request>) -> bool {
         let stall = self.faults.stall();
         if !stall.is_zero() {
             std::thread::sleep(stall);
         }
-        let mut answered: Vec<(Reply, Result<Vec<Event>, SinkError>)> = Vec::new();
-        let mut closing = Vec::new();
+        let mut answers: Vec<(Reply, Result<Vec<Event>, SinkError>)> = Vec::new();
+        let (mut rebuilds, mut closing) = (Vec::new(), Vec::new());
         let mut need_flush = self.marks_dirty.swap(false, Ordering::SeqCst);
+        let mut seq = self.next_seq;
+        let mut staged = Staged::new(&self.tree, seq);
         for request in group {
             match request {
                 Request::Append { command, reply } => {
-                    let result = self.append(&command);
-                    need_flush |= matches!(&result, Ok(events) if !events.is_empty());
-                    answered.push((reply, result));
+                    let result = self.stage(&mut staged, &mut seq, &command);
+                    answers.push((reply, result));
                 }
-                Request::Rebuild { reply } => {
-                    let result = self.rebuild();
-                    need_flush = true;
-                    let _ = reply.send(result);
-                }
+                Request::Rebuild { reply } => rebuilds.push(reply),
                 Request::Tick => {}
-                Request::Close { reply } => {
-                    need_flush = true;
-                    closing.push(reply);
+                Request::Close { reply } => closing.push(reply),
+            }
+        }
+        if !staged.is_empty() {
+            let batch = staged.into_batch();
+            let committed = self.commit(batch, seq);
+            need_flush = true;
+            if let Err(reason) = committed {
+                for (_, result) in &mut answers {
+                    if matches!(result, Ok(events) if !events.is_empty()) {
+                        *result = Err(SinkError::Io(reason.clone()));
+                    }
                 }
             }
         }
-        let flushed = if need_flush { self.flush() } else { Ok(()) };
-        for (reply, result) in answered {
-            if let (Ok(()), Ok(events)) = (&flushed, &result) {
-                for event in events {
-                    metrics::counter!(m::EVENTS_STORED, "kind" => event.kind.name()).increment(1);
-                }
-            }
+        for reply in rebuilds {
+            need_flush = true;
+            let _ = reply.send(self.rebuild());
+        }
+        let stop = !closing.is_empty();
+        let mut flushed = if need_flush || stop {
+            self.flush()
+        } else {
+            Ok(())
+        };
+        for (reply, result) in answers {
             let result = match (&flushed, result) {
+                (Ok(()), Ok(events)) => {
+                    for event in &events {
+                        metrics::counter!(m::EVENTS_STORED, "kind" => event.kind.name())
+                            .increment(1);
+                    }
+                    Ok(events)
+                }
                 (Err(reason), Ok(events)) if !events.is_empty() => Err(SinkError::NotDurable {
                     events,
                     reason: reason.clone(),
@@ -133,52 +149,35 @@ impl Writer {
             // A waiter that gave up (store timeout) is gone; its events are still stored.
             let _ = reply.send(result);
         }
-        let stop = !closing.is_empty();
-        let flushed = match (&flushed, stop) {
-            (Ok(()), true) => self.close_floor(),
-            _ => flushed,
-        };
+        if stop && flushed.is_ok() {
+            flushed = self.close_floor();
+        }
         for reply in closing {
             let _ = reply.send(flushed.clone().map_err(SinkError::Io));
         }
         stop
     }
 
-    fn flush(&self) -> Result<(), String> {
-        if self.faults.fail_flush() {
-            return Err("injected flush fault".into());
-        }
-        // sled 0.34's flush writes the log with sync_file_range on Linux: data pages reach the
-        // device, but neither its volatile cache nor the file size are made durable. The
-        // fdatasync that follows does both, once per group.
-        let bytes = self.db.flush().map_err(|err| err.to_string())?;
-        self.log_file
-            .sync_data()
-            .map_err(|err| format!("fdatasync of the log failed: {err}"))?;
-        debug!(bytes, "sink group flushed and synced");
-        Ok(())
-    }
-
-    /// Decides and applies one command as one atomic batch (not yet flushed).
-    fn append(&mut self, command: &Command) -> Result<Vec<Event>, SinkError> {
+    /// Decides one command on the group's staged state and stages its events.
+    fn stage(
+        &self,
+        staged: &mut Staged<'_>,
+        seq: &mut u64,
+        command: &Command,
+    ) -> Result<Vec<Event>, SinkError> {
         if self.faults.fail_writes() {
             return Err(SinkError::Io("injected write fault".into()));
         }
-        let view = TreeView { tree: &self.tree };
-        let drafts = decide(&view, command, self.limits).map_err(|err| match err {
+        let drafts = decide(&*staged, command, self.limits).map_err(|err| match err {
             DecideError::NotFound { job_id, item_id } => SinkError::NotFound { job_id, item_id },
             DecideError::State(err) => err,
             other => SinkError::Rejected(other.to_string()),
         })?;
-        if drafts.is_empty() {
-            return Ok(Vec::new());
-        }
         let now = Utc::now();
-        let mut staged = Staged::new(&self.tree);
-        let mut events = Vec::with_capacity(drafts.len());
-        let mut seq = self.next_seq;
-        for draft in drafts {
-            let event = Event {
+        let events: Vec<Event> = drafts
+            .into_iter()
+            .zip(*seq..)
+            .map(|(draft, seq)| Event {
                 event_id: Event::stored_id(&self.node_id, seq),
                 node_id: self.node_id.clone(),
                 seq,
@@ -186,35 +185,86 @@ impl Writer {
                 job_id: draft.job_id,
                 topic: draft.topic,
                 kind: draft.kind,
-            };
-            let json = event
-                .to_json()
-                .map_err(|err| SinkError::Io(err.to_string()))?;
-            if json.len() > self.max_event_bytes {
-                return Err(SinkError::Rejected(format!(
-                    "event of {} bytes exceeds the limit of {} bytes (max_event_bytes): shorten item_data or the failure texts",
-                    json.len(),
-                    self.max_event_bytes
-                )));
-            }
-            staged.batch.insert(keys::log(seq), json);
-            let millis = now.timestamp_millis().max(0).to_be_bytes();
-            staged.batch.insert(keys::unpublished(seq), &millis);
-            staged.apply_event(&event)?;
-            events.push(event);
-            seq += 1;
-        }
-        staged.batch.insert(keys::NEXT_SEQ, &seq.to_be_bytes());
-        let batch = staged.finish()?;
-        self.seq_floor.reserve(seq - 1)?;
-        self.tree.apply_batch(batch)?;
-        self.next_seq = seq;
-        self.unpublished
-            .fetch_add(events.len() as u64, Ordering::SeqCst);
+            })
+            .collect();
+        staged.stage_events(&events, Some(self.max_event_bytes))?;
+        *seq += events.len() as u64;
         Ok(events)
     }
 
-    /// Clears every projection key and replays the whole log through [`apply`].
+    /// Applies a group's batch; `next_seq` is the sequence after the group's last event.
+    fn commit(&mut self, batch: sled::Batch, next_seq: u64) -> Result<(), String> {
+        if next_seq > self.next_seq {
+            self.seq_floor
+                .reserve(next_seq - 1)
+                .map_err(|err| err.to_string())?;
+        }
+        self.tree
+            .apply_batch(batch)
+            .map_err(|err| err.to_string())?;
+        let added = next_seq - self.next_seq;
+        self.unpublished.fetch_add(added, Ordering::SeqCst);
+        self.next_seq = next_seq;
+        Ok(())
+    }
+
+    /// Makes everything written so far durable.
+    fn flush(&mut self) -> Result<(), String> {
+        if self.faults.fail_flush() {
+            return Err("injected flush fault".into());
+        }
+        // sled 0.34's flush writes the log with sync_file_range on Linux: data pages reach the
+        // device, but neither its volatile cache nor the file size are made durable, and blob
+        // files (large values, large rewritten nodes) are never synced at all.
+        let bytes = self.db.flush().map_err(|err| err.to_string())?;
+        self.log_file
+            .sync_data()
+            .map_err(|err| format!("fdatasync of the log failed: {err}"))?;
+        self.sync_new_blobs()
+            .map_err(|err| format!("fsync of a blob file failed: {err}"))?;
+        debug!(bytes, "sink group flushed and synced");
+        Ok(())
+    }
+
+    /// Fsyncs blob files not synced yet, then their directory.
+    fn sync_new_blobs(&mut self) -> std::io::Result<()> {
+        let entries = match std::fs::read_dir(&self.blobs_dir) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(err) => return Err(err),
+        };
+        let mut present = HashSet::new();
+        let mut synced_any = false;
+        for entry in entries {
+            let entry = entry?;
+            let name = entry.file_name();
+            if !self.synced_blobs.contains(&name) {
+                match File::open(entry.path()) {
+                    Ok(file) => file.sync_all()?,
+                    // sled removed it in the meantime: nothing to make durable.
+                    Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(err) => return Err(err),
+                }
+                synced_any = true;
+            }
+            present.insert(name);
+        }
+        if synced_any {
+            File::open(&self.blobs_dir)?.sync_all()?;
+        }
+        self.synced_blobs = present;
+        Ok(())
+    }
+
+    /// After a successful final flush: the floor becomes the exact next sequence, so the next
+    /// open continues without a gap.
+    fn close_floor(&mut self) -> Result<(), String> {
+        self.seq_floor
+            .write(self.next_seq)
+            .map_err(|err| err.to_string())
+    }
+
+    /// Clears every projection key and replays the whole log through the projection.
     fn rebuild(&mut self) -> Result<u64, SinkError> {
         for prefix in keys::PROJECTION_PREFIXES {
             let mut batch = sled::Batch::default();
@@ -223,137 +273,29 @@ impl Writer {
             }
             self.tree.apply_batch(batch)?;
         }
-        let view = TreeView { tree: &self.tree };
-        let mut replayed = 0;
-        let mut staged = Staged::new(&self.tree);
+        let mut replayed = 0u64;
+        let mut chunk = Vec::new();
         for entry in self.tree.scan_prefix(keys::LOG) {
-            let (key, _) = entry?;
-            let Some(seq) = keys::seq_of(&key) else {
-                continue;
-            };
-            if let Some(event) = view.event(seq)? {
-                staged.apply_event(&event)?;
-                replayed += 1;
-            }
-            if replayed % 10_000 == 0 {
-                let batch = std::mem::replace(&mut staged, Staged::new(&self.tree)).finish()?;
-                self.tree.apply_batch(batch)?;
+            let (key, value) = entry?;
+            chunk.push(Event::from_json(&value).map_err(|err| SinkError::Corrupt {
+                key: super::show_key(&key),
+                reason: err.to_string(),
+            })?);
+            if chunk.len() == 10_000 {
+                replayed += self.replay(&std::mem::take(&mut chunk))?;
             }
         }
-        self.tree.apply_batch(staged.finish()?)?;
+        replayed += self.replay(&chunk)?;
         Ok(replayed)
     }
-}
 
-/// A batch being built, with the state it has changed so far (so that several events in one
-/// batch see each other's effects).
-struct Staged<'a> {
-    view: TreeView<'a>,
-    batch: sled::Batch,
-    items: HashMap<(String, String), Option<StoredItem>>,
-    counts: HashMap<String, u64>,
-}
-
-impl<'a> Staged<'a> {
-    fn new(tree: &'a sled::Tree) -> Self {
-        Staged {
-            view: TreeView { tree },
-            batch: sled::Batch::default(),
-            items: HashMap::new(),
-            counts: HashMap::new(),
+    fn replay(&self, events: &[Event]) -> Result<u64, SinkError> {
+        let first_seq = events.first().map_or(0, |e| e.seq);
+        let mut staged = Staged::new(&self.tree, first_seq);
+        for event in events {
+            staged.stage_events(std::slice::from_ref(event), None)?;
         }
-    }
-
-    /// Folds one event into the batch: item, indexes and job count.
-    fn apply_event(&mut self, event: &Event) -> Result<(), SinkError> {
-        let Some(item_id) = event.kind.item_id() else {
-            return Ok(());
-        };
-        let key = (event.job_id.clone(), item_id.to_owned());
-        let previous = match self.items.get(&key) {
-            Some(staged) => staged.clone(),
-            None => self.view.item(&key.0, &key.1)?,
-        };
-        match apply(previous.as_ref(), event) {
-            Change::Put { item, previous } => {
-                if let Some(previous) = &previous {
-                    self.unindex(previous);
-                } else {
-                    self.add_count(&event.job_id, 1)?;
-                }
-                let value =
-                    serde_json::to_vec(&*item).map_err(|err| SinkError::Io(err.to_string()))?;
-                if value.len() > MAX_VALUE_BYTES {
-                    return Err(SinkError::Rejected(format!(
-                        "item '{}' of job '{}' would grow to {} bytes with this failure (limit {MAX_VALUE_BYTES}): resolve, clear or purge it",
-                        key.1,
-                        key.0,
-                        value.len()
-                    )));
-                }
-                self.batch.insert(keys::item(&key.0, &key.1), value);
-                self.index(&item);
-                self.items.insert(key, Some(*item));
-            }
-            Change::Delete { previous } => {
-                self.unindex(&previous);
-                self.batch.remove(keys::item(&key.0, &key.1));
-                self.add_count(&event.job_id, -1)?;
-                self.items.insert(key, None);
-            }
-            Change::Unchanged => {}
-        }
-        Ok(())
-    }
-
-    fn index(&mut self, stored: &StoredItem) {
-        let item = &stored.item;
-        let ms = item.first_attempt.timestamp_millis();
-        self.batch.insert(
-            keys::by_signature(&item.error_signature, &item.job_id, &item.item_id),
-            &[],
-        );
-        self.batch
-            .insert(keys::by_age(ms, &item.job_id, &item.item_id), &[]);
-        self.batch.insert(
-            keys::fifo(&item.job_id, stored.created_seq, &item.item_id),
-            &[],
-        );
-    }
-
-    fn unindex(&mut self, stored: &StoredItem) {
-        let item = &stored.item;
-        let ms = item.first_attempt.timestamp_millis();
-        self.batch.remove(keys::by_signature(
-            &item.error_signature,
-            &item.job_id,
-            &item.item_id,
-        ));
-        self.batch
-            .remove(keys::by_age(ms, &item.job_id, &item.item_id));
-        self.batch
-            .remove(keys::fifo(&item.job_id, stored.created_seq, &item.item_id));
-    }
-
-    fn add_count(&mut self, job_id: &str, delta: i64) -> Result<(), SinkError> {
-        let current = match self.counts.get(job_id) {
-            Some(count) => *count,
-            None => self.view.job_len(job_id)?,
-        };
-        let next = current.saturating_add_signed(delta);
-        self.counts.insert(job_id.to_owned(), next);
-        Ok(())
-    }
-
-    fn finish(mut self) -> Result<sled::Batch, SinkError> {
-        for (job, count) in self.counts.drain() {
-            if count == 0 {
-                self.batch.remove(keys::job_count(&job));
-            } else {
-                self.batch
-                    .insert(keys::job_count(&job), &count.to_be_bytes());
-            }
-        }
-        Ok(self.batch)
+        self.tree.apply_batch(staged.into_batch())?;
+        Ok(events.len() as u64)
     }
 }

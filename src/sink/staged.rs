@@ -1,0 +1,304 @@
+//! Writes staged for one group commit, and the state they imply.
+//!
+//! The writer stages every command of a group here and applies them as **one** sled batch:
+//! sled seals and writes its log buffer for every `apply_batch`, so one batch per command would
+//! cost two synchronous writebacks each. [`Staged`] is a [`StateView`]: reads see the tree with
+//! the group's earlier changes on top, so each command is decided on the state the commands
+//! before it left. A command stages into its own [`Layer`] first and is absorbed into the group
+//! only when all of it succeeded, so a refused command leaves no trace.
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, Utc};
+
+use super::reads::TreeView;
+use super::sled_sink::MAX_VALUE_BYTES;
+use super::{keys, SinkError};
+use crate::event::Event;
+use crate::projection::{apply, Change, StateView, StoredItem};
+
+type ItemKey = (String, String);
+
+/// Pending writes and the item state they imply.
+#[derive(Default)]
+pub(crate) struct Layer {
+    /// Key → new value (`None`: delete).
+    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Items changed: `None` means deleted.
+    items: HashMap<ItemKey, Option<StoredItem>>,
+    /// Item counts of the jobs touched.
+    counts: HashMap<String, u64>,
+}
+
+/// The group's staged writes over the tree.
+pub(crate) struct Staged<'a> {
+    view: TreeView<'a>,
+    group: Layer,
+    /// The first sequence of this group: items with a `created_seq` at or above it were created
+    /// here and have no entries in the tree's indexes yet.
+    first_seq: u64,
+}
+
+impl<'a> Staged<'a> {
+    /// Starts staging a group whose events get sequences from `first_seq` on.
+    pub(crate) fn new(tree: &'a sled::Tree, first_seq: u64) -> Self {
+        Staged {
+            view: TreeView { tree },
+            group: Layer::default(),
+            first_seq,
+        }
+    }
+
+    /// Whether anything is staged.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.group.writes.is_empty()
+    }
+
+    /// Stages `events` as one unit: either all of them join the group, or none does. With
+    /// `log_limit`, each event is also written to the log (refused above that many bytes) and
+    /// marked unpublished; without, only the projection changes (a rebuild).
+    pub(crate) fn stage_events(
+        &mut self,
+        events: &[Event],
+        log_limit: Option<usize>,
+    ) -> Result<(), SinkError> {
+        let mut layer = Layer::default();
+        for event in events {
+            if let Some(limit) = log_limit {
+                let json = event
+                    .to_json()
+                    .map_err(|err| SinkError::Io(err.to_string()))?;
+                if json.len() > limit {
+                    return Err(SinkError::Rejected(format!(
+                        "event of {} bytes exceeds the limit of {limit} bytes (max_event_bytes): shorten item_data or the failure texts",
+                        json.len()
+                    )));
+                }
+                layer.writes.insert(keys::log(event.seq), Some(json));
+                let millis = event.timestamp.timestamp_millis().max(0).to_be_bytes();
+                layer
+                    .writes
+                    .insert(keys::unpublished(event.seq), Some(millis.to_vec()));
+            }
+            self.stage_projection(&mut layer, event)?;
+        }
+        self.absorb(layer);
+        Ok(())
+    }
+
+    fn absorb(&mut self, layer: Layer) {
+        self.group.writes.extend(layer.writes);
+        self.group.items.extend(layer.items);
+        self.group.counts.extend(layer.counts);
+    }
+
+    /// The state of an item as `layer` over the group over the tree sees it.
+    fn current(&self, layer: &Layer, key: &ItemKey) -> Result<Option<StoredItem>, SinkError> {
+        if let Some(item) = layer.items.get(key).or_else(|| self.group.items.get(key)) {
+            return Ok(item.clone());
+        }
+        self.view.item(&key.0, &key.1)
+    }
+
+    fn count(&self, layer: &Layer, job_id: &str) -> Result<u64, SinkError> {
+        match layer
+            .counts
+            .get(job_id)
+            .or_else(|| self.group.counts.get(job_id))
+        {
+            Some(count) => Ok(*count),
+            None => self.view.job_len(job_id),
+        }
+    }
+
+    /// Folds one event into `layer`: item value, indexes and job count.
+    fn stage_projection(&self, layer: &mut Layer, event: &Event) -> Result<(), SinkError> {
+        let Some(item_id) = event.kind.item_id() else {
+            return Ok(());
+        };
+        let key = (event.job_id.clone(), item_id.to_owned());
+        let previous = self.current(layer, &key)?;
+        let count = self.count(layer, &event.job_id)?;
+        match apply(previous.as_ref(), event) {
+            Change::Put { item, previous } => {
+                let value =
+                    serde_json::to_vec(&*item).map_err(|err| SinkError::Io(err.to_string()))?;
+                if value.len() > MAX_VALUE_BYTES {
+                    return Err(SinkError::Rejected(format!(
+                        "item '{}' of job '{}' would grow to {} bytes with this failure (limit {MAX_VALUE_BYTES}): resolve, clear or purge it",
+                        key.1,
+                        key.0,
+                        value.len()
+                    )));
+                }
+                match &previous {
+                    Some(previous) => unindex(&mut layer.writes, previous),
+                    None => {
+                        layer.counts.insert(event.job_id.clone(), count + 1);
+                    }
+                }
+                layer.writes.insert(keys::item(&key.0, &key.1), Some(value));
+                index(&mut layer.writes, &item);
+                layer.items.insert(key, Some(*item));
+            }
+            Change::Delete { previous } => {
+                unindex(&mut layer.writes, &previous);
+                layer.writes.insert(keys::item(&key.0, &key.1), None);
+                layer
+                    .counts
+                    .insert(event.job_id.clone(), count.saturating_sub(1));
+                layer.items.insert(key, None);
+            }
+            Change::Unchanged => {}
+        }
+        Ok(())
+    }
+
+    /// The sled batch of everything staged.
+    pub(crate) fn into_batch(self) -> sled::Batch {
+        let mut batch = sled::Batch::default();
+        for (key, value) in self.group.writes {
+            match value {
+                Some(value) => batch.insert(key, value),
+                None => batch.remove(key),
+            }
+        }
+        for (job, count) in self.group.counts {
+            if count == 0 {
+                batch.remove(keys::job_count(&job));
+            } else {
+                batch.insert(keys::job_count(&job), &count.to_be_bytes());
+            }
+        }
+        batch
+    }
+
+    /// True when the tree's FIFO or age entry for `key` still describes the staged state.
+    fn tree_entry_current(&self, key: &ItemKey, check: impl Fn(&StoredItem) -> bool) -> bool {
+        match self.group.items.get(key) {
+            None => true,
+            Some(None) => false,
+            Some(Some(stored)) => check(stored),
+        }
+    }
+
+    /// Items created in this group (and still present).
+    fn created_here(&self) -> impl Iterator<Item = &StoredItem> {
+        let first_seq = self.first_seq;
+        self.group
+            .items
+            .values()
+            .flatten()
+            .filter(move |stored| stored.created_seq >= first_seq)
+    }
+}
+
+fn index(writes: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, stored: &StoredItem) {
+    let item = &stored.item;
+    let (job, id) = (&item.job_id, &item.item_id);
+    let ms = item.first_attempt.timestamp_millis();
+    writes.insert(
+        keys::by_signature(&item.error_signature, job, id),
+        Some(Vec::new()),
+    );
+    writes.insert(keys::by_age(ms, job, id), Some(Vec::new()));
+    writes.insert(keys::fifo(job, stored.created_seq, id), Some(Vec::new()));
+}
+
+fn unindex(writes: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, stored: &StoredItem) {
+    let item = &stored.item;
+    let (job, id) = (&item.job_id, &item.item_id);
+    let ms = item.first_attempt.timestamp_millis();
+    writes.insert(keys::by_signature(&item.error_signature, job, id), None);
+    writes.insert(keys::by_age(ms, job, id), None);
+    writes.insert(keys::fifo(job, stored.created_seq, id), None);
+}
+
+impl StateView for Staged<'_> {
+    type Error = SinkError;
+
+    fn item(&self, job_id: &str, item_id: &str) -> Result<Option<StoredItem>, SinkError> {
+        let key = (job_id.to_owned(), item_id.to_owned());
+        self.current(&Layer::default(), &key)
+    }
+
+    fn job_len(&self, job_id: &str) -> Result<u64, SinkError> {
+        self.count(&Layer::default(), job_id)
+    }
+
+    fn oldest_in_job(&self, job_id: &str, limit: usize) -> Result<Vec<String>, SinkError> {
+        let prefix = keys::fifo_of_job(job_id);
+        let mut ids = Vec::new();
+        for entry in self.view.tree.scan_prefix(&prefix) {
+            if ids.len() >= limit {
+                return Ok(ids);
+            }
+            let (key, _) = entry?;
+            let corrupt = || SinkError::Corrupt {
+                key: super::show_key(&key),
+                reason: "malformed FIFO index key".into(),
+            };
+            let id = keys::item_of_fifo(&key, prefix.len()).ok_or_else(corrupt)?;
+            let seq = key
+                .get(prefix.len()..prefix.len() + 8)
+                .and_then(keys::decode_u64)
+                .ok_or_else(corrupt)?;
+            let item_key = (job_id.to_owned(), id);
+            if self.tree_entry_current(&item_key, |s| s.created_seq == seq) {
+                ids.push(item_key.1);
+            }
+        }
+        // Items created in this group are newer than everything in the tree.
+        let mut fresh: Vec<&StoredItem> = self
+            .created_here()
+            .filter(|s| s.item.job_id == job_id)
+            .collect();
+        fresh.sort_by_key(|s| s.created_seq);
+        let room = limit.saturating_sub(ids.len());
+        ids.extend(fresh.into_iter().take(room).map(|s| s.item.item_id.clone()));
+        Ok(ids)
+    }
+
+    fn first_failed_before(
+        &self,
+        cutoff: DateTime<Utc>,
+        job_id: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, SinkError> {
+        let cutoff_ms = cutoff.timestamp_millis();
+        let mut hits: Vec<(i64, String, String)> = Vec::new();
+        let range = keys::BY_AGE.to_vec()..keys::age_bound(cutoff_ms);
+        for entry in self.view.tree.range(range) {
+            if hits.len() >= limit {
+                break;
+            }
+            let (key, _) = entry?;
+            let (job, item) = keys::job_item_of_age(&key).ok_or_else(|| SinkError::Corrupt {
+                key: super::show_key(&key),
+                reason: "malformed age index key".into(),
+            })?;
+            let ms = key
+                .get(1..9)
+                .and_then(keys::decode_u64)
+                .and_then(|ms| i64::try_from(ms).ok())
+                .unwrap_or(0);
+            let item_key = (job, item);
+            let current = self
+                .tree_entry_current(&item_key, |s| s.item.first_attempt.timestamp_millis() == ms);
+            if current && job_id.is_none_or(|wanted| wanted == item_key.0) {
+                hits.push((ms, item_key.0, item_key.1));
+            }
+        }
+        for stored in self.created_here() {
+            let item = &stored.item;
+            let ms = item.first_attempt.timestamp_millis();
+            if ms < cutoff_ms && job_id.is_none_or(|wanted| wanted == item.job_id) {
+                hits.push((ms, item.job_id.clone(), item.item_id.clone()));
+            }
+        }
+        hits.sort();
+        hits.dedup();
+        hits.truncate(limit);
+        Ok(hits.into_iter().map(|(_, job, item)| (job, item)).collect())
+    }
+}

@@ -1,0 +1,185 @@
+//! Group commit decides each command on the state the commands before it in the same group
+//! left, exactly as if they had run one by one.
+//!
+//! Random commands are appended concurrently while the writer is stalled, so they land in large
+//! groups. Replaying them in the order of their sequence numbers through `decide` on an
+//! in-memory projection must give exactly the events the sink wrote, and the sink's items must
+//! equal that projection and a rebuild from the log.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use chrono::{TimeDelta, Utc};
+use dlq::decide::{decide, Command, Limits};
+use dlq::event::{Event, RemovalReason};
+use dlq::failure::dead_lettered_item;
+use dlq::model::{ErrorType, FailureDetail};
+use dlq::projection::{MemoryProjection, StateView};
+use dlq::sink::{Sink, SinkConfig, SledSink};
+use proptest::prelude::*;
+
+const CAPACITY: u64 = 3;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Fail { job: u8, item: u8, days_ago: i64 },
+    Remove { job: u8, item: u8 },
+    Clear { job: u8 },
+    Purge,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..2u8, 0..8u8, 0..60i64).prop_map(|(job, item, days_ago)| Op::Fail { job, item, days_ago }),
+        2 => (0..2u8, 0..8u8).prop_map(|(job, item)| Op::Remove { job, item }),
+        1 => (0..2u8).prop_map(|job| Op::Clear { job }),
+        1 => Just(Op::Purge),
+    ]
+}
+
+fn command(op: &Op) -> Command {
+    let job = |j: &u8| format!("job-{j}");
+    match op {
+        Op::Fail {
+            job: j,
+            item,
+            days_ago,
+        } => {
+            let at = Utc::now() - TimeDelta::days(*days_ago);
+            let failure = FailureDetail {
+                attempt_number: 1,
+                timestamp: at,
+                error_type: ErrorType::Unknown,
+                error_message: format!("failure {days_ago}"),
+                stack_trace: None,
+                agent_id: "a".into(),
+                step_failed: "shell: false".into(),
+                duration_ms: 1,
+                json_log_location: None,
+            };
+            let item = dead_lettered_item(
+                &job(j),
+                &format!("i{item}"),
+                serde_json::Value::Null,
+                vec![failure],
+                None,
+            )
+            .unwrap();
+            Command::DeadLetter {
+                topic: "t".into(),
+                item: Box::new(item),
+            }
+        }
+        Op::Remove { job: j, item } => Command::Remove {
+            job_id: job(j),
+            item_id: format!("i{item}"),
+            reason: RemovalReason::Resolved,
+        },
+        Op::Clear { job: j } => Command::Clear {
+            job_id: job(j),
+            limit: 2,
+        },
+        Op::Purge => Command::Purge {
+            cutoff: Utc::now() - TimeDelta::days(30),
+            job_id: None,
+            limit: 2,
+        },
+    }
+}
+
+/// What an event says, without its sequence and timestamp.
+fn gist(event: &Event) -> String {
+    let mut value = serde_json::to_value(event).unwrap();
+    let object = value.as_object_mut().unwrap();
+    for volatile in ["event_id", "seq", "timestamp", "node_id"] {
+        object.remove(volatile);
+    }
+    value.to_string()
+}
+
+async fn run(ops: Vec<Op>) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = SinkConfig {
+        capacity_per_job: CAPACITY,
+        ..SinkConfig::new(dir.path())
+    };
+    let sink = SledSink::open(config).unwrap();
+    // The first group stalls; everything else queues up behind it and forms large groups.
+    sink.faults().set_stall(Duration::from_millis(30));
+    let tasks: Vec<_> = ops
+        .iter()
+        .map(|op| {
+            let (sink, command) = (sink.clone(), command(op));
+            tokio::spawn(async move { (command.clone(), sink.append(command).await) })
+        })
+        .collect();
+    let mut done = Vec::new();
+    for task in tasks {
+        let (command, result) = task.await.unwrap();
+        if let Ok(events) = result {
+            if !events.is_empty() {
+                done.push((command, events));
+            }
+        }
+    }
+    sink.faults().set_stall(Duration::ZERO);
+
+    // Sequential replay in the order the writer chose.
+    done.sort_by_key(|(_, events)| events[0].seq);
+    let mut memory = MemoryProjection::default();
+    let limits = Limits {
+        capacity_per_job: CAPACITY,
+    };
+    for (command, events) in &done {
+        let drafts = decide(&memory, command, limits).unwrap();
+        let expected: Vec<String> = drafts
+            .into_iter()
+            .map(|d| {
+                let probe = Event {
+                    event_id: String::new(),
+                    node_id: String::new(),
+                    seq: 0,
+                    timestamp: Utc::now(),
+                    job_id: d.job_id,
+                    topic: d.topic,
+                    kind: d.kind,
+                };
+                gist(&probe)
+            })
+            .collect();
+        let got: Vec<String> = events.iter().map(gist).collect();
+        assert_eq!(
+            got, expected,
+            "group commit decided {command:?} differently"
+        );
+        events.iter().for_each(|e| memory.apply(e));
+    }
+    let stored: Vec<_> = sink.items().map(|i| i.unwrap()).collect();
+    let modelled: Vec<_> = memory.items.values().cloned().collect();
+    assert_eq!(stored, modelled);
+    for job in ["job-0", "job-1"] {
+        assert!(sink.job_len(job).unwrap() <= CAPACITY);
+        assert_eq!(sink.job_len(job).unwrap(), memory.job_len(job).unwrap());
+    }
+    let live = sink.projection_snapshot().unwrap();
+    sink.rebuild_projection().await.unwrap();
+    assert!(
+        live == sink.projection_snapshot().unwrap(),
+        "rebuild differs"
+    );
+    sink.close().await.unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn concurrent_groups_equal_sequential_decisions(ops in prop::collection::vec(op(), 5..60)) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(run(ops));
+    }
+}
