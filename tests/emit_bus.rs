@@ -330,3 +330,10 @@ async fn failing_sink_still_publishes_and_counts() {
     assert!(receipt.published);
     emitter.shutdown().await.unwrap();
 }
+
+/// The handle schedulers share between workers is `Clone + Send + Sync + 'static`.
+#[test]
+fn the_emitter_handle_can_be_shared_across_tasks() {
+    fn shareable<T: Clone + Send + Sync + 'static>() {}
+    shareable::<TestEmitter>();
+}
