@@ -95,6 +95,17 @@ async fn connected(emitter: &TestEmitter) {
     .await;
 }
 
+/// Kills the server and waits until the client has noticed.
+async fn kill_bus(server: &mut NatsServer, emitter: &TestEmitter) {
+    server.kill();
+    wait_for(
+        "client notices the dead server",
+        Duration::from_secs(20),
+        || async { !emitter.bus().is_healthy() },
+    )
+    .await;
+}
+
 async fn drained(emitter: &TestEmitter) {
     wait_for(
         "unpublished backlog drained",
@@ -156,13 +167,7 @@ async fn bus_killed_emit_is_bounded_audited_and_reconciled() {
     let dir = tempfile::tempdir().unwrap();
     let emitter = emitter(dir.path(), &server.url(), one_retry()).await;
     connected(&emitter).await;
-    server.kill();
-    wait_for(
-        "client notices the dead server",
-        Duration::from_secs(20),
-        || async { !emitter.bus().is_healthy() },
-    )
-    .await;
+    kill_bus(&mut server, &emitter).await;
 
     let before = metric_value("dlq_emit_failures_total", &[("topic", "killed")]);
     let mut stored = Vec::new();
@@ -257,13 +262,7 @@ async fn retry_succeeds_when_the_bus_returns_within_the_delay() {
     };
     let emitter = emitter(dir.path(), &server.url(), policy).await;
     connected(&emitter).await;
-    server.kill();
-    wait_for(
-        "client notices the dead server",
-        Duration::from_secs(20),
-        || async { !emitter.bus().is_healthy() },
-    )
-    .await;
+    kill_bus(&mut server, &emitter).await;
 
     let before = metric_value("dlq_emit_failures_total", &[("topic", "comeback")]);
     let task = {

@@ -1,13 +1,12 @@
-//! Reads of the sled tree: current state for [`decide`](crate::decide::decide), and the log.
+//! Point reads of the sled tree: items, job counts and log entries. The scans that decisions
+//! need live in [`super::staged`], where they see a group's staged changes too.
 //!
 //! Reads need no lock: sled gives every reader a consistent view of each key, and the writer
 //! thread is the only one that changes projections.
 
-use chrono::{DateTime, Utc};
-
 use super::{keys, show_key, SinkError};
 use crate::event::Event;
-use crate::projection::{StateView, StoredItem};
+use crate::projection::StoredItem;
 
 /// Current state as stored in one sled tree.
 pub(crate) struct TreeView<'a> {
@@ -23,6 +22,28 @@ impl TreeView<'_> {
         })
     }
 
+    /// The current state of one item.
+    pub(crate) fn item(
+        &self,
+        job_id: &str,
+        item_id: &str,
+    ) -> Result<Option<StoredItem>, SinkError> {
+        let key = keys::item(job_id, item_id);
+        match self.tree.get(&key)? {
+            None => Ok(None),
+            Some(value) => Self::decode_item(&key, &value).map(Some),
+        }
+    }
+
+    /// How many items the job holds.
+    pub(crate) fn job_len(&self, job_id: &str) -> Result<u64, SinkError> {
+        Ok(self
+            .tree
+            .get(keys::job_count(job_id))?
+            .and_then(|v| keys::decode_u64(&v))
+            .unwrap_or(0))
+    }
+
     /// The event stored at log sequence `seq`.
     pub(crate) fn event(&self, seq: u64) -> Result<Option<Event>, SinkError> {
         let key = keys::log(seq);
@@ -35,63 +56,5 @@ impl TreeView<'_> {
                     reason: err.to_string(),
                 }),
         }
-    }
-}
-
-impl StateView for TreeView<'_> {
-    type Error = SinkError;
-
-    fn item(&self, job_id: &str, item_id: &str) -> Result<Option<StoredItem>, SinkError> {
-        let key = keys::item(job_id, item_id);
-        match self.tree.get(&key)? {
-            None => Ok(None),
-            Some(value) => Self::decode_item(&key, &value).map(Some),
-        }
-    }
-
-    fn job_len(&self, job_id: &str) -> Result<u64, SinkError> {
-        Ok(self
-            .tree
-            .get(keys::job_count(job_id))?
-            .and_then(|v| keys::decode_u64(&v))
-            .unwrap_or(0))
-    }
-
-    fn oldest_in_job(&self, job_id: &str, limit: usize) -> Result<Vec<String>, SinkError> {
-        let prefix = keys::fifo_of_job(job_id);
-        let mut ids = Vec::new();
-        for entry in self.tree.scan_prefix(&prefix).take(limit) {
-            let (key, _) = entry?;
-            let id = keys::item_of_fifo(&key, prefix.len()).ok_or_else(|| SinkError::Corrupt {
-                key: show_key(&key),
-                reason: "malformed FIFO index key".into(),
-            })?;
-            ids.push(id);
-        }
-        Ok(ids)
-    }
-
-    fn first_failed_before(
-        &self,
-        cutoff: DateTime<Utc>,
-        job_id: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, String)>, SinkError> {
-        let range = keys::BY_AGE.to_vec()..keys::age_bound(cutoff.timestamp_millis());
-        let mut hits = Vec::new();
-        for entry in self.tree.range(range) {
-            if hits.len() >= limit {
-                break;
-            }
-            let (key, _) = entry?;
-            let (job, item) = keys::job_item_of_age(&key).ok_or_else(|| SinkError::Corrupt {
-                key: show_key(&key),
-                reason: "malformed age index key".into(),
-            })?;
-            if job_id.is_none_or(|wanted| wanted == job) {
-                hits.push((job, item));
-            }
-        }
-        Ok(hits)
     }
 }

@@ -18,7 +18,7 @@ use super::writer::{Request, Writer};
 use super::{keys, show_key, Backlog, Faults, Sink, SinkError};
 use crate::decide::{Command, Limits};
 use crate::event::Event;
-use crate::projection::{StateView, StoredItem};
+use crate::projection::StoredItem;
 
 /// sled segment size. sled 0.34 stores values larger than a quarter segment as separate blob
 /// files that it never fsyncs; with 8 MiB segments that threshold (2 MiB) is far above
