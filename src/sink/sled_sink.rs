@@ -97,6 +97,10 @@ impl SledSink {
                 config.max_event_bytes
             )));
         }
+        if let Some(node_id) = &config.node_id {
+            crate::decide::validate_id::<SinkError>("node_id", node_id)
+                .map_err(|err| SinkError::Rejected(err.to_string()))?;
+        }
         let db = open_db(&config)?;
         // sled's flush ends in sync_file_range on Linux, which neither flushes the device's
         // write cache nor the file size: the writer fdatasyncs the log file after each flush.
@@ -338,22 +342,31 @@ fn open_db(config: &SinkConfig) -> Result<sled::Db, SinkError> {
         .segment_size(SEGMENT_SIZE)
         .flush_every_ms(None);
     // sled 0.34 has been reported to panic on some damaged databases (issues 1527, 1533):
-    // a panic while opening becomes an error with a recovery path, never a crash.
-    match catch_unwind(AssertUnwindSafe(|| sled_config.open())) {
-        Ok(Ok(db)) => Ok(db),
-        Ok(Err(err)) => {
-            let reason = err.to_string();
-            let hint = if reason.contains("could not acquire lock") {
-                LOCK_HINT
-            } else {
-                RECOVERY_HINT
-            };
-            Err(open_error(reason, hint))
+    // a panic while opening becomes an error with a recovery path, never a crash. A lock
+    // conflict is retried for up to a second: sled's I/O threads can hold the file lock for a
+    // moment after the last handle of a previous open in this process was dropped.
+    let mut lock_retries = 10;
+    loop {
+        match catch_unwind(AssertUnwindSafe(|| sled_config.open())) {
+            Ok(Ok(db)) => return Ok(db),
+            Ok(Err(err)) => {
+                let reason = err.to_string();
+                let locked = reason.contains("could not acquire lock");
+                if locked && lock_retries > 0 {
+                    lock_retries -= 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+                let hint = if locked { LOCK_HINT } else { RECOVERY_HINT };
+                return Err(open_error(reason, hint));
+            }
+            Err(_) => {
+                return Err(open_error(
+                    "sled panicked while recovering".into(),
+                    RECOVERY_HINT,
+                ))
+            }
         }
-        Err(_) => Err(open_error(
-            "sled panicked while recovering".into(),
-            RECOVERY_HINT,
-        )),
     }
 }
 
@@ -369,12 +382,9 @@ fn resolve_node_id(tree: &sled::Tree, config: &SinkConfig) -> Result<String, Sin
         }),
         (Some(stored), _) => Ok(stored),
         (None, wanted) => {
+            // A given node id was validated before the database was opened.
             let node_id = match wanted {
-                Some(id) => {
-                    crate::decide::validate_id::<SinkError>("node_id", id)
-                        .map_err(|err| SinkError::Rejected(err.to_string()))?;
-                    id.clone()
-                }
+                Some(id) => id.clone(),
                 None => generated_node_id(&config.path),
             };
             tree.insert(keys::NODE_ID, node_id.as_bytes())?;
