@@ -19,6 +19,11 @@ pub struct Event {
     pub node_id: String,
     /// Per-node log sequence; `0` for an event the sink failed to store.
     pub seq: u64,
+    /// Set only when the previous sequence this node used is not `seq - 1` (after a crash the
+    /// sequence jumps to the reserved floor): the sequences between do not exist, so a consumer
+    /// applying a node's events in order must not wait for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev_seq: Option<u64>,
     /// When the event was written.
     pub timestamp: DateTime<Utc>,
     /// The job the event concerns.
@@ -159,6 +164,7 @@ mod tests {
             event_id: Event::stored_id("node-a", 7),
             node_id: "node-a".into(),
             seq: 7,
+            prev_seq: None,
             timestamp: Utc::now(),
             job_id: "job-1".into(),
             topic: "mapreduce".into(),

@@ -52,6 +52,7 @@ impl Sink for MemorySink {
                 event_id: Event::stored_id("mem", seq),
                 node_id: "mem".into(),
                 seq,
+                prev_seq: None,
                 timestamp: Utc::now(),
                 job_id: draft.job_id,
                 topic: draft.topic,

@@ -119,6 +119,19 @@ async fn every_acknowledged_event_survives_sigkill_and_reaches_the_bus() {
         seqs.windows(2).all(|w| w[0] < w[1]),
         "sequence went backwards"
     );
+    // Every jump is announced: the event after a gap names the sequence before it, so a
+    // consumer applying the node's events in order knows the gap is not a loss.
+    let events: Vec<_> = sink.events_from(1).map(|e| e.unwrap()).collect();
+    for pair in events.windows(2) {
+        let (before, after) = (&pair[0], &pair[1]);
+        let announced = after.prev_seq == Some(before.seq);
+        assert!(
+            after.seq == before.seq + 1 || announced,
+            "unannounced gap before {}",
+            after.event_id
+        );
+        assert!(after.seq != before.seq + 1 || after.prev_seq.is_none());
+    }
     let acked_unique: HashSet<&String> = acked.iter().collect();
     assert_eq!(
         acked_unique.len(),

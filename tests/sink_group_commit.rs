@@ -139,6 +139,7 @@ async fn run(ops: Vec<Op>) {
                     event_id: String::new(),
                     node_id: String::new(),
                     seq: 0,
+                    prev_seq: None,
                     timestamp: Utc::now(),
                     job_id: d.job_id,
                     topic: d.topic,

@@ -113,5 +113,10 @@ async fn a_rolled_back_database_never_reuses_event_ids() {
         events[0].event_id, "n1:11",
         "a clean close leaves no gap and no reuse"
     );
+    assert_eq!(
+        events[0].prev_seq,
+        Some(0),
+        "the jump over lost sequences is announced"
+    );
     sink.close().await.unwrap();
 }

@@ -321,6 +321,7 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
             event_id: Event::volatile_id(node_id, nanos, counter),
             node_id: node_id.to_owned(),
             seq: 0,
+            prev_seq: None,
             timestamp: now,
             job_id: item.job_id.clone(),
             topic: topic.to_owned(),

@@ -139,6 +139,7 @@ impl SledSink {
             seq_floor,
             tree: tree.clone(),
             node_id: node_id.clone(),
+            last_seq: stored_next - 1,
             next_seq,
             limits: Limits {
                 capacity_per_job: config.capacity_per_job,

@@ -56,6 +56,8 @@ pub(crate) struct Writer {
     /// Reserved sequence numbers, so ids are never reused (see [`super::seq_floor`]).
     pub(crate) seq_floor: SeqFloor,
     pub(crate) node_id: String,
+    /// The last sequence used (0 before the first event).
+    pub(crate) last_seq: u64,
     pub(crate) next_seq: u64,
     pub(crate) limits: Limits,
     pub(crate) max_event_bytes: usize,
@@ -181,6 +183,8 @@ impl Writer {
                 event_id: Event::stored_id(&self.node_id, seq),
                 node_id: self.node_id.clone(),
                 seq,
+                prev_seq: (seq == self.next_seq && self.last_seq + 1 != seq)
+                    .then_some(self.last_seq),
                 timestamp: now,
                 job_id: draft.job_id,
                 topic: draft.topic,
@@ -204,6 +208,7 @@ impl Writer {
             .map_err(|err| err.to_string())?;
         let added = next_seq - self.next_seq;
         self.unpublished.fetch_add(added, Ordering::SeqCst);
+        self.last_seq = next_seq - 1;
         self.next_seq = next_seq;
         Ok(())
     }
