@@ -8,6 +8,7 @@
 pub mod bus;
 pub mod cli;
 pub mod config;
+pub mod consumer;
 pub mod decide;
 pub mod emitter;
 pub mod event;

@@ -1,5 +1,6 @@
 //! The `dlq` command line: global options and the subcommands.
 
+mod consume;
 mod demo;
 mod open;
 mod status;
@@ -22,6 +23,8 @@ pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_NOT_FOUND: u8 = 3;
 /// Exit code: work remains (e.g. events still unpublished when a wait timed out).
 pub const EXIT_INCOMPLETE: u8 = 4;
+/// Exit code: `dlq verify` found differences between the sink and the stream.
+pub const EXIT_DIFFERENCES: u8 = 5;
 
 /// A durable dead-letter queue: failures go to a local sled log first, then to NATS.
 #[derive(Debug, Parser)]
@@ -81,6 +84,10 @@ pub enum Command {
     Reconcile(status::ReconcileArgs),
     /// Rebuild the projection (items and indexes) from the event log alone.
     Rebuild,
+    /// Rebuild every node's items from the start of the NATS stream alone and summarise them.
+    Consume(consume::ConsumeArgs),
+    /// Compare this data directory's items with those rebuilt from the stream (exit 5 on any difference).
+    Verify(consume::VerifyArgs),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -90,6 +97,8 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Status => status::status(&cli).await,
         Command::Reconcile(args) => status::reconcile(&cli, args).await,
         Command::Rebuild => status::rebuild(&cli).await,
+        Command::Consume(args) => consume::consume(&cli, args).await,
+        Command::Verify(args) => consume::verify(&cli, args).await,
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -118,6 +127,9 @@ pub enum CliError {
     /// Bad usage that clap could not catch.
     #[error("{0}")]
     Usage(String),
+    /// Reading the stream failed.
+    #[error("{0}")]
+    Consumer(String),
     /// Writing output failed.
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),

@@ -1,0 +1,227 @@
+//! The consumer's pure fold: events in any arrival order, duplicates included, in; the same
+//! projection the emitting sink holds, out.
+//!
+//! Each node's events are applied in that node's sequence order, exactly as its sink applied
+//! them: an event whose predecessor has not been applied yet waits in a per-node buffer, an event
+//! already applied (same node, sequence not above the last applied) is a duplicate and dropped.
+//! The predecessor of `seq` is `seq - 1`, or `prev_seq` when the node announced a jump. Events the
+//! sink failed to store (`seq == 0`) are applied once, by event id.
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::event::Event;
+use crate::projection::MemoryProjection;
+
+/// What became of one offered event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offer {
+    /// Applied, together with this many buffered successors it unblocked.
+    Applied {
+        /// Buffered events applied after it.
+        unblocked: usize,
+    },
+    /// Already applied: dropped.
+    Duplicate,
+    /// Waiting for an earlier event of its node.
+    Buffered,
+}
+
+/// Per-node progress.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeCursor {
+    /// The highest sequence applied (0: none yet).
+    pub applied: u64,
+    /// Events waiting for a predecessor, by sequence.
+    pub waiting: BTreeMap<u64, Event>,
+}
+
+/// Counters of a fold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FoldStats {
+    /// Events applied to the projection.
+    pub applied: u64,
+    /// Duplicates dropped.
+    pub duplicates: u64,
+}
+
+/// A projection built from an event stream.
+#[derive(Debug, Clone, Default)]
+pub struct Fold {
+    /// The current items.
+    pub projection: MemoryProjection,
+    /// Progress per node id.
+    pub nodes: BTreeMap<String, NodeCursor>,
+    /// Ids of applied events that the sink never stored (`seq == 0`).
+    pub volatile_seen: HashSet<String>,
+    /// Counters.
+    pub stats: FoldStats,
+}
+
+impl Fold {
+    /// Offers one event, in whatever order it arrived.
+    pub fn offer(&mut self, event: Event) -> Offer {
+        if event.seq == 0 {
+            if !self.volatile_seen.insert(event.event_id.clone()) {
+                self.stats.duplicates += 1;
+                return Offer::Duplicate;
+            }
+            self.apply(&event);
+            return Offer::Applied { unblocked: 0 };
+        }
+        let cursor = self.nodes.entry(event.node_id.clone()).or_default();
+        if event.seq <= cursor.applied || cursor.waiting.contains_key(&event.seq) {
+            self.stats.duplicates += 1;
+            return Offer::Duplicate;
+        }
+        if predecessor(&event) > cursor.applied {
+            cursor.waiting.insert(event.seq, event);
+            return Offer::Buffered;
+        }
+        let node = event.node_id.clone();
+        self.apply(&event);
+        let mut unblocked = 0;
+        while let Some(next) = self.next_ready(&node) {
+            self.apply(&next);
+            unblocked += 1;
+        }
+        Offer::Applied { unblocked }
+    }
+
+    /// Events waiting for a predecessor, over all nodes.
+    pub fn waiting(&self) -> usize {
+        self.nodes.values().map(|c| c.waiting.len()).sum()
+    }
+
+    fn next_ready(&mut self, node: &str) -> Option<Event> {
+        let cursor = self.nodes.get_mut(node)?;
+        let (&seq, event) = cursor.waiting.first_key_value()?;
+        if predecessor(event) > cursor.applied {
+            return None;
+        }
+        cursor.waiting.remove(&seq)
+    }
+
+    fn apply(&mut self, event: &Event) {
+        self.projection.apply(event);
+        self.stats.applied += 1;
+        if event.seq > 0 {
+            let cursor = self.nodes.entry(event.node_id.clone()).or_default();
+            cursor.applied = cursor.applied.max(event.seq);
+        }
+    }
+}
+
+/// The sequence that must be applied before `event`.
+fn predecessor(event: &Event) -> u64 {
+    event.prev_seq.unwrap_or(event.seq.saturating_sub(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::decide::Command;
+    use crate::sink::Sink;
+    use crate::testing::{item, MemorySink};
+
+    /// A realistic log: dead-letters, repeats, evictions (capacity 100 is not reached here, so
+    /// removals instead), from the in-memory sink.
+    async fn log() -> Vec<Event> {
+        let sink = MemorySink::default();
+        for n in 0..12 {
+            let id = format!("i{}", n % 5);
+            sink.append(Command::DeadLetter {
+                topic: "t".into(),
+                item: Box::new(item("job", &id)),
+            })
+            .await
+            .unwrap();
+            if n % 4 == 3 {
+                let remove = Command::Remove {
+                    job_id: "job".into(),
+                    item_id: id,
+                    reason: crate::event::RemovalReason::Resolved,
+                };
+                sink.append(remove).await.unwrap();
+            }
+        }
+        sink.log()
+    }
+
+    fn in_order(events: &[Event]) -> MemoryProjection {
+        let mut projection = MemoryProjection::default();
+        events.iter().for_each(|e| projection.apply(e));
+        projection
+    }
+
+    proptest! {
+        /// Shuffled and duplicated delivery gives exactly the in-order projection.
+        #[test]
+        fn any_arrival_order_gives_the_sink_projection(
+            shuffled in Just((0..15).collect::<Vec<usize>>()).prop_shuffle(),
+            dups in prop::collection::vec(0..15usize, 0..6),
+        ) {
+            let order: Vec<usize> = shuffled.into_iter().chain(dups).collect();
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let events = runtime.block_on(log());
+            prop_assume!(events.len() >= 15);
+            let mut fold = Fold::default();
+            for &i in &order {
+                fold.offer(events[i].clone());
+            }
+            for event in &events {
+                fold.offer(event.clone());
+            }
+            prop_assert_eq!(fold.waiting(), 0);
+            prop_assert_eq!(&fold.projection, &in_order(&events));
+            prop_assert_eq!(fold.stats.applied, events.len() as u64);
+        }
+    }
+
+    #[test]
+    fn an_announced_jump_does_not_block() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut events = runtime.block_on(log());
+        let last = events.len() - 1;
+        events[last].seq = 500_000;
+        events[last].prev_seq = Some(events[last - 1].seq);
+        let mut fold = Fold::default();
+        assert_eq!(fold.offer(events[last].clone()), Offer::Buffered);
+        for event in &events[..last] {
+            fold.offer(event.clone());
+        }
+        assert_eq!(fold.waiting(), 0);
+        assert_eq!(fold.nodes["mem"].applied, 500_000);
+    }
+
+    #[test]
+    fn an_unannounced_gap_waits_and_volatile_events_apply_once() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let events = runtime.block_on(log());
+        let mut fold = Fold::default();
+        assert_eq!(fold.offer(events[2].clone()), Offer::Buffered);
+        assert_eq!(
+            fold.offer(events[0].clone()),
+            Offer::Applied { unblocked: 0 }
+        );
+        assert_eq!(
+            fold.offer(events[1].clone()),
+            Offer::Applied { unblocked: 1 }
+        );
+        assert_eq!(fold.offer(events[1].clone()), Offer::Duplicate);
+        let mut volatile = events[3].clone();
+        volatile.seq = 0;
+        volatile.event_id = "mem:v1-0".into();
+        assert!(matches!(
+            fold.offer(volatile.clone()),
+            Offer::Applied { .. }
+        ));
+        assert_eq!(fold.offer(volatile), Offer::Duplicate);
+        assert_eq!(fold.stats.duplicates, 2);
+    }
+}

@@ -1,0 +1,137 @@
+//! Reading the DLQ stream from the start into a [`Fold`].
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer};
+use futures::StreamExt;
+use thiserror::Error;
+
+use super::fold::Fold;
+use crate::event::Event;
+
+/// Why the stream could not be read.
+#[derive(Debug, Error)]
+pub enum ReadError {
+    /// No connection to the server.
+    #[error("cannot connect to {url}: {reason} (is nats-server running? check --nats-url)")]
+    Connect {
+        /// The URL tried.
+        url: String,
+        /// What the client said.
+        reason: String,
+    },
+    /// The stream does not exist or could not be read.
+    #[error("cannot read stream {stream}: {reason}")]
+    Stream {
+        /// The stream name.
+        stream: String,
+        /// What the server said.
+        reason: String,
+    },
+    /// No progress for too long.
+    #[error("reading stream {stream} stalled at sequence {at} of {last}")]
+    Stalled {
+        /// The stream name.
+        stream: String,
+        /// The last stream sequence read.
+        at: u64,
+        /// The stream's last sequence when reading began.
+        last: u64,
+    },
+}
+
+/// What a read from the start found.
+#[derive(Debug, Default)]
+pub struct StreamRead {
+    /// The projection, per-node cursors and counters.
+    pub fold: Fold,
+    /// Messages read.
+    pub messages: u64,
+    /// Messages whose body is not an event (skipped, counted).
+    pub malformed: u64,
+    /// The stream's last sequence when reading began (everything up to it was read).
+    pub last_stream_seq: u64,
+}
+
+/// Reads every message of `stream` up to its last sequence at the time of the call, offering
+/// each event (optionally only those of `node`) to a fresh [`Fold`].
+pub async fn read_from_start(
+    url: &str,
+    stream: &str,
+    node: Option<&str>,
+) -> Result<StreamRead, ReadError> {
+    let stream_error = |reason: String| ReadError::Stream {
+        stream: stream.to_owned(),
+        reason,
+    };
+    let client = async_nats::ConnectOptions::new()
+        .connection_timeout(Duration::from_secs(5))
+        .connect(url)
+        .await
+        .map_err(|err| ReadError::Connect {
+            url: url.to_owned(),
+            reason: err.to_string(),
+        })?;
+    let js = jetstream::new(client);
+    let mut handle = js
+        .get_stream(stream)
+        .await
+        .map_err(|e| stream_error(e.to_string()))?;
+    let last = handle
+        .info()
+        .await
+        .map_err(|e| stream_error(e.to_string()))?
+        .state
+        .last_sequence;
+    let mut read = StreamRead {
+        last_stream_seq: last,
+        ..StreamRead::default()
+    };
+    if last == 0 {
+        return Ok(read);
+    }
+    let reader = handle
+        .create_consumer(consumer::pull::Config {
+            deliver_policy: consumer::DeliverPolicy::All,
+            ack_policy: consumer::AckPolicy::None,
+            inactive_threshold: Duration::from_secs(60),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| stream_error(e.to_string()))?;
+    let mut at = 0;
+    let mut idle_rounds = 0;
+    while at < last {
+        let mut batch = reader
+            .fetch()
+            .max_messages(1000)
+            .expires(Duration::from_secs(1))
+            .messages()
+            .await
+            .map_err(|e| stream_error(e.to_string()))?;
+        let before = at;
+        while let Some(message) = batch.next().await {
+            let message = message.map_err(|e| stream_error(e.to_string()))?;
+            if let Ok(info) = message.info() {
+                at = at.max(info.stream_sequence);
+            }
+            read.messages += 1;
+            match Event::from_json(&message.payload) {
+                Ok(event) if node.is_none_or(|n| n == event.node_id) => {
+                    read.fold.offer(event);
+                }
+                Ok(_) => {}
+                Err(_) => read.malformed += 1,
+            }
+        }
+        idle_rounds = if at == before { idle_rounds + 1 } else { 0 };
+        if idle_rounds >= 10 {
+            return Err(ReadError::Stalled {
+                stream: stream.to_owned(),
+                at,
+                last,
+            });
+        }
+    }
+    Ok(read)
+}
