@@ -76,7 +76,8 @@ pub struct NatsBus {
 }
 
 impl NatsBus {
-    /// Starts connecting to `config.url`; returns at once even if the server is down.
+    /// Starts connecting to `config.url`; waits at most one publish timeout for the first
+    /// connection and returns even if the server is down (the client keeps reconnecting).
     pub async fn connect(config: BusConfig) -> Result<Self, BusError> {
         let max_delay = config.reconnect_max_delay;
         let client = async_nats::ConnectOptions::new()
@@ -94,6 +95,15 @@ impl NatsBus {
             .connect(config.url.as_str())
             .await
             .map_err(|err| BusError::Transport(format!("invalid bus address: {err}")))?;
+        // Give the first connection up to one publish timeout, so that a process that emits
+        // right after starting does not fail its first publishes for nothing; a server that is
+        // down does not block longer than that.
+        let deadline = tokio::time::Instant::now() + config.publish_timeout;
+        while client.connection_state() != State::Connected
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let mut jetstream = jetstream::new(client.clone());
         jetstream.set_timeout(config.publish_timeout);
         Ok(NatsBus {

@@ -1,12 +1,16 @@
 //! `dlq consume` and `dlq verify`: the dead-letter state rebuilt from the stream alone.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use serde_json::json;
 
 use super::{open, Cli, CliError, Format, EXIT_DIFFERENCES, EXIT_OK};
-use crate::consumer::{compare, read_from_start, Difference, ReadError};
+use crate::consumer::{
+    compare, read_from_start, run_durable, ConsumeError, ConsumerStore, Difference, DurableConfig,
+    ReadError, StoreError, StreamRead,
+};
 use crate::sink::Sink;
 
 /// Options of `dlq consume`.
@@ -15,6 +19,19 @@ pub struct ConsumeArgs {
     /// JetStream stream to read.
     #[arg(long, default_value = "DLQ")]
     pub stream: String,
+    /// Run as a durable consumer with this name, keeping its state in --store (without it the
+    /// stream is read from the start into memory and only summarised).
+    #[arg(long, requires = "store")]
+    pub durable: Option<String>,
+    /// Directory of the durable consumer's own sled store (not the emitter's data directory).
+    #[arg(long, requires = "durable")]
+    pub store: Option<PathBuf>,
+    /// Forget the durable consumer's state and rebuild it from the first message.
+    #[arg(long, requires = "durable")]
+    pub from_start: bool,
+    /// Keep consuming until interrupted (Ctrl-C or SIGTERM) instead of stopping when caught up.
+    #[arg(long, requires = "durable")]
+    pub follow: bool,
 }
 
 /// Options of `dlq verify`.
@@ -26,6 +43,9 @@ pub struct VerifyArgs {
     /// Most differences to print (all are counted).
     #[arg(long, default_value_t = 50)]
     pub show: usize,
+    /// Compare with a durable consumer's store instead of reading the stream.
+    #[arg(long)]
+    pub consumer_store: Option<PathBuf>,
 }
 
 impl From<ReadError> for CliError {
@@ -34,8 +54,84 @@ impl From<ReadError> for CliError {
     }
 }
 
+impl From<StoreError> for CliError {
+    fn from(err: StoreError) -> Self {
+        CliError::Consumer(err.to_string())
+    }
+}
+
+impl From<ConsumeError> for CliError {
+    fn from(err: ConsumeError) -> Self {
+        CliError::Consumer(err.to_string())
+    }
+}
+
+/// Runs a durable consumer: until caught up, or with --follow until Ctrl-C / SIGTERM.
+async fn consume_durable(
+    cli: &Cli,
+    args: &ConsumeArgs,
+    name: &str,
+    store_dir: &Path,
+) -> Result<u8, CliError> {
+    if let Some(addr) = cli.metrics_addr {
+        crate::metrics::serve_prometheus(addr)?;
+    }
+    let store = ConsumerStore::open(store_dir)?;
+    let config = DurableConfig {
+        url: cli.nats_url.clone(),
+        stream: args.stream.clone(),
+        name: name.to_owned(),
+        from_start: args.from_start,
+        follow: args.follow,
+    };
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let signals = shutdown.clone();
+    tokio::spawn(async move {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let terminated = async {
+            match term.as_mut() {
+                Some(term) => {
+                    term.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminated => {}
+        }
+        signals.cancel();
+    });
+    let run = run_durable(&config, &store, shutdown).await?;
+    let report = json!({
+        "consumer": name,
+        "checkpoint": run.checkpoint,
+        "messages_this_run": run.messages,
+        "events_applied_this_run": run.applied_this_run,
+        "events_applied": run.fold.stats.applied,
+        "duplicates_dropped": run.fold.stats.duplicates,
+        "waiting_for_predecessor": run.fold.waiting(),
+        "items": run.fold.projection.items.len(),
+    });
+    match cli.format {
+        Format::Table => println!(
+            "consumer {name} at stream sequence {}: {} events applied this run ({} in all), {} items",
+            run.checkpoint,
+            run.applied_this_run,
+            run.fold.stats.applied,
+            run.fold.projection.items.len()
+        ),
+        _ => println!("{report}"),
+    }
+    Ok(EXIT_OK)
+}
+
 /// Rebuilds the projection of every node from the start of the stream and prints a summary.
 pub async fn consume(cli: &Cli, args: &ConsumeArgs) -> Result<u8, CliError> {
+    if let (Some(name), Some(store)) = (&args.durable, &args.store) {
+        return consume_durable(cli, args, name, store).await;
+    }
     let read = read_from_start(&cli.nats_url, &args.stream, None).await?;
     let mut jobs: BTreeMap<&str, u64> = BTreeMap::new();
     for (job, _) in read.fold.projection.items.keys() {
@@ -84,7 +180,16 @@ pub async fn verify(cli: &Cli, args: &VerifyArgs) -> Result<u8, CliError> {
     let sink = open::sink(cli, &config)?;
     let node = sink.node_id().to_owned();
     let backlog = sink.backlog()?;
-    let read = read_from_start(&cli.nats_url, &args.stream, Some(&node)).await?;
+    let read = match &args.consumer_store {
+        Some(path) => {
+            let fold = ConsumerStore::open(path).and_then(|store| store.load())?;
+            StreamRead {
+                fold,
+                ..StreamRead::default()
+            }
+        }
+        None => read_from_start(&cli.nats_url, &args.stream, Some(&node)).await?,
+    };
     let differences = compare(sink.items(), &read.fold.projection)?;
     sink.close().await?;
     let count = |f: fn(&Difference) -> bool| differences.iter().filter(|d| f(d)).count();

@@ -7,7 +7,9 @@
 //! The predecessor of `seq` is `seq - 1`, or `prev_seq` when the node announced a jump. Events the
 //! sink failed to store (`seq == 0`) are applied once, by event id.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use serde::{Deserialize, Serialize};
 
 use crate::event::Event;
 use crate::projection::MemoryProjection;
@@ -27,7 +29,7 @@ pub enum Offer {
 }
 
 /// Per-node progress.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodeCursor {
     /// The highest sequence applied (0: none yet).
     pub applied: u64,
@@ -36,7 +38,7 @@ pub struct NodeCursor {
 }
 
 /// Counters of a fold.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FoldStats {
     /// Events applied to the projection.
     pub applied: u64,
@@ -55,6 +57,19 @@ pub struct Fold {
     pub volatile_seen: HashSet<String>,
     /// Counters.
     pub stats: FoldStats,
+    /// What changed since [`Fold::take_touched`] was last called (for incremental persistence).
+    pub touched: Touched,
+}
+
+/// Items and nodes changed by a run of offers.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Touched {
+    /// `(job_id, item_id)` of items created, changed or removed.
+    pub items: BTreeSet<(String, String)>,
+    /// Nodes whose cursor or waiting events changed.
+    pub nodes: BTreeSet<String>,
+    /// Volatile event ids newly seen.
+    pub volatile: Vec<String>,
 }
 
 impl Fold {
@@ -65,6 +80,7 @@ impl Fold {
                 self.stats.duplicates += 1;
                 return Offer::Duplicate;
             }
+            self.touched.volatile.push(event.event_id.clone());
             self.apply(&event);
             return Offer::Applied { unblocked: 0 };
         }
@@ -74,6 +90,7 @@ impl Fold {
             return Offer::Duplicate;
         }
         if predecessor(&event) > cursor.applied {
+            self.touched.nodes.insert(event.node_id.clone());
             cursor.waiting.insert(event.seq, event);
             return Offer::Buffered;
         }
@@ -85,6 +102,11 @@ impl Fold {
             unblocked += 1;
         }
         Offer::Applied { unblocked }
+    }
+
+    /// Returns what changed since the last call, and starts a new record.
+    pub fn take_touched(&mut self) -> Touched {
+        std::mem::take(&mut self.touched)
     }
 
     /// Events waiting for a predecessor, over all nodes.
@@ -104,9 +126,14 @@ impl Fold {
     fn apply(&mut self, event: &Event) {
         self.projection.apply(event);
         self.stats.applied += 1;
+        if let Some(item_id) = event.kind.item_id() {
+            let key = (event.job_id.clone(), item_id.to_owned());
+            self.touched.items.insert(key);
+        }
         if event.seq > 0 {
             let cursor = self.nodes.entry(event.node_id.clone()).or_default();
             cursor.applied = cursor.applied.max(event.seq);
+            self.touched.nodes.insert(event.node_id.clone());
         }
     }
 }

@@ -2,13 +2,17 @@
 //!
 //! [`fold`] is the pure part (arrival order and duplicates do not matter); [`stream`] reads the
 //! JetStream stream from the start into a fold; [`verify`] compares a fold's projection with an
-//! emitter's sink. A durable, checkpointed consumer with its own store is the next step (issue
-//! 5); this module is its core.
+//! emitter's sink; [`durable`] keeps a consumer's state in its own [`store`], checkpointed by
+//! stream sequence.
 
+pub mod durable;
 pub mod fold;
+pub mod store;
 pub mod stream;
 pub mod verify;
 
+pub use durable::{run_durable, ConsumeError, DurableConfig, DurableRun};
 pub use fold::{Fold, FoldStats, Offer};
+pub use store::{ConsumerStore, StoreError};
 pub use stream::{read_from_start, ReadError, StreamRead};
 pub use verify::{compare, Difference};

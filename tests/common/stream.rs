@@ -70,3 +70,15 @@ pub fn metric_value(name: &str, labels: &[(&str, &str)]) -> f64 {
         })
         .unwrap_or(0.0)
 }
+
+/// How many messages `stream` holds (0 while it does not exist yet).
+pub async fn stream_len(url: &str, stream: &str) -> u64 {
+    let Ok(client) = async_nats::connect(url).await else {
+        return 0;
+    };
+    let js = async_nats::jetstream::new(client);
+    match js.get_stream(stream).await {
+        Ok(mut stream) => stream.info().await.map_or(0, |info| info.state.messages),
+        Err(_) => 0,
+    }
+}

@@ -1,0 +1,161 @@
+//! A durable consumer: folds the stream into its own [`ConsumerStore`], checkpointed by stream
+//! sequence, so a restart continues where the last run stopped.
+//!
+//! The store's checkpoint is the only source of truth for the position: each run (re)creates the
+//! named JetStream consumer to deliver from `checkpoint + 1`, and saves state and checkpoint
+//! together after every batch. Nothing depends on server-side acknowledgements, so a consumer
+//! killed between fetching and saving simply fetches the same messages again; the fold drops what
+//! it already applied.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer};
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::fold::Fold;
+use super::store::{ConsumerStore, StoreError};
+use super::stream::ReadError;
+use crate::event::Event;
+
+/// Consumer-side metric: stream last sequence minus the consumer's checkpoint.
+pub const LAG: &str = "dlq_consumer_lag";
+/// Consumer-side metric: events applied to the projection.
+pub const APPLIED: &str = "dlq_consumer_events_applied_total";
+/// Consumer-side metric: duplicate events dropped.
+pub const DUPLICATES: &str = "dlq_consumer_duplicates_total";
+
+/// How a durable consumer runs.
+#[derive(Debug, Clone)]
+pub struct DurableConfig {
+    /// Server URL.
+    pub url: String,
+    /// Stream name.
+    pub stream: String,
+    /// Consumer name (visible in the server's monitoring).
+    pub name: String,
+    /// Forget the store and rebuild from the first message.
+    pub from_start: bool,
+    /// Keep consuming until cancelled; otherwise stop once caught up.
+    pub follow: bool,
+}
+
+/// What a run did.
+#[derive(Debug)]
+pub struct DurableRun {
+    /// The state after the run.
+    pub fold: Fold,
+    /// Events applied during this run.
+    pub applied_this_run: u64,
+    /// Messages read during this run.
+    pub messages: u64,
+    /// The stream sequence reached.
+    pub checkpoint: u64,
+}
+
+/// Runs a durable consumer until caught up (or until `shutdown`, with `follow`).
+pub async fn run_durable(
+    config: &DurableConfig,
+    store: &ConsumerStore,
+    shutdown: CancellationToken,
+) -> Result<DurableRun, ConsumeError> {
+    let stream_error = |reason: String| ReadError::Stream {
+        stream: config.stream.clone(),
+        reason,
+    };
+    let client = async_nats::ConnectOptions::new()
+        .connection_timeout(Duration::from_secs(5))
+        .connect(config.url.as_str())
+        .await
+        .map_err(|err| ReadError::Connect {
+            url: config.url.clone(),
+            reason: err.to_string(),
+        })?;
+    let js = jetstream::new(client);
+    let mut stream = js
+        .get_stream(&config.stream)
+        .await
+        .map_err(|e| stream_error(e.to_string()))?;
+    if config.from_start {
+        store.clear()?;
+    }
+    let mut checkpoint = store.checkpoint()?;
+    let mut fold = store.load()?;
+    let applied_before = fold.stats.applied;
+    // Whatever the server remembers of this consumer, delivery resumes after our checkpoint.
+    let _ = stream.delete_consumer(&config.name).await;
+    let reader = stream
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some(config.name.clone()),
+            deliver_policy: consumer::DeliverPolicy::ByStartSequence {
+                start_sequence: checkpoint + 1,
+            },
+            ack_policy: consumer::AckPolicy::None,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| stream_error(e.to_string()))?;
+    info!(name = %config.name, checkpoint, "consumer resuming");
+    let mut messages = 0u64;
+    loop {
+        if shutdown.is_cancelled() {
+            break;
+        }
+        let mut batch = reader
+            .fetch()
+            .max_messages(1000)
+            .expires(Duration::from_secs(1))
+            .messages()
+            .await
+            .map_err(|e| stream_error(e.to_string()))?;
+        let mut reached = checkpoint;
+        let (applied, duplicates) = (fold.stats.applied, fold.stats.duplicates);
+        while let Some(message) = batch.next().await {
+            let message = message.map_err(|e| stream_error(e.to_string()))?;
+            if let Ok(info) = message.info() {
+                reached = reached.max(info.stream_sequence);
+            }
+            messages += 1;
+            match Event::from_json(&message.payload) {
+                Ok(event) => {
+                    fold.offer(event);
+                }
+                Err(err) => warn!(error = %err, "skipping a message that is not a dlq event"),
+            }
+        }
+        if reached > checkpoint {
+            store.save(&mut fold, reached)?;
+            checkpoint = reached;
+            metrics::counter!(APPLIED).increment(fold.stats.applied - applied);
+            metrics::counter!(DUPLICATES).increment(fold.stats.duplicates - duplicates);
+        }
+        let last = stream
+            .info()
+            .await
+            .map_err(|e| stream_error(e.to_string()))?
+            .state
+            .last_sequence;
+        metrics::gauge!(LAG).set(last.saturating_sub(checkpoint) as f64);
+        if !config.follow && checkpoint >= last {
+            break;
+        }
+    }
+    Ok(DurableRun {
+        applied_this_run: fold.stats.applied - applied_before,
+        fold,
+        messages,
+        checkpoint,
+    })
+}
+
+/// Why a durable consumer stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumeError {
+    /// Reading the stream failed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// The consumer's store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

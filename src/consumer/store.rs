@@ -1,0 +1,148 @@
+//! A durable consumer's own sled store: its projection, per-node cursors and checkpoint.
+//!
+//! After each fetched batch the consumer saves what the batch changed (the fold's
+//! [`Touched`](super::fold::Touched) record) together with the stream sequence it reached, as one
+//! sled batch, flushes, and only then acknowledges the messages to JetStream. So the store is
+//! always at or ahead of the server's acknowledgement floor; if it is ever behind (it lost a
+//! flushed batch), the consumer rebuilds from the start rather than miss events. The store is a
+//! cache of the stream: deleting it only costs a rebuild.
+
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use super::fold::{Fold, FoldStats, NodeCursor};
+use crate::projection::StoredItem;
+
+const ITEM: &[u8] = b"i";
+const NODE: &[u8] = b"n";
+const VOLATILE: &[u8] = b"v";
+const CHECKPOINT: &[u8] = b"m/checkpoint";
+const STATS: &[u8] = b"m/stats";
+
+/// The store could not be used.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// sled failed or the directory is unusable.
+    #[error("consumer store {path}: {reason} (it can be deleted: `dlq consume --from-start` rebuilds it)")]
+    Io {
+        /// The store directory.
+        path: PathBuf,
+        /// What failed.
+        reason: String,
+    },
+}
+
+/// A consumer's persisted state.
+pub struct ConsumerStore {
+    path: PathBuf,
+    db: sled::Db,
+}
+
+fn key(prefix: &[u8], parts: &[&str]) -> Vec<u8> {
+    let mut key = prefix.to_vec();
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            key.push(0);
+        }
+        key.extend_from_slice(part.as_bytes());
+    }
+    key
+}
+
+impl ConsumerStore {
+    /// Opens (or creates) the store in `path`.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let db = sled::Config::new()
+            .path(path)
+            .flush_every_ms(None)
+            .open()
+            .map_err(|err| StoreError::Io {
+                path: path.to_owned(),
+                reason: err.to_string(),
+            })?;
+        Ok(ConsumerStore {
+            path: path.to_owned(),
+            db,
+        })
+    }
+
+    fn io(&self, reason: impl ToString) -> StoreError {
+        StoreError::Io {
+            path: self.path.clone(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// The stream sequence the saved state reflects (0: nothing saved).
+    pub fn checkpoint(&self) -> Result<u64, StoreError> {
+        let value = self.db.get(CHECKPOINT).map_err(|e| self.io(e))?;
+        Ok(value
+            .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+            .map_or(0, u64::from_be_bytes))
+    }
+
+    /// Loads the saved fold.
+    pub fn load(&self) -> Result<Fold, StoreError> {
+        let mut fold = Fold::default();
+        for entry in self.db.scan_prefix(ITEM) {
+            let (_, value) = entry.map_err(|e| self.io(e))?;
+            let stored: StoredItem = serde_json::from_slice(&value).map_err(|e| self.io(e))?;
+            let key = (stored.item.job_id.clone(), stored.item.item_id.clone());
+            fold.projection.items.insert(key, stored);
+        }
+        for entry in self.db.scan_prefix(NODE) {
+            let (key, value) = entry.map_err(|e| self.io(e))?;
+            let node = String::from_utf8_lossy(key.get(NODE.len()..).unwrap_or_default());
+            let cursor: NodeCursor = serde_json::from_slice(&value).map_err(|e| self.io(e))?;
+            fold.nodes.insert(node.into_owned(), cursor);
+        }
+        for entry in self.db.scan_prefix(VOLATILE) {
+            let (key, _) = entry.map_err(|e| self.io(e))?;
+            let id = String::from_utf8_lossy(key.get(VOLATILE.len()..).unwrap_or_default());
+            fold.volatile_seen.insert(id.into_owned());
+        }
+        if let Some(stats) = self.db.get(STATS).map_err(|e| self.io(e))? {
+            fold.stats = serde_json::from_slice::<FoldStats>(&stats).map_err(|e| self.io(e))?;
+        }
+        Ok(fold)
+    }
+
+    /// Saves what changed in `fold` since the last save, with the stream sequence reached,
+    /// atomically, and flushes.
+    pub fn save(&self, fold: &mut Fold, checkpoint: u64) -> Result<(), StoreError> {
+        let touched = fold.take_touched();
+        let mut batch = sled::Batch::default();
+        for (job, item) in &touched.items {
+            let key = key(ITEM, &[job, item]);
+            match fold.projection.items.get(&(job.clone(), item.clone())) {
+                Some(stored) => {
+                    let value = serde_json::to_vec(stored).map_err(|e| self.io(e))?;
+                    batch.insert(key, value);
+                }
+                None => batch.remove(key),
+            }
+        }
+        for node in &touched.nodes {
+            let cursor = fold.nodes.get(node).cloned().unwrap_or_default();
+            let value = serde_json::to_vec(&cursor).map_err(|e| self.io(e))?;
+            batch.insert(key(NODE, &[node]), value);
+        }
+        for id in &touched.volatile {
+            batch.insert(key(VOLATILE, &[id]), &[]);
+        }
+        let stats = serde_json::to_vec(&fold.stats).map_err(|e| self.io(e))?;
+        batch.insert(STATS, stats);
+        batch.insert(CHECKPOINT, &checkpoint.to_be_bytes());
+        self.db.apply_batch(batch).map_err(|e| self.io(e))?;
+        self.db.flush().map_err(|e| self.io(e))?;
+        Ok(())
+    }
+
+    /// Forgets everything (before a rebuild from the start).
+    pub fn clear(&self) -> Result<(), StoreError> {
+        self.db.clear().map_err(|e| self.io(e))?;
+        self.db.flush().map_err(|e| self.io(e))?;
+        Ok(())
+    }
+}

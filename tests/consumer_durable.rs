@@ -1,0 +1,179 @@
+//! A durable consumer keeps its projection in its own store, checkpointed by stream sequence:
+//! later runs apply only what is new, and a consumer killed mid-stream and restarted ends with
+//! the same projection as the emitter's sink, every event applied exactly once.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::stream::stream_len;
+use common::{spawn_tied_to_test, wait_for, NatsServer};
+use dlq::sink::{SinkConfig, SledSink};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+fn dlq(data_dir: &Path, url: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlq"));
+    cmd.arg("--data-dir")
+        .arg(data_dir)
+        .args(["--nats-url", url, "--format", "json"])
+        .args(args)
+        .env("DLQ_CONFIG", data_dir.with_extension("yml"));
+    cmd
+}
+
+fn run(cmd: &mut Command) -> (Output, Value) {
+    let output = cmd.output().unwrap();
+    let value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+        panic!(
+            "not JSON ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output, value)
+}
+
+fn setup(work: &Path) -> std::path::PathBuf {
+    let data = work.join("data");
+    std::fs::write(
+        data.with_extension("yml"),
+        "topics:\n  default:\n    retry_attempts: 0\nbus:\n  publish_timeout: 500ms\n",
+    )
+    .unwrap();
+    data
+}
+
+fn event_count(data: &Path) -> u64 {
+    let sink = SledSink::open(SinkConfig::new(data)).unwrap();
+    sink.events_from(1).count() as u64
+}
+
+#[test]
+fn later_runs_apply_only_new_events() {
+    let server = NatsServer::start();
+    let url = server.url();
+    let work = tempfile::tempdir().unwrap();
+    let data = setup(work.path());
+    let store = work.path().join("consumer");
+    let store_arg = store.to_str().unwrap();
+    let consume = ["consume", "--durable", "c1", "--store", store_arg];
+
+    assert!(
+        dlq(&data, &url, &["demo", "--count", "10", "--job-id", "a"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (out, first) = run(&mut dlq(&data, &url, &consume));
+    assert!(out.status.success());
+    let events = event_count(&data);
+    assert_eq!(first["events_applied_this_run"], events, "{first}");
+    assert_eq!(first["items"], 10);
+
+    assert!(dlq(&data, &url, &["demo", "--count", "5", "--job-id", "b"])
+        .status()
+        .unwrap()
+        .success());
+    let (_, second) = run(&mut dlq(&data, &url, &consume));
+    let all = event_count(&data);
+    assert!(all >= events + 5);
+    assert_eq!(second["events_applied_this_run"], all - events, "{second}");
+    assert_eq!(second["events_applied"], all);
+    assert_eq!(second["items"], 15);
+
+    let (_, idle) = run(&mut dlq(&data, &url, &consume));
+    assert_eq!(idle["events_applied_this_run"], 0, "{idle}");
+
+    let (out, verify) = run(&mut dlq(
+        &data,
+        &url,
+        &["verify", "--consumer-store", store_arg],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{verify}");
+
+    let rebuild = [
+        "consume",
+        "--durable",
+        "c1",
+        "--store",
+        store_arg,
+        "--from-start",
+    ];
+    let (_, rebuilt) = run(&mut dlq(&data, &url, &rebuild));
+    assert_eq!(rebuilt["events_applied_this_run"], all, "{rebuilt}");
+    assert_eq!(rebuilt["events_applied"], all, "a rebuild starts from zero");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_killed_mid_stream_ends_equal_to_the_sink() {
+    let server = NatsServer::start();
+    let url = server.url();
+    let work = tempfile::tempdir().unwrap();
+    let data = setup(work.path());
+    let store = work.path().join("consumer");
+    let store_arg = store.to_str().unwrap().to_owned();
+    let quiet = |mut cmd: Command| {
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        spawn_tied_to_test(cmd).unwrap()
+    };
+    let follow = |store: &str| {
+        dlq(
+            &data,
+            &url,
+            &["consume", "--durable", "c2", "--store", store, "--follow"],
+        )
+    };
+    let mut emitter = quiet(dlq(&data, &url, &["demo", "--loop", "--job-id", "live"]));
+    let grown = |n: u64| {
+        let url = url.clone();
+        async move { stream_len(&url, "DLQ").await >= n }
+    };
+    wait_for("first events", Duration::from_secs(30), || grown(100)).await;
+    let mut consumer = quiet(follow(&store_arg));
+    wait_for("more events", Duration::from_secs(30), || grown(300)).await;
+    kill(Pid::from_raw(consumer.id() as i32), Signal::SIGKILL).unwrap();
+    consumer.wait().unwrap();
+    wait_for(
+        "events while the consumer is down",
+        Duration::from_secs(30),
+        || grown(500),
+    )
+    .await;
+    let mut consumer = quiet(follow(&store_arg));
+    wait_for("events after the restart", Duration::from_secs(30), || {
+        grown(700)
+    })
+    .await;
+    kill(Pid::from_raw(emitter.id() as i32), Signal::SIGKILL).unwrap();
+    emitter.wait().unwrap();
+    kill(Pid::from_raw(consumer.id() as i32), Signal::SIGKILL).unwrap();
+    consumer.wait().unwrap();
+
+    let reconcile = dlq(&data, &url, &["reconcile", "--timeout", "60s"])
+        .output()
+        .unwrap();
+    assert!(reconcile.status.success());
+    let (out, caught_up) = run(&mut dlq(
+        &data,
+        &url,
+        &["consume", "--durable", "c2", "--store", &store_arg],
+    ));
+    assert!(out.status.success(), "{caught_up}");
+    let (out, verify) = run(&mut dlq(
+        &data,
+        &url,
+        &["verify", "--consumer-store", &store_arg],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{verify}");
+    assert_eq!(verify["waiting_for_predecessor"], 0);
+    assert_eq!(
+        verify["events_applied"].as_u64().unwrap(),
+        event_count(&data),
+        "every event applied exactly once: {verify}"
+    );
+}
