@@ -27,6 +27,10 @@ use crate::sink::{Sink, SinkError};
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ReconcilerConfig {
+    /// Whether a reconciler runs at all. Off, events whose publish failed stay unpublished until
+    /// a process with a reconciler (`dlq reconcile`) runs: only for drills comparing with the
+    /// reference-003 baseline.
+    pub enabled: bool,
     /// How often it checks the backlog and the bus.
     #[serde(with = "humantime_serde")]
     pub interval: Duration,
@@ -39,6 +43,7 @@ pub struct ReconcilerConfig {
 impl Default for ReconcilerConfig {
     fn default() -> Self {
         ReconcilerConfig {
+            enabled: true,
             interval: Duration::from_secs(1),
             max_in_flight: 256,
             rate_limit: None,

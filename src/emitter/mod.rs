@@ -179,7 +179,7 @@ impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
             volatile_counter: AtomicU64::new(0),
             tasks: Mutex::new(Vec::new()),
         });
-        if let Some(config) = self.reconciler {
+        if let Some(config) = self.reconciler.filter(|config| config.enabled) {
             let reconciler = Reconciler {
                 sink: inner.sink.clone(),
                 bus: inner.bus.clone(),

@@ -168,3 +168,31 @@ async fn unknown_items_and_bad_ids_are_refused_without_publishing() {
     assert!(emitter.bus().attempts.lock().unwrap().is_empty());
     assert!(emitter.sink().log().is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_disabled_reconciler_leaves_failed_publishes_unpublished() {
+    let bus = FakeBus {
+        fail_first: 1.into(),
+        ..FakeBus::default()
+    };
+    let config = ReconcilerConfig {
+        enabled: false,
+        interval: Duration::from_millis(10),
+        ..ReconcilerConfig::default()
+    };
+    let emitter = EmitterBuilder::new(MemorySink::default(), bus)
+        .policies(TopicPolicies {
+            default: policy(0, Duration::ZERO, RetryBackoff::Fixed),
+            ..TopicPolicies::default()
+        })
+        .reconciler(Some(config))
+        .build();
+    emitter.dead_letter("t", item("j", "a")).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        emitter.sink().backlog().unwrap().count,
+        2,
+        "nobody republished"
+    );
+    assert_eq!(emitter.bus().attempts.lock().unwrap().len(), 1);
+}
