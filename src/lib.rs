@@ -16,6 +16,7 @@ pub mod failure;
 pub mod metrics;
 pub mod model;
 pub mod projection;
+pub mod query;
 pub mod reconciler;
 pub mod retention;
 pub mod signature;

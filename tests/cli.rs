@@ -152,3 +152,37 @@ fn a_held_data_directory_is_a_clear_error_and_metrics_are_served() {
     kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
     child.wait().unwrap();
 }
+
+/// Without --nats-url, the config file's `bus.url` is used, and it may list several servers
+/// separated by commas (here a dead one first).
+#[test]
+fn the_config_file_chooses_the_bus_and_accepts_a_server_list() {
+    let server = NatsServer::start();
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let config = work.path().join("cluster.yml");
+    let dead = format!("nats://127.0.0.1:{}", free_port(server.port()));
+    std::fs::write(
+        &config,
+        format!(
+            "bus:\n  url: {dead}, {}\n  publish_timeout: 2s\n",
+            server.url()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dlq"))
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--config")
+        .arg(&config)
+        .args(["--format", "json", "demo", "--count", "3", "--job-id", "c"])
+        .env_remove("DLQ_NATS_URL")
+        .output()
+        .unwrap();
+    let report = json(&out);
+    assert_eq!(report["unpublished"], 0, "{report}");
+    let ids = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(stream_ids(&server.url(), "DLQ"));
+    assert!(ids.len() >= 3, "{ids:?}");
+}

@@ -16,6 +16,15 @@ use crate::event::Event;
 
 pub use nats::{BusConfig, BusMode, NatsBus};
 
+/// The servers of a comma-separated URL list (`nats://a:4222,nats://b:4222`), trimmed, for
+/// async-nats, which parses a single string as one URL.
+pub fn server_list(urls: &str) -> Vec<&str> {
+    urls.split(',')
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .collect()
+}
+
 /// Header carrying the event id; JetStream drops duplicates by it.
 pub const HEADER_MSG_ID: &str = "Nats-Msg-Id";
 /// Header carrying the event kind, e.g. `dead_lettered`.

@@ -30,7 +30,7 @@ pub enum BusMode {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BusConfig {
-    /// Server URL(s), comma separated.
+    /// Server URL, or several separated by commas (a cluster's seeds).
     pub url: String,
     /// Subject events are published on.
     pub subject: String,
@@ -92,7 +92,7 @@ impl NatsBus {
             .event_callback(|event| async move {
                 info!(%event, "bus connection event");
             })
-            .connect(config.url.as_str())
+            .connect(super::server_list(&config.url))
             .await
             .map_err(|err| BusError::Transport(format!("invalid bus address: {err}")))?;
         // Give the first connection up to one publish timeout, so that a process that emits

@@ -7,7 +7,7 @@ use chrono::Utc;
 use clap::Args;
 use serde_json::json;
 
-use super::open::{self, CliEmitter};
+use super::open::{self, wait_for_drain};
 use super::{Cli, CliError, Format, EXIT_OK};
 use crate::failure::dead_lettered_item;
 use crate::model::{ErrorType, FailureDetail};
@@ -103,7 +103,7 @@ pub async fn run(cli: &Cli, args: &DemoArgs) -> Result<u8, CliError> {
     });
     emitter.shutdown().await?;
     match cli.format {
-        Format::Json => println!("{summary}"),
+        Format::Json | Format::Jsonl | Format::Csv | Format::Dir => println!("{summary}"),
         Format::Table => {
             println!("job {job_id} on node {}", summary["node_id"]);
             println!("  emitted (durable): {emitted}, failed: {failed}");
@@ -117,22 +117,8 @@ pub async fn run(cli: &Cli, args: &DemoArgs) -> Result<u8, CliError> {
     Ok(EXIT_OK)
 }
 
-/// Waits until the backlog is empty or `timeout` passes; true if it emptied.
-pub async fn wait_for_drain(emitter: &CliEmitter, timeout: Duration) -> Result<bool, CliError> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if emitter.sink().backlog()?.count == 0 {
-            return Ok(true);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Ok(false);
-        }
-        emitter.wake_reconciler();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn sample_item(job_id: &str, n: u64) -> Option<crate::model::DeadLetteredItem> {
+/// The `n`-th sample item of `job_id` (also used by `dlq generate`).
+pub(super) fn sample_item(job_id: &str, n: u64) -> Option<crate::model::DeadLetteredItem> {
     let index = usize::try_from(n).unwrap_or(0) % SAMPLES.len();
     let (template, exit_code, timed_out) =
         SAMPLES

@@ -1,9 +1,15 @@
 //! The `dlq` command line: global options and the subcommands.
 
+mod admin;
 mod consume;
 mod demo;
+mod export;
+mod generate;
+mod list;
 mod open;
+mod report;
 mod status;
+mod table;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -33,20 +39,18 @@ pub struct Cli {
     /// Data directory holding the sled sink.
     #[arg(long, global = true, env = "DLQ_DATA_DIR", default_value = "dlq-data")]
     pub data_dir: PathBuf,
-    /// NATS server URL.
-    #[arg(
-        long,
-        global = true,
-        env = "DLQ_NATS_URL",
-        default_value = "nats://127.0.0.1:4222"
-    )]
-    pub nats_url: String,
-    /// NATS subject events are published on.
-    #[arg(long, global = true, env = "DLQ_TOPIC", default_value = "sys.job.dlq")]
-    pub topic: String,
-    /// JetStream (acknowledged, default) or core (weaker: no stream, no ack).
-    #[arg(long, global = true, value_enum, default_value_t = BusMode::Jetstream)]
-    pub bus_mode: BusMode,
+    /// NATS server URL, or several separated by commas [default: bus.url of --config, else
+    /// nats://127.0.0.1:4222].
+    #[arg(long, global = true, env = "DLQ_NATS_URL")]
+    pub nats_url: Option<String>,
+    /// NATS subject events are published on [default: bus.subject of --config, else
+    /// sys.job.dlq].
+    #[arg(long, global = true, env = "DLQ_TOPIC")]
+    pub topic: Option<String>,
+    /// JetStream (acknowledged) or core (weaker: no stream, no ack) [default: bus.mode of
+    /// --config, else jetstream].
+    #[arg(long, global = true, value_enum)]
+    pub bus_mode: Option<BusMode>,
     /// YAML configuration file (sink, bus, per-topic retries, reconciler, retention).
     #[arg(long, global = true, env = "DLQ_CONFIG")]
     pub config: Option<PathBuf>,
@@ -71,6 +75,12 @@ pub enum Format {
     Table,
     /// One JSON document.
     Json,
+    /// One JSON document per line (list, export; others print one line).
+    Jsonl,
+    /// Comma-separated values with a header row (list, export).
+    Csv,
+    /// The reference-000 directory layout (export only).
+    Dir,
 }
 
 /// The subcommands.
@@ -88,6 +98,25 @@ pub enum Command {
     Consume(consume::ConsumeArgs),
     /// Compare this data directory's items with those rebuilt from the stream (exit 5 on any difference).
     Verify(consume::VerifyArgs),
+    /// List items, newest failure first, filtered and paged.
+    List(list::ListArgs),
+    /// Show one whole item: data, every failure, stack traces, log locations, worktree.
+    Inspect(list::InspectArgs),
+    /// Totals, by error type, failure counts, eligibility, oldest/newest, unpublished backlog.
+    Stats(report::StatsArgs),
+    /// Failure patterns by signature, error types and failures per hour.
+    Analyze(report::AnalyzeArgs),
+    /// Write the items to a file (json, jsonl, csv) or a directory (dir, reference-000 layout).
+    Export(export::ExportArgs),
+    /// Dead-letter the items of a reference-000 directory (or a dlq export file).
+    Import(export::ImportArgs),
+    /// Remove every item of a job (asks first; --yes without a terminal).
+    Clear(admin::ClearArgs),
+    /// Remove items first failed more than N days ago (asks first; --yes without a terminal).
+    Purge(admin::PurgeArgs),
+    /// Fill the data directory with synthetic items (benchmarks).
+    #[command(hide = true)]
+    Generate(generate::GenerateArgs),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -99,6 +128,15 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Rebuild => status::rebuild(&cli).await,
         Command::Consume(args) => consume::consume(&cli, args).await,
         Command::Verify(args) => consume::verify(&cli, args).await,
+        Command::List(args) => list::run_list(&cli, args).await,
+        Command::Inspect(args) => list::run_inspect(&cli, args).await,
+        Command::Stats(args) => report::run_stats(&cli, args).await,
+        Command::Analyze(args) => report::run_analyze(&cli, args).await,
+        Command::Export(args) => export::run_export(&cli, args).await,
+        Command::Import(args) => export::run_import(&cli, args).await,
+        Command::Clear(args) => admin::run_clear(&cli, args).await,
+        Command::Purge(args) => admin::run_purge(&cli, args).await,
+        Command::Generate(args) => generate::run(&cli, args).await,
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -130,6 +168,9 @@ pub enum CliError {
     /// Reading the stream failed.
     #[error("{0}")]
     Consumer(String),
+    /// An operator query failed (not found, ambiguous, bad argument, bad input file).
+    #[error(transparent)]
+    Query(#[from] crate::query::QueryError),
     /// Writing output failed.
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
@@ -140,6 +181,8 @@ impl CliError {
         match self {
             CliError::Usage(_) | CliError::Config(_) => EXIT_USAGE,
             CliError::Sink(crate::sink::SinkError::NotFound { .. }) => EXIT_NOT_FOUND,
+            CliError::Query(err) if err.is_not_found() => EXIT_NOT_FOUND,
+            CliError::Query(err) if err.is_usage() => EXIT_USAGE,
             _ => EXIT_ERROR,
         }
     }

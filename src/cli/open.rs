@@ -1,10 +1,12 @@
 //! Opening the sink, the bus and the emitter from the command line's options.
 
+use std::time::Duration;
+
 use super::{Cli, CliError};
 use crate::bus::{BusConfig, NatsBus};
 use crate::config::Config;
 use crate::emitter::{Emitter, EmitterBuilder};
-use crate::sink::SledSink;
+use crate::sink::{Sink, SledSink};
 
 /// The emitter type the CLI uses.
 pub type CliEmitter = Emitter<SledSink, NatsBus>;
@@ -22,9 +24,16 @@ pub fn config(cli: &Cli) -> Result<Config, CliError> {
         config.metrics_addr = cli.metrics_addr;
     }
     let bus: &mut BusConfig = &mut config.bus.0;
-    bus.url = cli.nats_url.clone();
-    bus.subject = cli.topic.clone();
-    bus.mode = cli.bus_mode;
+    // Flags and their environment variables override the file; the defaults live in BusConfig.
+    if let Some(url) = &cli.nats_url {
+        bus.url = url.clone();
+    }
+    if let Some(subject) = &cli.topic {
+        bus.subject = subject.clone();
+    }
+    if let Some(mode) = cli.bus_mode {
+        bus.mode = mode;
+    }
     Ok(config)
 }
 
@@ -40,12 +49,43 @@ pub async fn emitter(cli: &Cli) -> Result<CliEmitter, CliError> {
         crate::metrics::serve_prometheus(addr)?;
     }
     let sink = sink(cli, &config)?;
-    let bus = NatsBus::connect(config.bus.0.clone()).await?;
+    emitter_with_sink(&config, sink, true).await
+}
+
+/// Builds an emitter (bus, reconciler) around an already opened sink. Operator commands pass
+/// `retention: false`, so that they change only what they were asked to.
+pub async fn emitter_with_sink(
+    config: &Config,
+    sink: SledSink,
+    retention: bool,
+) -> Result<CliEmitter, CliError> {
+    let bus = match NatsBus::connect(config.bus.0.clone()).await {
+        Ok(bus) => bus,
+        Err(err) => {
+            sink.close().await?;
+            return Err(err.into());
+        }
+    };
     Ok(EmitterBuilder::new(sink, bus)
         .policies(config.topics.clone())
         .publish_timeout(config.bus.0.publish_timeout)
         .store_timeout(config.sink.store_timeout)
         .reconciler(Some(config.reconciler))
-        .retention(Some(config.retention))
+        .retention(retention.then_some(config.retention))
         .build())
+}
+
+/// Waits until the backlog is empty or `timeout` passes; true if it emptied.
+pub async fn wait_for_drain(emitter: &CliEmitter, timeout: Duration) -> Result<bool, CliError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if emitter.sink().backlog()?.count == 0 {
+            return Ok(true);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        emitter.wake_reconciler();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::json;
 
-use super::demo::wait_for_drain;
+use super::open::wait_for_drain;
 use super::{open, Cli, CliError, Format, EXIT_INCOMPLETE, EXIT_OK};
 use crate::sink::Sink;
 
@@ -36,7 +36,7 @@ pub async fn status(cli: &Cli) -> Result<u8, CliError> {
     });
     sink.close().await?;
     match cli.format {
-        Format::Json => println!("{report}"),
+        Format::Json | Format::Jsonl | Format::Csv | Format::Dir => println!("{report}"),
         Format::Table => {
             println!("node:        {}", report["node_id"].as_str().unwrap_or(""));
             println!("data dir:    {}", cli.data_dir.display());
@@ -60,7 +60,7 @@ pub async fn reconcile(cli: &Cli, args: &ReconcileArgs) -> Result<u8, CliError> 
     let report =
         json!({ "unpublished_before": before, "unpublished_after": after, "drained": drained });
     match cli.format {
-        Format::Json => println!("{report}"),
+        Format::Json | Format::Jsonl | Format::Csv | Format::Dir => println!("{report}"),
         Format::Table => println!(
             "published {} events; {after} still unpublished",
             before.saturating_sub(after)
@@ -76,7 +76,9 @@ pub async fn rebuild(cli: &Cli) -> Result<u8, CliError> {
     let replayed = sink.rebuild_projection().await?;
     sink.close().await?;
     match cli.format {
-        Format::Json => println!("{}", json!({ "events_replayed": replayed })),
+        Format::Json | Format::Jsonl | Format::Csv | Format::Dir => {
+            println!("{}", json!({ "events_replayed": replayed }))
+        }
         Format::Table => println!("projection rebuilt from {replayed} events"),
     }
     Ok(EXIT_OK)

@@ -66,7 +66,7 @@ pub async fn run_durable(
     };
     let client = async_nats::ConnectOptions::new()
         .connection_timeout(Duration::from_secs(5))
-        .connect(config.url.as_str())
+        .connect(crate::bus::server_list(&config.url))
         .await
         .map_err(|err| ReadError::Connect {
             url: config.url.clone(),

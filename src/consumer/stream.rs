@@ -66,7 +66,7 @@ pub async fn read_from_start(
     };
     let client = async_nats::ConnectOptions::new()
         .connection_timeout(Duration::from_secs(5))
-        .connect(url)
+        .connect(crate::bus::server_list(url))
         .await
         .map_err(|err| ReadError::Connect {
             url: url.to_owned(),

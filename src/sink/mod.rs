@@ -40,6 +40,7 @@
 pub mod faults;
 pub mod keys;
 mod reads;
+mod scan;
 pub mod seq_floor;
 mod sled_sink;
 mod staged;

@@ -1,0 +1,156 @@
+//! Operator-query benchmark: the `dlq` binary on a large sink.
+//!
+//! `cargo bench --bench operator_queries -- [--quick] [--items N] [--dir DIR]`
+//!
+//! Builds a data set with the hidden `dlq generate` (1,000,000 items by default, 100,000 with
+//! `--quick`, 2,000 as a smoke run under `cargo test --all-targets`), then times each command as
+//! a whole process (open the sink, answer, close) and records its peak resident memory (VmHWM,
+//! polled from /proc). With `--dir`, an existing data set there is reused (no generation).
+//! Targets (reported, never asserted): list, inspect and stats under 100 ms; the peak memory of
+//! a CSV export independent of the DLQ size (compare runs of two sizes).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_dlq");
+
+/// Wall time and peak RSS of one run of `dlq --data-dir DIR --format json ARGS`.
+fn measure(dir: &Path, args: &[&str]) -> (Duration, u64, bool) {
+    let started = Instant::now();
+    let mut child = Command::new(BIN)
+        .arg("--data-dir")
+        .arg(dir)
+        .args(["--nats-url", "nats://127.0.0.1:1", "--format", "json"])
+        .args(args)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn dlq");
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak_kb = 0u64;
+    let status = loop {
+        if let Ok(text) = std::fs::read_to_string(&status_file) {
+            let hwm = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok());
+            peak_kb = peak_kb.max(hwm.unwrap_or(0));
+        }
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    (started.elapsed(), peak_kb, status.success())
+}
+
+fn main() {
+    let (mut quick, mut benching, mut items, mut dir) = (false, false, None, None::<PathBuf>);
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--quick" => quick = true,
+            "--bench" => benching = true,
+            "--items" => items = Some(args.next().expect("--items N").parse::<u64>().unwrap()),
+            "--dir" => dir = Some(args.next().expect("--dir DIR").into()),
+            other => eprintln!("ignoring unknown argument {other:?}"),
+        }
+    }
+    let items = items.unwrap_or(match (benching, quick) {
+        (false, _) => 2_000,
+        (true, true) => 100_000,
+        (true, false) => 1_000_000,
+    });
+    let base = option_env!("CARGO_TARGET_TMPDIR").map_or_else(std::env::temp_dir, PathBuf::from);
+    std::fs::create_dir_all(&base).unwrap();
+    let tmp = tempfile::tempdir_in(&base).unwrap();
+    let reuse = dir.as_ref().is_some_and(|d| d.join("db").exists());
+    let data = dir.unwrap_or_else(|| tmp.path().join("data"));
+    let export = tmp.path().join("export.csv");
+    let jobs = items.div_ceil(10_000).max(100).to_string();
+
+    println!("# dlq operator_queries benchmark\n");
+    if reuse {
+        println!("- reusing the data set in `{}`", data.display());
+    } else {
+        let n = items.to_string();
+        let (took, _, ok) = measure(&data, &["generate", "--items", &n, "--jobs", &jobs]);
+        assert!(ok, "generate failed");
+        let rate = items as f64 / took.as_secs_f64();
+        println!(
+            "- generated {items} items over {jobs} jobs in {:.1} s ({rate:.0} items/s)",
+            took.as_secs_f64()
+        );
+    }
+    let size: u64 = std::fs::read_dir(&data)
+        .unwrap()
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    println!(
+        "- data directory: `{}`, {:.0} MiB\n",
+        data.display(),
+        size as f64 / 1048576.0
+    );
+    let export_path = export.to_str().unwrap().to_owned();
+    let cases: [(&str, Vec<&str>, &str); 8] = [
+        ("list --limit 50", vec!["list", "--limit", "50"], "< 100 ms"),
+        (
+            "list, filtered (Timeout, eligible)",
+            vec![
+                "list",
+                "--limit",
+                "50",
+                "--error-type",
+                "Timeout",
+                "--eligible",
+            ],
+            "< 100 ms",
+        ),
+        (
+            "list --job-id (one job)",
+            vec!["list", "--limit", "50", "--job-id", "bench-7"],
+            "< 100 ms",
+        ),
+        (
+            "inspect --job-id",
+            vec!["inspect", "item-5", "--job-id", "bench-3"],
+            "< 100 ms",
+        ),
+        ("stats", vec!["stats"], "< 100 ms"),
+        ("analyze", vec!["analyze"], ""),
+        (
+            "export csv (all)",
+            vec!["export", &export_path],
+            "memory flat",
+        ),
+        ("status (sink open + count)", vec!["status"], ""),
+    ];
+    println!("| command | median wall | peak RSS | target |");
+    println!("| --- | ---: | ---: | --- |");
+    let runs = if benching { 3 } else { 1 };
+    for (name, args, target) in cases {
+        let mut times = Vec::new();
+        let mut peak = 0;
+        for _ in 0..runs {
+            let (took, kb, ok) = measure(&data, &args);
+            assert!(ok, "{name} failed");
+            times.push(took);
+            peak = peak.max(kb);
+        }
+        times.sort();
+        let median = times[times.len() / 2].as_secs_f64() * 1000.0;
+        let met = match target {
+            "< 100 ms" if median < 100.0 => "< 100 ms: met",
+            "< 100 ms" => "< 100 ms: **not met**",
+            other => other,
+        };
+        println!(
+            "| {name} | {median:.0} ms | {:.0} MiB | {met} |",
+            peak as f64 / 1024.0
+        );
+    }
+}

@@ -1,0 +1,328 @@
+//! `dlq list` and `dlq inspect`: read-only views of the items (they open only the sink).
+
+use std::io::{BufWriter, Write};
+
+use chrono::Utc;
+use clap::Args;
+
+use super::table::{cut, write_table};
+use super::{open, Cli, CliError, Format, EXIT_OK};
+use crate::model::DeadLetteredItem;
+use crate::query::export::{csv_record, CSV_COLUMNS};
+use crate::query::list::{list, page_items, Cursor, ItemSummary, ListRequest, Page};
+use crate::query::{parse_error_type, parse_time, Filter, QueryError};
+use crate::signature::remediation;
+use crate::sink::{Sink, SledSink};
+
+/// Options of `dlq list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only items of this job.
+    #[arg(long)]
+    pub job_id: Option<String>,
+    /// Only items that may be retried automatically (`reprocess_eligible`).
+    #[arg(long)]
+    pub eligible: bool,
+    /// Only items whose most recent failure has this error type (e.g. Timeout, CommandFailed).
+    #[arg(long)]
+    pub error_type: Option<String>,
+    /// Only items with this error signature (16 hex characters, see `dlq analyze`).
+    #[arg(long)]
+    pub signature: Option<String>,
+    /// Only items that last failed at or after this time (RFC 3339, a date, or a duration ago: 2h).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Only items that last failed before this time (same forms as --since).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Items per page.
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    /// Items to skip before the page (offset + limit at most 100000; page further with --after).
+    #[arg(long, default_value_t = 0, conflicts_with = "after")]
+    pub offset: usize,
+    /// Start after this cursor (the next_cursor of the previous page).
+    #[arg(long)]
+    pub after: Option<String>,
+}
+
+impl ListArgs {
+    fn request(&self) -> Result<ListRequest, QueryError> {
+        let now = Utc::now();
+        let time = |text: &Option<String>| text.as_deref().map(|t| parse_time(t, now)).transpose();
+        Ok(ListRequest {
+            filter: Filter {
+                job_id: self.job_id.clone(),
+                eligible_only: self.eligible,
+                error_type: self
+                    .error_type
+                    .as_deref()
+                    .map(parse_error_type)
+                    .transpose()?,
+                signature: self.signature.clone(),
+                since: time(&self.since)?,
+                until: time(&self.until)?,
+            },
+            limit: self.limit,
+            offset: self.offset,
+            after: self.after.as_deref().map(Cursor::decode).transpose()?,
+        })
+    }
+}
+
+/// Options of `dlq inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The item's id.
+    pub item_id: String,
+    /// The item's job (needed when the id exists in several jobs).
+    #[arg(long)]
+    pub job_id: Option<String>,
+}
+
+/// Opens the sink read-only, runs `f`, and closes the sink whatever `f` returned.
+pub async fn with_sink<T>(
+    cli: &Cli,
+    f: impl FnOnce(&SledSink) -> Result<T, CliError>,
+) -> Result<T, CliError> {
+    let config = open::config(cli)?;
+    let sink = open::sink(cli, &config)?;
+    let result = f(&sink);
+    sink.close().await?;
+    result
+}
+
+/// Prints one page of items.
+pub async fn run_list(cli: &Cli, args: &ListArgs) -> Result<u8, CliError> {
+    let request = args.request()?;
+    if cli.format == Format::Dir {
+        return Err(CliError::Usage("list prints table, json, jsonl or csv; use `dlq export --format dir` for the directory layout".into()));
+    }
+    with_sink(cli, |sink| {
+        let page = list(sink, &request)?;
+        let items = page_items(sink, &page, &request.filter);
+        let mut out = BufWriter::new(std::io::stdout().lock());
+        print_page(&mut out, cli.format, &page, items)?;
+        out.flush()?;
+        Ok(EXIT_OK)
+    })
+    .await
+}
+
+fn print_page(
+    out: &mut impl Write,
+    format: Format,
+    page: &Page,
+    items: impl Iterator<Item = Result<DeadLetteredItem, QueryError>>,
+) -> Result<(), CliError> {
+    let next = page.next_cursor.as_ref().map(Cursor::encode);
+    match format {
+        Format::Json => {
+            let head = serde_json::json!({ "matched": page.matched, "next_cursor": next });
+            let head = head.to_string();
+            write!(out, "{},\"items\":[", head.trim_end_matches('}'))?;
+            for (n, item) in items.enumerate() {
+                if n > 0 {
+                    out.write_all(b",")?;
+                }
+                serde_json::to_writer(&mut *out, &ItemSummary::of(item?))
+                    .map_err(std::io::Error::from)?;
+            }
+            writeln!(out, "]}}")?;
+        }
+        Format::Jsonl => {
+            for item in items {
+                serde_json::to_writer(&mut *out, &ItemSummary::of(item?))
+                    .map_err(std::io::Error::from)?;
+                writeln!(out)?;
+            }
+        }
+        Format::Csv => {
+            let mut csv = csv::Writer::from_writer(out);
+            csv.write_record(CSV_COLUMNS)
+                .map_err(std::io::Error::from)?;
+            for item in items {
+                csv.write_record(csv_record(item?))
+                    .map_err(std::io::Error::from)?;
+            }
+            csv.flush()?;
+        }
+        Format::Table | Format::Dir => {
+            let mut rows = Vec::new();
+            for item in items {
+                let s = ItemSummary::of(item?);
+                rows.push(vec![
+                    s.last_attempt.format("%Y-%m-%d %H:%M:%S").to_string(),
+                    s.job_id,
+                    s.item_id,
+                    s.error_type.to_owned(),
+                    s.failure_count.to_string(),
+                    yes_no(s.reprocess_eligible).to_owned(),
+                    yes_no(s.manual_review_required).to_owned(),
+                    s.error_signature,
+                    cut(&s.last_error, 50),
+                ]);
+            }
+            let headers = [
+                "LAST FAILED (UTC)",
+                "JOB",
+                "ITEM",
+                "TYPE",
+                "FAILS",
+                "ELIGIBLE",
+                "REVIEW",
+                "SIGNATURE",
+                "LAST ERROR",
+            ];
+            write_table(out, &headers, &rows)?;
+            writeln!(out, "{} shown, {} matching", rows.len(), page.matched)?;
+            if let Some(next) = next {
+                writeln!(out, "next page: dlq list ... --after {next}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn yes_no(flag: bool) -> &'static str {
+    if flag {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// Finds the item (in the named job, or in the only job holding it) or says why not.
+pub fn find_item(
+    sink: &SledSink,
+    item_id: &str,
+    job_id: Option<&str>,
+) -> Result<DeadLetteredItem, QueryError> {
+    let job = match job_id {
+        Some(job) => job.to_owned(),
+        None => {
+            let mut jobs = sink.jobs_with_item(item_id)?;
+            match jobs.len() {
+                0 => None,
+                1 => jobs.pop(),
+                _ => {
+                    return Err(QueryError::Ambiguous {
+                        item_id: item_id.to_owned(),
+                        jobs,
+                    })
+                }
+            }
+            .ok_or_else(|| QueryError::ItemNotFound {
+                item_id: item_id.to_owned(),
+                job_id: None,
+            })?
+        }
+    };
+    sink.item(&job, item_id)?
+        .map(|stored| stored.item)
+        .ok_or_else(|| QueryError::ItemNotFound {
+            item_id: item_id.to_owned(),
+            job_id: Some(job),
+        })
+}
+
+/// Prints one whole item.
+pub async fn run_inspect(cli: &Cli, args: &InspectArgs) -> Result<u8, CliError> {
+    if matches!(cli.format, Format::Csv | Format::Dir) {
+        return Err(CliError::Usage(
+            "inspect prints table, json or jsonl".into(),
+        ));
+    }
+    let item = with_sink(cli, |sink| {
+        Ok(find_item(sink, &args.item_id, args.job_id.as_deref())?)
+    })
+    .await?;
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    match cli.format {
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut out, &item).map_err(std::io::Error::from)?;
+            writeln!(out)?;
+        }
+        Format::Jsonl => {
+            serde_json::to_writer(&mut out, &item).map_err(std::io::Error::from)?;
+            writeln!(out)?;
+        }
+        _ => print_item(&mut out, &item)?,
+    }
+    out.flush()?;
+    Ok(EXIT_OK)
+}
+
+fn print_item(out: &mut impl Write, item: &DeadLetteredItem) -> std::io::Result<()> {
+    let kind = crate::query::error_type(item);
+    writeln!(out, "item        {} (job {})", item.item_id, item.job_id)?;
+    writeln!(
+        out,
+        "failures    {} (first {}, last {})",
+        item.failure_count, item.first_attempt, item.last_attempt
+    )?;
+    writeln!(
+        out,
+        "signature   {}  {}",
+        item.error_signature, item.error_pattern
+    )?;
+    writeln!(
+        out,
+        "eligible    {}   manual review: {}",
+        yes_no(item.reprocess_eligible),
+        yes_no(item.manual_review_required)
+    )?;
+    if let Some(kind) = kind {
+        writeln!(
+            out,
+            "remediation {}",
+            remediation(kind, &item.error_pattern)
+        )?;
+    }
+    let data = serde_json::to_string_pretty(&item.item_data).unwrap_or_default();
+    writeln!(out, "data")?;
+    for line in data.lines() {
+        writeln!(out, "  {line}")?;
+    }
+    if let Some(w) = &item.worktree_artifacts {
+        writeln!(
+            out,
+            "worktree    {} (branch {})",
+            w.worktree_path, w.branch_name
+        )?;
+        if let Some(changes) = &w.uncommitted_changes {
+            writeln!(out, "  uncommitted changes: {changes}")?;
+        }
+        if let Some(logs) = &w.error_logs {
+            writeln!(out, "  error logs:")?;
+            for line in logs.lines() {
+                writeln!(out, "    {line}")?;
+            }
+        }
+    }
+    writeln!(out, "history")?;
+    for f in &item.failure_history {
+        let kind = match &f.error_type {
+            crate::model::ErrorType::CommandFailed { exit_code } => {
+                format!("CommandFailed (exit {exit_code})")
+            }
+            other => other.name().to_owned(),
+        };
+        writeln!(
+            out,
+            "  #{} {}  {kind}  agent {}  step '{}'  {} ms",
+            f.attempt_number, f.timestamp, f.agent_id, f.step_failed, f.duration_ms
+        )?;
+        writeln!(out, "     message: {}", f.error_message)?;
+        if let Some(log) = &f.json_log_location {
+            writeln!(out, "     json log: {log}")?;
+        }
+        if let Some(trace) = &f.stack_trace {
+            writeln!(out, "     stack trace:")?;
+            for line in trace.lines() {
+                writeln!(out, "       {line}")?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,139 @@
+//! `dlq stats`: totals, by error type, average failure count, eligibility, oldest and newest
+//! item, and the unpublished backlog. One streaming pass; memory bounded by the number of jobs
+//! and error types.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::{error_type_name, ItemRef, QueryError};
+use crate::model::DeadLetteredItem;
+use crate::sink::{Sink, SledSink};
+
+/// An item and one of its times.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ItemAt {
+    /// The item.
+    #[serde(flatten)]
+    pub item: ItemRef,
+    /// The time (first failure for the oldest, last failure for the newest).
+    pub at: DateTime<Utc>,
+}
+
+/// The statistics of the items of one job, or of all.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Stats {
+    /// The job, when restricted to one.
+    pub job_id: Option<String>,
+    /// Items in the queue.
+    pub total_items: u64,
+    /// Items per job.
+    pub jobs: BTreeMap<String, u64>,
+    /// Items by the error type of their most recent failure.
+    pub by_error_type: BTreeMap<String, u64>,
+    /// Failed attempts over all items (sum of `failure_count`).
+    pub total_failures: u64,
+    /// `total_failures / total_items` (0 when empty).
+    pub average_failure_count: f64,
+    /// Items that may be retried automatically.
+    pub reprocess_eligible: u64,
+    /// Items that need a person first.
+    pub manual_review_required: u64,
+    /// The item that first failed longest ago (`at` = its `first_attempt`).
+    pub oldest: Option<ItemAt>,
+    /// The item that failed most recently (`at` = its `last_attempt`).
+    pub newest: Option<ItemAt>,
+    /// Events of the whole data directory not yet acknowledged by the bus.
+    pub unpublished: u64,
+    /// When the oldest unpublished event was written.
+    pub oldest_unpublished: Option<DateTime<Utc>>,
+}
+
+/// Folds items into [`Stats`]; pure.
+#[derive(Debug, Default)]
+pub struct StatsAccumulator {
+    total_items: u64,
+    jobs: BTreeMap<String, u64>,
+    by_error_type: BTreeMap<String, u64>,
+    total_failures: u64,
+    reprocess_eligible: u64,
+    manual_review_required: u64,
+    oldest: Option<ItemAt>,
+    newest: Option<ItemAt>,
+}
+
+impl StatsAccumulator {
+    /// Counts one item.
+    pub fn add(&mut self, item: &DeadLetteredItem) {
+        self.total_items += 1;
+        *self.jobs.entry(item.job_id.clone()).or_default() += 1;
+        *self
+            .by_error_type
+            .entry(error_type_name(item).to_owned())
+            .or_default() += 1;
+        self.total_failures += u64::from(item.failure_count);
+        self.reprocess_eligible += u64::from(item.reprocess_eligible);
+        self.manual_review_required += u64::from(item.manual_review_required);
+        if self
+            .oldest
+            .as_ref()
+            .is_none_or(|o| item.first_attempt < o.at)
+        {
+            self.oldest = Some(ItemAt {
+                item: ItemRef::of(item),
+                at: item.first_attempt,
+            });
+        }
+        if self
+            .newest
+            .as_ref()
+            .is_none_or(|n| item.last_attempt > n.at)
+        {
+            self.newest = Some(ItemAt {
+                item: ItemRef::of(item),
+                at: item.last_attempt,
+            });
+        }
+    }
+
+    /// The statistics so far, without backlog figures.
+    pub fn finish(self, job_id: Option<String>) -> Stats {
+        let average = if self.total_items == 0 {
+            0.0
+        } else {
+            self.total_failures as f64 / self.total_items as f64
+        };
+        Stats {
+            job_id,
+            total_items: self.total_items,
+            jobs: self.jobs,
+            by_error_type: self.by_error_type,
+            total_failures: self.total_failures,
+            average_failure_count: (average * 100.0).round() / 100.0,
+            reprocess_eligible: self.reprocess_eligible,
+            manual_review_required: self.manual_review_required,
+            oldest: self.oldest,
+            newest: self.newest,
+            unpublished: 0,
+            oldest_unpublished: None,
+        }
+    }
+}
+
+/// The statistics of the sink's items (of `job_id` only, when given). A named job without items
+/// is [`QueryError::JobNotFound`].
+pub fn stats(sink: &SledSink, job_id: Option<&str>) -> Result<Stats, QueryError> {
+    let mut acc = StatsAccumulator::default();
+    for stored in sink.scan_items(job_id) {
+        acc.add(&stored?.item);
+    }
+    if let Some(job) = job_id.filter(|_| acc.total_items == 0) {
+        return Err(QueryError::JobNotFound(job.to_owned()));
+    }
+    let backlog = sink.backlog()?;
+    let mut stats = acc.finish(job_id.map(str::to_owned));
+    stats.unpublished = backlog.count;
+    stats.oldest_unpublished = backlog.oldest;
+    Ok(stats)
+}
