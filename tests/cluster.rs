@@ -556,6 +556,11 @@ fn deployment_files_are_valid_and_cover_every_exported_metric() {
     let config = dlq::config::Config::load(&root.join("dlq.cluster.yml"))
         .unwrap_or_else(|err| panic!("deploy/dlq.cluster.yml: {err}"));
     assert_eq!(config.bus.0.replicas, 3);
+    assert_eq!(
+        dlq::bus::server_list(&config.bus.0.url).len(),
+        3,
+        "all three seeds"
+    );
 
     let exported: BTreeSet<String> = [
         dlq::metrics::EMIT_FAILURES,
