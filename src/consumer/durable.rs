@@ -104,7 +104,7 @@ pub async fn run_durable(
         }
         let mut batch = reader
             .fetch()
-            .max_messages(1000)
+            .max_messages(5000)
             .expires(Duration::from_secs(1))
             .messages()
             .await

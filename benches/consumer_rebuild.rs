@@ -1,0 +1,144 @@
+//! How fast a consumer rebuilds the dead-letter state from the stream alone.
+//!
+//! `cargo bench --bench consumer_rebuild -- [--events N]` (default 100,000): fills a sink with N
+//! dead-letter events (1 KiB `item_data`, 100 jobs), lets the real reconciler publish them into a
+//! private nats-server, then times (1) an in-memory rebuild from the start of the stream
+//! (`dlq::consumer::read_from_start`, what `dlq consume` and `dlq verify` do) and (2) a durable
+//! consumer's first catch-up into its own sled store. Without `--bench` (under `cargo test`) it
+//! runs with 500 events as a smoke test. Figures are reported, never asserted.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use common::NatsServer;
+use dlq::bus::{Bus, BusConfig, NatsBus};
+use dlq::consumer::{read_from_start, run_durable, ConsumerStore, DurableConfig};
+use dlq::decide::Command;
+use dlq::emitter::EmitterBuilder;
+use dlq::failure::dead_lettered_item;
+use dlq::model::{ErrorType, FailureDetail};
+use dlq::sink::{Sink, SinkConfig, SledSink};
+use tokio_util::sync::CancellationToken;
+
+async fn fill(sink: &SledSink, events: usize) {
+    let blob = "x".repeat(1024);
+    let tasks: Vec<_> = (0..64)
+        .map(|task| {
+            let (sink, blob) = (sink.clone(), blob.clone());
+            tokio::spawn(async move {
+                for n in (task..events).step_by(64) {
+                    let failure = FailureDetail {
+                        attempt_number: 1,
+                        timestamp: Utc::now(),
+                        error_type: ErrorType::CommandFailed { exit_code: 1 },
+                        error_message: format!("step {n} failed"),
+                        stack_trace: None,
+                        agent_id: "a".into(),
+                        step_failed: "shell: make".into(),
+                        duration_ms: 1,
+                        json_log_location: None,
+                    };
+                    let data = serde_json::json!({ "blob": blob });
+                    let job = format!("job-{}", n % 100);
+                    let item =
+                        dead_lettered_item(&job, &format!("i{n}"), data, vec![failure], None)
+                            .unwrap();
+                    let topic = "bench".to_owned();
+                    let command = Command::DeadLetter {
+                        topic,
+                        item: Box::new(item),
+                    };
+                    sink.append(command).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let (mut benching, mut events) = (false, 100_000usize);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--bench" => benching = true,
+            "--events" => {
+                events = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .expect("--events N")
+            }
+            _ => {}
+        }
+    }
+    if !benching {
+        events = 500;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let work = tempfile::tempdir().unwrap();
+        let server = NatsServer::start();
+        let sink = SledSink::open(SinkConfig {
+            capacity_per_job: 10_000_000,
+            ..SinkConfig::new(work.path().join("data"))
+        })
+        .unwrap();
+        fill(&sink, events).await;
+        let bus = NatsBus::connect(BusConfig {
+            url: server.url(),
+            ..BusConfig::default()
+        })
+        .await
+        .unwrap();
+        let emitter = EmitterBuilder::new(sink, bus).build();
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while emitter.sink().backlog().unwrap().count > 0 && Instant::now() < deadline {
+            assert!(emitter.bus().is_healthy() || Instant::now() < deadline);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        emitter.shutdown().await.unwrap();
+
+        let started = Instant::now();
+        let read = read_from_start(&server.url(), "DLQ", None).await.unwrap();
+        let in_memory = started.elapsed().as_secs_f64();
+        assert_eq!(read.fold.stats.applied as usize, events);
+
+        let store = ConsumerStore::open(&work.path().join("consumer")).unwrap();
+        let config = DurableConfig {
+            url: server.url(),
+            stream: "DLQ".into(),
+            name: "bench".into(),
+            from_start: true,
+            follow: false,
+        };
+        let started = Instant::now();
+        let run = run_durable(&config, &store, CancellationToken::new())
+            .await
+            .unwrap();
+        let durable = started.elapsed().as_secs_f64();
+        assert_eq!(run.applied_this_run as usize, events);
+
+        println!(
+            "| rebuild from the stream ({events} events, ~1.3 KB each) | events/s | seconds |"
+        );
+        println!("|---|---:|---:|");
+        println!(
+            "| in memory (`dlq consume`, `dlq verify`) | {:.0} | {in_memory:.2} |",
+            events as f64 / in_memory
+        );
+        println!(
+            "| durable consumer into its own sled store, first catch-up | {:.0} | {durable:.2} |",
+            events as f64 / durable
+        );
+        println!("\ntarget: >= 100,000 events/s (issue 5); reported, not asserted");
+    });
+}
