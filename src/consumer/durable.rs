@@ -10,14 +10,12 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer};
-use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::fold::Fold;
 use super::store::{ConsumerStore, StoreError};
-use super::stream::ReadError;
-use crate::event::Event;
+use super::stream::{fetch_into, ReadError};
 
 /// Consumer-side metric: stream last sequence minus the consumer's checkpoint.
 pub const LAG: &str = "dlq_consumer_lag";
@@ -102,28 +100,16 @@ pub async fn run_durable(
         if shutdown.is_cancelled() {
             break;
         }
-        let mut batch = reader
-            .fetch()
-            .max_messages(5000)
-            .expires(Duration::from_secs(1))
-            .messages()
-            .await
-            .map_err(|e| stream_error(e.to_string()))?;
-        let mut reached = checkpoint;
         let (applied, duplicates) = (fold.stats.applied, fold.stats.duplicates);
-        while let Some(message) = batch.next().await {
-            let message = message.map_err(|e| stream_error(e.to_string()))?;
-            if let Ok(info) = message.info() {
-                reached = reached.max(info.stream_sequence);
-            }
-            messages += 1;
-            match Event::from_json(&message.payload) {
-                Ok(event) => {
-                    fold.offer(event);
-                }
-                Err(err) => warn!(error = %err, "skipping a message that is not a dlq event"),
-            }
+        let batch = fetch_into(&reader, &mut fold, None, &stream_error).await?;
+        messages += batch.messages;
+        if batch.malformed > 0 {
+            warn!(
+                skipped = batch.malformed,
+                "skipped messages that are not dlq events"
+            );
         }
+        let reached = batch.reached.max(checkpoint);
         if reached > checkpoint {
             store.save(&mut fold, reached)?;
             checkpoint = reached;

@@ -102,28 +102,11 @@ pub async fn read_from_start(
     let mut at = 0;
     let mut idle_rounds = 0;
     while at < last {
-        let mut batch = reader
-            .fetch()
-            .max_messages(5000)
-            .expires(Duration::from_secs(1))
-            .messages()
-            .await
-            .map_err(|e| stream_error(e.to_string()))?;
         let before = at;
-        while let Some(message) = batch.next().await {
-            let message = message.map_err(|e| stream_error(e.to_string()))?;
-            if let Ok(info) = message.info() {
-                at = at.max(info.stream_sequence);
-            }
-            read.messages += 1;
-            match Event::from_json(&message.payload) {
-                Ok(event) if node.is_none_or(|n| n == event.node_id) => {
-                    read.fold.offer(event);
-                }
-                Ok(_) => {}
-                Err(_) => read.malformed += 1,
-            }
-        }
+        let batch = fetch_into(&reader, &mut read.fold, node, &stream_error).await?;
+        at = at.max(batch.reached);
+        read.messages += batch.messages;
+        read.malformed += batch.malformed;
         idle_rounds = if at == before { idle_rounds + 1 } else { 0 };
         if idle_rounds >= 10 {
             return Err(ReadError::Stalled {
@@ -134,4 +117,48 @@ pub async fn read_from_start(
         }
     }
     Ok(read)
+}
+
+/// What one fetched batch held.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Batch {
+    /// The highest stream sequence in the batch (0 when empty).
+    pub(crate) reached: u64,
+    /// Messages in the batch.
+    pub(crate) messages: u64,
+    /// Messages that were not events (skipped).
+    pub(crate) malformed: u64,
+}
+
+/// Fetches one batch (up to 5,000 messages, waiting at most a second) and offers every event
+/// in it (optionally only `node`'s) to `fold`.
+pub(crate) async fn fetch_into(
+    reader: &consumer::Consumer<consumer::pull::Config>,
+    fold: &mut Fold,
+    node: Option<&str>,
+    stream_error: &impl Fn(String) -> ReadError,
+) -> Result<Batch, ReadError> {
+    let mut messages = reader
+        .fetch()
+        .max_messages(5000)
+        .expires(Duration::from_secs(1))
+        .messages()
+        .await
+        .map_err(|e| stream_error(e.to_string()))?;
+    let mut batch = Batch::default();
+    while let Some(message) = messages.next().await {
+        let message = message.map_err(|e| stream_error(e.to_string()))?;
+        if let Ok(info) = message.info() {
+            batch.reached = batch.reached.max(info.stream_sequence);
+        }
+        batch.messages += 1;
+        match Event::from_json(&message.payload) {
+            Ok(event) if node.is_none_or(|n| n == event.node_id) => {
+                fold.offer(event);
+            }
+            Ok(_) => {}
+            Err(_) => batch.malformed += 1,
+        }
+    }
+    Ok(batch)
 }
