@@ -1,0 +1,172 @@
+//! The short chaos drills (issue 6), run in CI: each fault for 10 s through the real
+//! `dlq-chaos` binary, which starts its own nats-server, two emitter processes and a
+//! subscriber. Fails if our emitter loses anything it acknowledged or the subscriber sees a
+//! duplicate after dedup by id; for bus-kill the baseline (reference 003) runs too and its loss
+//! must be reported. The full drills (`--duration 5m`) are described in `chaos/README.md`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Longest a single drill may take before it is killed and the test fails.
+const DRILL_TIMEOUT: Duration = Duration::from_secs(150);
+
+/// A running drill; killed on drop (its guard then kills nats-server and the emitters stop
+/// when their stdin closes), so a failing test leaves no process behind.
+struct Drill(Child);
+
+impl Drop for Drill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `dlq-chaos drill --fault FAULT` with the short settings plus `extra`, returns
+/// result.json.
+fn drill(fault: &str, extra: &[&str]) -> Value {
+    let out = tempfile::Builder::new()
+        .prefix("dlq-chaos-test-")
+        .tempdir()
+        .unwrap();
+    let started = Instant::now();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlq-chaos"));
+    cmd.args([
+        "drill",
+        "--fault",
+        fault,
+        "--duration",
+        "10s",
+        "--rate",
+        "100",
+    ])
+    .args(["--emitters", "2", "--warmup", "3s", "--after", "5s"])
+    .args([
+        "--drain-timeout",
+        "60s",
+        "--dlq-bin",
+        env!("CARGO_BIN_EXE_dlq"),
+    ])
+    .arg("--out")
+    .arg(out.path())
+    .args(extra)
+    .stdin(Stdio::null())
+    .stdout(std::fs::File::create(out.path().join("stdout.txt")).unwrap())
+    .stderr(std::fs::File::create(out.path().join("stderr.txt")).unwrap());
+    let mut run = Drill(cmd.spawn().expect("run dlq-chaos"));
+    let status = loop {
+        if let Some(status) = run.0.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > DRILL_TIMEOUT {
+            panic!("dlq-chaos drill --fault {fault} still running after {DRILL_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stderr = std::fs::read_to_string(out.path().join("stderr.txt")).unwrap_or_default();
+    let report = std::fs::read_to_string(out.path().join("report.md")).unwrap_or_default();
+    eprintln!(
+        "drill {fault} {extra:?}: {status} in {:.1} s\n{report}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        status.success(),
+        "dlq-chaos drill --fault {fault} failed ({status})\n{stderr}\n{report}"
+    );
+    for file in ["result.json", "report.md", "chart.svg"] {
+        assert!(out.path().join(file).is_file(), "{file} was not written");
+    }
+    read_result(&out.path().join("result.json"))
+}
+
+fn read_result(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn n(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} is not a number in {v}"))
+}
+
+/// Our emitter: something was acknowledged, nothing of it lost, no duplicate after dedup,
+/// every sink drained, and `dlq verify` finds nothing missing.
+fn assert_ours_lossless(result: &Value) {
+    let ours = &result["ours"];
+    assert!(n(ours, "acknowledged") > 100, "too little load: {ours}");
+    assert_eq!(n(ours, "lost"), 0, "lost ids: {}", ours["lost_sample"]);
+    assert_eq!(n(ours, "acked_in_stream"), n(ours, "acknowledged"));
+    assert_eq!(n(ours, "subscriber_duplicates_after_dedup"), 0);
+    assert_eq!(n(ours, "stream_duplicates_after_dedup"), 0);
+    assert_eq!(n(ours, "final_unpublished"), 0, "backlog left");
+    assert!(ours["time_to_drain_s"].is_number(), "never drained");
+    for verify in ours["verify"].as_array().unwrap() {
+        assert_eq!(verify["exit"].as_i64().map(|_| ()), Some(()), "{verify}");
+        assert_eq!(n(verify, "missing"), 0, "dlq verify: {verify}");
+    }
+    assert_eq!(result["pass"], Value::Bool(true));
+}
+
+#[test]
+fn bus_kill_loses_nothing_and_the_baseline_loss_is_reported() {
+    let result = drill("bus-kill", &["--baseline-too"]);
+    assert_ours_lossless(&result);
+    assert!(
+        n(&result["ours"], "peak_backlog") > 0,
+        "the outage left no backlog"
+    );
+    let baseline = &result["baseline"];
+    assert_eq!(baseline["reconciler"], Value::Bool(false));
+    // The baseline's loss is reported as a number (with a 10 s outage it is far above zero).
+    let lost = n(baseline, "lost");
+    assert_eq!(
+        lost + n(baseline, "acked_in_stream"),
+        n(baseline, "acknowledged")
+    );
+    eprintln!("baseline lost {lost} of {}", n(baseline, "acknowledged"));
+}
+
+#[test]
+fn bus_freeze_loses_nothing() {
+    let result = drill("bus-freeze", &[]);
+    assert_ours_lossless(&result);
+    // Publishes hang during the freeze: the emit path takes its whole retry budget.
+    assert!(
+        result["ours"]["latency"]["during"]["p50_ms"]
+            .as_f64()
+            .unwrap()
+            > 1000.0
+    );
+}
+
+#[test]
+fn net_cut_blackhole_loses_nothing() {
+    let result = drill("net-cut", &["--mode", "blackhole"]);
+    assert_ours_lossless(&result);
+}
+
+#[test]
+fn net_cut_reset_loses_nothing() {
+    let result = drill("net-cut", &["--mode", "reset"]);
+    assert_ours_lossless(&result);
+}
+
+#[test]
+fn emitter_killed_during_outage_loses_nothing() {
+    let result = drill("emitter-kill", &[]);
+    assert_ours_lossless(&result);
+    let marks = result["ours"]["marks"].to_string();
+    assert!(marks.contains("chaos-0 SIGKILLed") && marks.contains("chaos-0 restarted"));
+}
+
+#[test]
+fn failing_sink_loses_nothing_acknowledged() {
+    let result = drill("sink-fail", &[]);
+    assert_ours_lossless(&result);
+    // While the disk fails, emits are refused as not stored and published without a copy.
+    let ours = &result["ours"];
+    assert!(n(ours, "not_stored") > 0, "the sink never failed: {ours}");
+}
