@@ -132,7 +132,9 @@ fn a_held_data_directory_is_a_clear_error_and_metrics_are_served() {
 
     let body = poll_until(Duration::from_secs(30), || {
         let (status, body) = http_get(port, "/metrics")?;
-        (status == 200 && body.contains("dlq_events_stored_total")).then_some(body)
+        let both = body.contains("dlq_events_stored_total")
+            && body.contains("dlq_emit_failures_total{topic=\"demo\"}");
+        (status == 200 && both).then_some(body)
     })
     .expect("metrics served");
     assert!(
