@@ -17,13 +17,7 @@ use nix::unistd::Pid;
 use serde_json::Value;
 
 fn dlq(data_dir: &Path, url: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlq"));
-    cmd.arg("--data-dir")
-        .arg(data_dir)
-        .args(["--nats-url", url, "--format", "json"])
-        .args(args)
-        .env("DLQ_CONFIG", data_dir.with_extension("yml"));
-    cmd
+    common::cli::dlq_command(data_dir, url, args)
 }
 
 fn run(cmd: &mut Command) -> (Output, Value) {

@@ -45,14 +45,7 @@ fn item(job: &str, id: &str, days_ago: i64) -> DeadLetteredItem {
 }
 
 fn dlq(data_dir: &Path, url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dlq"))
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(["--nats-url", url, "--format", "json"])
-        .args(args)
-        .env("DLQ_CONFIG", data_dir.with_extension("yml"))
-        .output()
-        .unwrap()
+    common::cli::dlq_output(data_dir, url, args)
 }
 
 fn json(output: &Output) -> Value {

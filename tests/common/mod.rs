@@ -16,6 +16,7 @@
     clippy::panic
 )]
 
+pub mod cli;
 pub mod cluster;
 pub mod nats;
 pub mod stream;
