@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::stream::stream_ids;
-use common::{free_port, http_get, poll_until, spawn_tied_to_test, NatsServer};
+use common::{free_port, http_get, poll_until, spawn_tied_to_test, NatsServer, DEAD_BUS_URL};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -76,7 +76,7 @@ fn reconcile_gives_up_with_exit_4_while_the_bus_is_down() {
     let work = tempfile::tempdir().unwrap();
     let data = work.path().join("data");
     write_config(&data);
-    let url = format!("nats://127.0.0.1:{}", free_port(0));
+    let url = DEAD_BUS_URL.to_owned();
     json(&dlq(
         &data,
         &url,
@@ -106,7 +106,7 @@ fn a_held_data_directory_is_a_clear_error_and_metrics_are_served() {
     let work = tempfile::tempdir().unwrap();
     let data = work.path().join("data");
     write_config(&data);
-    let url = format!("nats://127.0.0.1:{}", free_port(0));
+    let url = DEAD_BUS_URL.to_owned();
     let port = free_port(0);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlq"));
     cmd.arg("--data-dir")
@@ -156,7 +156,7 @@ fn the_config_file_chooses_the_bus_and_accepts_a_server_list() {
     let work = tempfile::tempdir().unwrap();
     let data = work.path().join("data");
     let config = work.path().join("cluster.yml");
-    let dead = format!("nats://127.0.0.1:{}", free_port(server.port()));
+    let dead = DEAD_BUS_URL;
     std::fs::write(
         &config,
         format!(

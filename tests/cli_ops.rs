@@ -6,12 +6,12 @@
 mod common;
 mod ops;
 
-use common::free_port;
+use common::DEAD_BUS_URL;
 use ops::{failure, listed_ids, reference_item, write_reference_job, Env};
 use serde_json::Value;
 
 fn no_bus() -> String {
-    format!("nats://127.0.0.1:{}", free_port(0))
+    DEAD_BUS_URL.to_owned()
 }
 
 #[tokio::test]

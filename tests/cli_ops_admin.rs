@@ -7,12 +7,12 @@ mod common;
 mod ops;
 
 use common::stream::stream_ids;
-use common::{free_port, NatsServer};
+use common::{NatsServer, DEAD_BUS_URL};
 use dlq::event::{EventKind, RemovalReason};
 use ops::{failure, reference_item, write_reference_job, Env};
 
 fn no_bus() -> String {
-    format!("nats://127.0.0.1:{}", free_port(0))
+    DEAD_BUS_URL.to_owned()
 }
 
 fn removals(events: &[dlq::event::Event], reason: RemovalReason) -> Vec<String> {

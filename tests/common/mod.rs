@@ -34,6 +34,10 @@ use nix::sys::signal::Signal;
 
 pub use nats::NatsServer;
 
+/// A bus URL nothing listens on (port 1): connections are refused at once. Tests that need a
+/// dead bus use it instead of a free port, which a server of a concurrent test could take.
+pub const DEAD_BUS_URL: &str = "nats://127.0.0.1:1";
+
 /// Polls `f` every 50 ms until it returns `true`; panics naming `what` once `timeout` has
 /// passed. A single call of `f` that hangs is cut off at the deadline too.
 pub async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut f: F)
