@@ -13,12 +13,14 @@ pub mod decide;
 pub mod emitter;
 pub mod event;
 pub mod failure;
+pub mod filter;
 pub mod metrics;
 pub mod model;
 pub mod projection;
 pub mod query;
 pub mod reconciler;
 pub mod retention;
+pub mod runner;
 pub mod signature;
 pub mod sink;
 #[cfg(test)]

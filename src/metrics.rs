@@ -25,8 +25,30 @@ pub const PUBLISHED: &str = "dlq_published_total";
 /// Time an emit call took, in seconds.
 pub const EMIT_DURATION: &str = "dlq_emit_duration_seconds";
 
+/// Items of a running job, by `job_id` and `outcome` (succeeded, dead_lettered, skipped, pending).
+pub const JOB_ITEMS: &str = "dlq_job_items";
+/// Share of a job's completed items that failed, by `job_id`.
+pub const JOB_FAILURE_RATE: &str = "dlq_job_failure_rate";
+/// Items that failed every attempt, by `job_id` and `error_type`.
+pub const JOB_FAILURES: &str = "dlq_job_failures_total";
+/// 1 while a job's circuit breaker is open or half-open, by `job_id`.
+pub const JOB_CIRCUIT_OPEN: &str = "dlq_job_circuit_open";
+
 /// Registers the descriptions of every metric above.
 pub fn describe() {
+    describe_gauge!(JOB_ITEMS, "Items of a job by outcome");
+    describe_gauge!(
+        JOB_FAILURE_RATE,
+        "Share of a job's completed items that failed"
+    );
+    describe_counter!(
+        JOB_FAILURES,
+        "Items that failed every attempt, by job and error type"
+    );
+    describe_gauge!(
+        JOB_CIRCUIT_OPEN,
+        "1 while a job's circuit breaker is not closed"
+    );
     describe_counter!(
         EMIT_FAILURES,
         "Publishes that failed after every retry, by topic"

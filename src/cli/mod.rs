@@ -8,6 +8,7 @@ mod generate;
 mod list;
 mod open;
 mod report;
+mod run;
 mod status;
 mod table;
 
@@ -114,6 +115,15 @@ pub enum Command {
     Clear(admin::ClearArgs),
     /// Remove items first failed more than N days ago (asks first; --yes without a terminal).
     Purge(admin::PurgeArgs),
+    /// Run a MapReduce workflow: one agent per work item, failures dead-lettered per its error
+    /// policy (exit 4 if items stay pending).
+    Run(run::RunArgs),
+    /// Continue a job: its pending items, and with --include-dlq-items its dead-lettered ones.
+    Resume(run::ResumeArgs),
+    /// Show a job's events (attempts, retries, breaker transitions, stops, summary).
+    Events(run::EventsArgs),
+    /// List the jobs of the data directory with their last summary.
+    Jobs,
     /// Fill the data directory with synthetic items (benchmarks).
     #[command(hide = true)]
     Generate(generate::GenerateArgs),
@@ -136,6 +146,10 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Import(args) => export::run_import(&cli, args).await,
         Command::Clear(args) => admin::run_clear(&cli, args).await,
         Command::Purge(args) => admin::run_purge(&cli, args).await,
+        Command::Run(args) => run::run_job(&cli, args).await,
+        Command::Resume(args) => run::resume_job(&cli, args).await,
+        Command::Events(args) => run::run_events(&cli, args).await,
+        Command::Jobs => run::run_jobs(&cli).await,
         Command::Generate(args) => generate::run(&cli, args).await,
     };
     match result {
@@ -171,6 +185,9 @@ pub enum CliError {
     /// An operator query failed (not found, ambiguous, bad argument, bad input file).
     #[error(transparent)]
     Query(#[from] crate::query::QueryError),
+    /// The job runner failed.
+    #[error(transparent)]
+    Run(crate::runner::error::RunError),
     /// Writing output failed.
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
@@ -183,6 +200,7 @@ impl CliError {
             CliError::Sink(crate::sink::SinkError::NotFound { .. }) => EXIT_NOT_FOUND,
             CliError::Query(err) if err.is_not_found() => EXIT_NOT_FOUND,
             CliError::Query(err) if err.is_usage() => EXIT_USAGE,
+            CliError::Run(err) => err.exit_code(),
             _ => EXIT_ERROR,
         }
     }

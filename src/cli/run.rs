@@ -1,0 +1,344 @@
+//! `dlq run`, `dlq resume`, `dlq events` and `dlq jobs`: the MapReduce job runner.
+
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use tokio_util::sync::CancellationToken;
+
+use super::open::{self, CliEmitter};
+use super::table::{cut, write_table};
+use super::{Cli, CliError, Format, EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK};
+use crate::runner::context::{RunOptions, DEFAULT_AGENT_COMMAND};
+use crate::runner::error::RunError;
+use crate::runner::job::{self, JobReport};
+use crate::runner::progress::ProgressMode;
+use crate::runner::store::{list_jobs, JobStore};
+use crate::sink::Sink;
+
+/// How progress is shown.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum ProgressArg {
+    /// A bar on a terminal, one line per item otherwise.
+    #[default]
+    Auto,
+    /// One line per finished item.
+    Lines,
+    /// Only the summary.
+    Quiet,
+}
+
+/// Options shared by `run` and `resume`.
+#[derive(Debug, Args)]
+pub struct RunnerArgs {
+    /// Program and arguments for `claude:` steps, split on spaces; the step's prompt is
+    /// appended as one argument.
+    #[arg(long, env = "DLQ_AGENT_COMMAND", default_value = DEFAULT_AGENT_COMMAND)]
+    pub agent_command: String,
+    /// Topic the failed items are dead-lettered under (per-topic retry settings apply).
+    #[arg(long, default_value = crate::runner::context::DEFAULT_TOPIC)]
+    pub dlq_topic: String,
+    /// How progress is shown.
+    #[arg(long, value_enum, default_value_t)]
+    pub progress: ProgressArg,
+    /// At the end, wait this long for the bus to acknowledge every DLQ event (the rest is
+    /// published by the next process that opens the data directory).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: Duration,
+}
+
+/// Options of `dlq run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The workflow file (YAML, `mode: mapreduce`).
+    pub workflow: PathBuf,
+    /// Id of the new job [default: <workflow name>-<UTC time>].
+    #[arg(long)]
+    pub job_id: Option<String>,
+    /// Runner options.
+    #[command(flatten)]
+    pub runner: RunnerArgs,
+}
+
+/// Options of `dlq resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The job to continue.
+    pub job_id: String,
+    /// Also re-run the job's items that are in the DLQ; those that succeed leave it.
+    #[arg(long)]
+    pub include_dlq_items: bool,
+    /// Runner options.
+    #[command(flatten)]
+    pub runner: RunnerArgs,
+}
+
+/// Options of `dlq events`.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// The job.
+    pub job_id: String,
+    /// Only events of this name (e.g. CircuitOpen, AgentFailed).
+    #[arg(long)]
+    pub event: Option<String>,
+}
+
+/// Runs a new job.
+pub async fn run_job(cli: &Cli, args: &RunArgs) -> Result<u8, CliError> {
+    let emitter = open::emitter(cli).await?;
+    let (options, mode) = runner_options(cli, &args.runner);
+    let cancel = cancel_on_signals();
+    let result = job::start(
+        emitter.clone(),
+        &args.workflow,
+        args.job_id.clone(),
+        options,
+        cancel,
+        mode,
+    )
+    .await;
+    finish(cli, &emitter, &args.runner, result).await
+}
+
+/// Continues a job.
+pub async fn resume_job(cli: &Cli, args: &ResumeArgs) -> Result<u8, CliError> {
+    let emitter = open::emitter(cli).await?;
+    let (options, mode) = runner_options(cli, &args.runner);
+    let cancel = cancel_on_signals();
+    let result = job::resume(
+        emitter.clone(),
+        &args.job_id,
+        args.include_dlq_items,
+        options,
+        cancel,
+        mode,
+    )
+    .await;
+    finish(cli, &emitter, &args.runner, result).await
+}
+
+fn runner_options(cli: &Cli, args: &RunnerArgs) -> (RunOptions, ProgressMode) {
+    let mut options = RunOptions::new(&cli.data_dir);
+    options.agent_command = args
+        .agent_command
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    options.topic = args.dlq_topic.clone();
+    let mode = match args.progress {
+        ProgressArg::Auto => ProgressMode::Auto,
+        ProgressArg::Lines => ProgressMode::Lines,
+        ProgressArg::Quiet => ProgressMode::Quiet,
+    };
+    (options, mode)
+}
+
+/// Ctrl-C or SIGTERM cancel the job: agents are killed, their items stay pending.
+fn cancel_on_signals() -> CancellationToken {
+    let cancel = CancellationToken::new();
+    let token = cancel.clone();
+    tokio::spawn(async move {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let terminated = async {
+            match term.as_mut() {
+                Some(term) => {
+                    term.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminated => {}
+        }
+        token.cancel();
+    });
+    cancel
+}
+
+async fn finish(
+    cli: &Cli,
+    emitter: &CliEmitter,
+    args: &RunnerArgs,
+    result: Result<JobReport, RunError>,
+) -> Result<u8, CliError> {
+    let drained = open::wait_for_drain(emitter, args.drain_timeout).await;
+    let unpublished = emitter.sink().backlog().map(|b| b.count).unwrap_or(0);
+    emitter.shutdown().await?;
+    let report = result.map_err(CliError::Run)?;
+    drained?;
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    match cli.format {
+        Format::Json | Format::Jsonl => {
+            serde_json::to_writer(&mut out, &report).map_err(std::io::Error::from)?;
+            writeln!(out)?;
+        }
+        _ => print_report(&mut out, &report, unpublished)?,
+    }
+    out.flush()?;
+    Ok(if matches!(report.reduce, Some(Err(_))) {
+        EXIT_ERROR
+    } else if report.complete() {
+        EXIT_OK
+    } else {
+        EXIT_INCOMPLETE
+    })
+}
+
+fn print_report(out: &mut impl Write, r: &JobReport, unpublished: u64) -> std::io::Result<()> {
+    let s = &r.summary;
+    writeln!(out, "job {}", r.job_id)?;
+    writeln!(
+        out,
+        "items {}: {} succeeded, {} dead-lettered, {} skipped, {} pending (failure rate {:.1}%)",
+        s.total,
+        s.successful,
+        s.failed,
+        s.skipped,
+        s.pending,
+        s.failure_rate * 100.0
+    )?;
+    if r.recovered > 0 {
+        writeln!(
+            out,
+            "recovered {} dead-lettered items without a recorded outcome",
+            r.recovered
+        )?;
+    }
+    if !s.error_types.is_empty() {
+        let types: Vec<String> = s
+            .error_types
+            .iter()
+            .map(|(t, n)| format!("{t} {n}"))
+            .collect();
+        writeln!(out, "error types: {}", types.join(", "))?;
+    }
+    if !s.failure_patterns.is_empty() {
+        writeln!(out, "failure patterns (3 or more):")?;
+        let rows: Vec<Vec<String>> = s
+            .failure_patterns
+            .iter()
+            .map(|p| {
+                vec![
+                    p.count.to_string(),
+                    p.pattern.clone(),
+                    p.remediation.clone(),
+                ]
+            })
+            .collect();
+        write_table(out, &["count", "pattern", "suggestion"], &rows)?;
+    }
+    if let Some(reason) = &r.stopped {
+        writeln!(
+            out,
+            "stopped: {reason}; continue with `dlq resume {}`",
+            r.job_id
+        )?;
+    }
+    match &r.reduce {
+        Some(Ok(())) => writeln!(out, "reduce: succeeded")?,
+        Some(Err(err)) => writeln!(out, "reduce: FAILED: {err}")?,
+        None => {}
+    }
+    if unpublished > 0 {
+        writeln!(out, "{unpublished} DLQ events not yet acknowledged by the bus; the reconciler publishes them when it is back (`dlq reconcile`)")?;
+    }
+    Ok(())
+}
+
+/// Prints a job's events.
+pub async fn run_events(cli: &Cli, args: &EventsArgs) -> Result<u8, CliError> {
+    let (store, _) = JobStore::open(&cli.data_dir, &args.job_id).map_err(CliError::Run)?;
+    let events = store.events().map_err(CliError::Run)?;
+    let events = events.into_iter().filter(|e| {
+        args.event
+            .as_deref()
+            .is_none_or(|name| e.kind.name() == name)
+    });
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    match cli.format {
+        Format::Json | Format::Jsonl => {
+            for event in events {
+                serde_json::to_writer(&mut out, &event).map_err(std::io::Error::from)?;
+                writeln!(out)?;
+            }
+        }
+        _ => {
+            let rows: Vec<Vec<String>> = events
+                .map(|e| {
+                    let mut details = serde_json::to_value(&e.kind).unwrap_or_default();
+                    if let Some(map) = details.as_object_mut() {
+                        map.remove("event");
+                    }
+                    vec![
+                        e.at.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
+                        e.kind.name().to_owned(),
+                        cut(&details.to_string(), 100),
+                    ]
+                })
+                .collect();
+            write_table(&mut out, &["time", "event", "details"], &rows)?;
+        }
+    }
+    out.flush()?;
+    Ok(EXIT_OK)
+}
+
+/// Lists the jobs of the data directory with their last summary.
+pub async fn run_jobs(cli: &Cli) -> Result<u8, CliError> {
+    let ids = list_jobs(&cli.data_dir).map_err(CliError::Run)?;
+    let mut rows = Vec::new();
+    let mut docs = Vec::new();
+    for id in ids {
+        let path = crate::runner::store::jobs_dir(&cli.data_dir)
+            .join(&id)
+            .join("summary.json");
+        let summary: Option<crate::runner::stats::JobSummary> = std::fs::read(&path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        let cells = match &summary {
+            Some(s) => vec![
+                id.clone(),
+                s.total.to_string(),
+                s.successful.to_string(),
+                s.failed.to_string(),
+                s.skipped.to_string(),
+                s.pending.to_string(),
+            ],
+            None => vec![
+                id.clone(),
+                "?".into(),
+                "".into(),
+                "".into(),
+                "".into(),
+                "".into(),
+            ],
+        };
+        rows.push(cells);
+        docs.push(serde_json::json!({"job_id": id, "summary": summary}));
+    }
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    match cli.format {
+        Format::Json | Format::Jsonl => {
+            for doc in docs {
+                writeln!(out, "{doc}")?;
+            }
+        }
+        _ => write_table(
+            &mut out,
+            &[
+                "job",
+                "total",
+                "succeeded",
+                "dead-lettered",
+                "skipped",
+                "pending",
+            ],
+            &rows,
+        )?,
+    }
+    out.flush()?;
+    Ok(EXIT_OK)
+}

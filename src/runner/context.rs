@@ -1,0 +1,131 @@
+//! What every task of a running job shares: the emitter, the job's record and store, the
+//! options and the cancellation token.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::agent::{AgentSpec, IsolationMode, StepSpec};
+use super::events::JobEventKind;
+use super::input::WorkItem;
+use super::stats::Tally;
+use super::store::{JobRecord, JobStore};
+use super::workflow::{Isolation, Step};
+use crate::bus::Bus;
+use crate::emitter::Emitter;
+use crate::metrics as m;
+use crate::sink::SledSink;
+
+/// The command `claude:` steps run when neither the config nor `DLQ_AGENT_COMMAND` says
+/// otherwise: Claude Code in print mode; the prompt is appended as one argument.
+pub const DEFAULT_AGENT_COMMAND: &str = "claude --print";
+
+/// The topic failed items are dead-lettered under (per-topic retry settings apply).
+pub const DEFAULT_TOPIC: &str = "mapreduce";
+
+/// Options of a run that are not part of the workflow.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The data directory (sink and job state).
+    pub data_dir: PathBuf,
+    /// Program and arguments for `claude:` steps.
+    pub agent_command: Vec<String>,
+    /// DLQ topic.
+    pub topic: String,
+}
+
+impl RunOptions {
+    /// Defaults for a data directory.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        RunOptions {
+            data_dir: data_dir.into(),
+            agent_command: DEFAULT_AGENT_COMMAND
+                .split(' ')
+                .map(str::to_owned)
+                .collect(),
+            topic: DEFAULT_TOPIC.to_owned(),
+        }
+    }
+}
+
+/// Shared state of a running job.
+pub struct JobContext<B: Bus> {
+    /// Where failures go.
+    pub emitter: Emitter<SledSink, B>,
+    /// The job's state on disk.
+    pub store: JobStore,
+    /// The job.
+    pub record: JobRecord,
+    /// Run options.
+    pub options: RunOptions,
+    /// Fired on Ctrl-C / SIGTERM: agents are killed, their items stay pending.
+    pub cancel: CancellationToken,
+    /// `${map.*}` values available to templates.
+    pub map_vars: BTreeMap<String, String>,
+}
+
+impl<B: Bus> JobContext<B> {
+    /// Records a job event; a failure to write it is logged, never fatal.
+    pub fn event(&self, kind: JobEventKind) {
+        if let Err(err) = self.store.append_event(kind) {
+            warn!(error = %err, "could not write a job event");
+        }
+    }
+
+    /// The agent spec that runs `steps` for `item`.
+    pub fn agent_spec(&self, item: &WorkItem, steps: &[Step]) -> AgentSpec {
+        let workflow = &self.record.workflow;
+        let mut env = workflow.env.clone();
+        env.insert(
+            "DLQ_WORKFLOW_DIR".into(),
+            self.record.base_dir.display().to_string(),
+        );
+        AgentSpec {
+            job_id: self.record.job_id.clone(),
+            item_id: item.id.clone(),
+            agent_id: super::convert::agent_id(&item.id),
+            steps: steps.iter().map(step_spec).collect(),
+            item: item.data.clone(),
+            map_vars: self.map_vars.clone(),
+            env,
+            work_dir: self.store.agent_dir(&item.id),
+            cwd: None,
+            timeout: workflow
+                .map
+                .agent_timeout_secs
+                .map(std::time::Duration::from_secs),
+            isolation: match workflow.map.isolation {
+                Isolation::None => IsolationMode::None,
+                Isolation::Worktree => IsolationMode::Worktree,
+            },
+            repo_dir: self.record.base_dir.clone(),
+            agent_command: self.options.agent_command.clone(),
+        }
+    }
+
+    /// Exports the job's counts as Prometheus gauges.
+    pub fn export_counts(&self, tally: &Tally) {
+        let summary = tally.summary();
+        let job = self.record.job_id.clone();
+        for (outcome, value) in [
+            ("succeeded", summary.successful),
+            ("dead_lettered", summary.failed),
+            ("skipped", summary.skipped),
+            ("pending", summary.pending),
+        ] {
+            metrics::gauge!(m::JOB_ITEMS, "job_id" => job.clone(), "outcome" => outcome)
+                .set(value as f64);
+        }
+        metrics::gauge!(m::JOB_FAILURE_RATE, "job_id" => job).set(summary.failure_rate);
+    }
+}
+
+/// The agent's form of a workflow step.
+pub fn step_spec(step: &Step) -> StepSpec {
+    match step {
+        Step::Shell(text) => StepSpec::Shell(text.clone()),
+        Step::Claude(text) => StepSpec::Claude(text.clone()),
+    }
+}

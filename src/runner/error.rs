@@ -1,0 +1,80 @@
+//! Errors of the job runner. Each says what went wrong and what to do.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use super::input::InputError;
+use super::workflow::WorkflowError;
+
+/// Why a job could not run (item failures are not errors: they are outcomes).
+#[derive(Debug, Error)]
+pub enum RunError {
+    /// The workflow file is malformed or invalid.
+    #[error(transparent)]
+    Workflow(#[from] WorkflowError),
+    /// The job's input could not be read or selected.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// Reading or writing the job's state failed.
+    #[error("job state {path}: {source} (check the data directory's permissions and free space)")]
+    Store {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A job state file is not valid.
+    #[error("job state {path} is corrupt: {reason}; the job cannot be resumed from it (its DLQ items are unaffected)")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// `dlq run --job-id` named a job that already exists.
+    #[error("job {0} already exists: resume it with `dlq resume {0}` or choose another --job-id")]
+    JobExists(String),
+    /// No such job in this data directory.
+    #[error("no job {job_id} in {data_dir} (see `dlq jobs`)")]
+    JobNotFound {
+        /// The job.
+        job_id: String,
+        /// Where we looked.
+        data_dir: PathBuf,
+    },
+    /// A job id is not usable.
+    #[error(
+        "invalid job id {0:?}: use 1-128 characters from A-Z a-z 0-9 . _ - (not starting with '.')"
+    )]
+    BadJobId(String),
+    /// A setup step failed: no item ran.
+    #[error("setup step {step:?} failed: {message}; fix it and run again (no item ran)")]
+    Setup {
+        /// The step.
+        step: String,
+        /// What happened.
+        message: String,
+    },
+    /// The dead-letter sink could not be used.
+    #[error(transparent)]
+    Sink(#[from] crate::sink::SinkError),
+}
+
+impl RunError {
+    /// The `dlq` exit code for this error: 2 for a bad workflow or job id, 3 for an unknown
+    /// job, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunError::Workflow(_) | RunError::BadJobId(_) | RunError::JobExists(_) => 2,
+            RunError::JobNotFound { .. } => 3,
+            _ => 1,
+        }
+    }
+
+    /// An I/O error on `path`.
+    pub fn store(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> RunError {
+        let path = path.into();
+        move |source| RunError::Store { path, source }
+    }
+}

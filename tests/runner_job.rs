@@ -1,0 +1,319 @@
+//! The job runner end to end through the `dlq` binary, with a real nats-server and real agent
+//! processes: failed items reach the DLQ and the stream with their full history, hostile item
+//! data runs nothing, a job killed with SIGKILL resumes with every item recorded once, and
+//! dead-lettered items re-run on resume leave the DLQ.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+mod ops;
+mod runner;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use common::{poll_until, spawn_tied_to_test, NatsServer, DEAD_BUS_URL};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use runner::{counts, Flow};
+use serde_json::{json, Value};
+
+/// 200 items, those with `n % 10 == 3` always fail (20 items).
+fn two_hundred_items() -> Vec<Value> {
+    (0..200)
+        .map(|n| json!({"id": format!("item-{n:03}"), "n": n, "fail": n % 10 == 3}))
+        .collect()
+}
+
+const TEN_PERCENT: &str = r#"
+name: ten-percent
+mode: mapreduce
+map:
+  input: items.json
+  json_path: "$.items[*]"
+  max_parallel: 8
+  agent_template:
+    - shell: "test ${item.fail} = false || { echo 'widget ${item.id} exploded' >&2; exit 42; }"
+reduce:
+  - shell: "echo ${map.failed} > \"$DLQ_WORKFLOW_DIR/failed.txt\"; echo ${map.total} > \"$DLQ_WORKFLOW_DIR/total.txt\""
+error_policy:
+  retry_config:
+    max_attempts: 3
+    backoff:
+      fixed:
+        delay: 10ms
+"#;
+
+#[tokio::test]
+async fn failing_items_reach_the_dlq_and_the_stream_with_their_history() {
+    let nats = NatsServer::start();
+    let flow = Flow::new(&nats.url());
+    flow.items(&two_hundred_items());
+    let out = flow.run(TEN_PERCENT, "tenpct");
+    let (code, report) = runner::report(&out);
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(counts(&report), (180, 20, 0, 0));
+    assert_eq!(report["summary"]["error_types"]["CommandFailed"], 20);
+    assert_eq!(report["reduce"], json!({"Ok": null}));
+    let failed = std::fs::read_to_string(flow.dir.join("failed.txt")).unwrap();
+    assert_eq!(
+        failed.trim(),
+        "20",
+        "${{map.failed}} agrees with the summary"
+    );
+    assert_eq!(
+        std::fs::read_to_string(flow.dir.join("total.txt"))
+            .unwrap()
+            .trim(),
+        "200"
+    );
+
+    let expected: BTreeSet<String> = (0..200)
+        .filter(|n| n % 10 == 3)
+        .map(|n| format!("item-{n:03}"))
+        .collect();
+    let items = flow.env.items().await;
+    let in_dlq: BTreeSet<String> = items.iter().map(|i| i.item_id.clone()).collect();
+    assert_eq!(in_dlq, expected);
+    for item in &items {
+        assert_eq!(item.job_id, "tenpct");
+        assert_eq!(item.failure_count, 3, "{}", item.item_id);
+        let attempts: Vec<u32> = item
+            .failure_history
+            .iter()
+            .map(|f| f.attempt_number)
+            .collect();
+        assert_eq!(attempts, [1, 2, 3]);
+        let last = &item.failure_history[2];
+        assert_eq!(
+            last.error_type,
+            dlq::model::ErrorType::CommandFailed { exit_code: 42 }
+        );
+        assert!(
+            last.stack_trace.as_deref().unwrap().contains("exploded"),
+            "{last:?}"
+        );
+        assert!(
+            last.step_failed.starts_with("shell: test ${item.fail}"),
+            "{}",
+            last.step_failed
+        );
+        assert_eq!(item.item_data["n"].as_u64().unwrap() % 10, 3);
+    }
+    // The pattern is reported: 20 items share one signature.
+    let patterns = report["summary"]["failure_patterns"].as_array().unwrap();
+    assert_eq!(patterns.len(), 1, "{patterns:?}");
+    assert_eq!(patterns[0]["count"], 20);
+
+    // Every dead-lettered item is in the stream exactly once (the run waited for the drain).
+    let messages = common::stream::stream_messages(&nats.url(), "DLQ").await;
+    let mut streamed: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, event) in &messages {
+        if event["kind"] == "dead_lettered" {
+            *streamed
+                .entry(event["item"]["item_id"].as_str().unwrap().to_owned())
+                .or_default() += 1;
+        }
+    }
+    assert_eq!(streamed.keys().cloned().collect::<BTreeSet<_>>(), expected);
+    assert!(streamed.values().all(|n| *n == 1), "{streamed:?}");
+
+    // Every item has exactly one recorded outcome.
+    let outcomes = flow.outcomes("tenpct");
+    assert_eq!(outcomes.len(), 200);
+    let events = flow.events("tenpct");
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.first(), Some(&"SetupCompleted"));
+    assert_eq!(names.last(), Some(&"JobFinished"));
+    assert_eq!(names.iter().filter(|n| **n == "AgentRetrying").count(), 40);
+    assert_eq!(
+        names.iter().filter(|n| **n == "ItemDeadLettered").count(),
+        20
+    );
+}
+
+#[tokio::test]
+async fn hostile_item_data_is_passed_as_data_and_runs_nothing() {
+    let flow = Flow::new(DEAD_BUS_URL);
+    let canary = flow.dir.join("pwned");
+    let canary = canary.to_str().unwrap();
+    let hostile = [
+        format!("$(touch {canary}-1)"),
+        format!("`touch {canary}-2`"),
+        format!("; touch {canary}-3"),
+        format!("' ; touch {canary}-4 ; '"),
+        format!("\" ; touch {canary}-5 ; \""),
+        format!("a\ntouch {canary}-6"),
+        "${IFS}$HOME\\".to_owned(),
+    ];
+    let items: Vec<Value> = hostile
+        .iter()
+        .enumerate()
+        .map(|(i, name)| json!({"id": format!("h{i}"), "name": name}))
+        .collect();
+    flow.items(&items);
+    let workflow = r#"
+name: hostile
+mode: mapreduce
+map:
+  input: items.json
+  json_path: "$.items[*]"
+  max_parallel: 1
+  agent_template:
+    - shell: "printf '%s\n' ${item.name} | od -c > /dev/null; printf '%s' ${item.name} > \"$DLQ_WORKFLOW_DIR/out-${item.id}\""
+    - shell: "echo '${item.name}' > /dev/null"
+"#;
+    let (code, report) = runner::report(&flow.run(workflow, "hostile"));
+    assert_eq!(code, 0);
+    assert_eq!(counts(&report), (hostile.len() as u64, 0, 0, 0));
+    for i in 1..=6 {
+        assert!(
+            !flow.dir.join(format!("pwned-{i}")).exists(),
+            "payload {i} ran"
+        );
+    }
+    for (i, name) in hostile.iter().enumerate() {
+        let written = std::fs::read_to_string(flow.dir.join(format!("out-h{i}"))).unwrap();
+        assert_eq!(&written, name, "item h{i} reached the command unchanged");
+    }
+}
+
+const SLOW_ITEMS: &str = r#"
+name: slow
+mode: mapreduce
+map:
+  input: items.json
+  json_path: "$.items[*]"
+  max_parallel: 4
+  agent_template:
+    - shell: "sleep 0.1; test ${item.fail} = false || exit 9"
+"#;
+
+#[tokio::test]
+async fn a_job_killed_with_sigkill_resumes_and_records_every_item_once() {
+    let flow = Flow::new(DEAD_BUS_URL);
+    let items: Vec<Value> = (0..60)
+        .map(|n| json!({"id": format!("s{n:02}"), "fail": n % 6 == 0}))
+        .collect();
+    flow.items(&items);
+    let path = flow.write("flow.yml", SLOW_ITEMS);
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dlq"));
+    cmd.arg("--data-dir")
+        .arg(&flow.env.data)
+        .args(["--nats-url", DEAD_BUS_URL, "--format", "json", "run"])
+        .arg(&path)
+        .args(["--job-id", "killed", "--progress", "quiet"])
+        .env("DLQ_CONFIG", flow.env.data.with_extension("yml"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = spawn_tied_to_test(cmd).unwrap();
+    let recorded = poll_until(Duration::from_secs(60), || {
+        let n = flow.outcomes("killed").len();
+        (n >= 12).then_some(n)
+    });
+    assert!(recorded.is_some(), "the job made progress");
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+    let before = flow.outcomes("killed").len();
+    assert!(before < 60, "killed before the end ({before} outcomes)");
+
+    let (code, report) = runner::report(&flow.resume("killed", &[]));
+    assert_eq!(code, 0);
+    assert_eq!(counts(&report), (50, 10, 0, 0));
+    let outcomes = flow.outcomes("killed");
+    let mut per_item: BTreeMap<String, usize> = BTreeMap::new();
+    for o in &outcomes {
+        *per_item
+            .entry(o["item_id"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    assert_eq!(per_item.len(), 60, "every item has an outcome");
+    assert!(
+        per_item.values().all(|n| *n == 1),
+        "no item recorded twice: {per_item:?}"
+    );
+    let dlq: Vec<_> = flow.env.items().await;
+    assert_eq!(dlq.len(), 10);
+    assert!(
+        dlq.iter().all(|i| i.failure_count == 1),
+        "no failure recorded twice"
+    );
+}
+
+#[tokio::test]
+async fn resume_with_dlq_items_resolves_those_that_now_succeed() {
+    let nats = NatsServer::start();
+    let flow = Flow::new(&nats.url());
+    let items: Vec<Value> = (0..10)
+        .map(|n| json!({"id": format!("r{n}"), "n": n}))
+        .collect();
+    flow.items(&items);
+    // Items r0-r3 need a fix; r0 and r1 get it before the resume.
+    let workflow = r#"
+name: fixable
+mode: mapreduce
+map:
+  input: items.json
+  json_path: "$.items[*]"
+  agent_template:
+    - shell: "test ${item.n} -ge 4 || test -f \"$DLQ_WORKFLOW_DIR/fixed-${item.id}\" || { echo 'validation failed: needs fix' >&2; exit 1; }"
+"#;
+    let (code, first) = runner::report(&flow.run(workflow, "fixable"));
+    assert_eq!(code, 0);
+    assert_eq!(counts(&first), (6, 4, 0, 0));
+    flow.write("fixed-r0", "");
+    flow.write("fixed-r1", "");
+
+    let (code, second) = runner::report(&flow.resume("fixable", &["--include-dlq-items"]));
+    assert_eq!(code, 0);
+    assert_eq!(counts(&second), (8, 2, 0, 0));
+    let left: BTreeSet<String> = flow
+        .env
+        .items()
+        .await
+        .into_iter()
+        .map(|i| i.item_id)
+        .collect();
+    assert_eq!(left, BTreeSet::from(["r2".to_owned(), "r3".to_owned()]));
+    let still = flow.env.items().await;
+    assert!(
+        still.iter().all(|i| i.failure_count == 2),
+        "history appended on the second failure"
+    );
+
+    let messages = common::stream::stream_messages(&nats.url(), "DLQ").await;
+    let resolved: BTreeSet<String> = messages
+        .iter()
+        .filter(|(_, e)| e["kind"] == "item_removed" && e["reason"] == "resolved")
+        .map(|(_, e)| e["item_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(resolved, BTreeSet::from(["r0".to_owned(), "r1".to_owned()]));
+}
+
+#[test]
+fn malformed_workflows_are_usage_errors_naming_the_problem_and_create_no_job() {
+    let flow = Flow::new(DEAD_BUS_URL);
+    flow.items(&[json!({"id": "a"})]);
+    let cases = [
+        ("name: x\nmode: mapreduce\nmap:\n  input: items.json\n  max_paralel: 2\n  agent_template:\n    - shell: \"true\"\n", "max_paralel"),
+        ("name: x\nmode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"true\"\nerror_policy:\n  on_item_failure: dlx\n", "dlx"),
+        ("name: x\nmode: batch\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"true\"\n", "batch"),
+    ];
+    for (i, (workflow, needle)) in cases.iter().enumerate() {
+        let job = format!("bad{i}");
+        let out = flow.run(workflow, &job);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(needle), "{needle} in: {stderr}");
+        assert!(!flow.job_dir(&job).join("job.json").exists());
+    }
+    let out = flow.resume("no-such-job", &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
