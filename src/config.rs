@@ -58,6 +58,9 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// Where to serve Prometheus metrics, if anywhere.
     pub metrics_addr: Option<SocketAddr>,
+    /// Program and arguments that `claude:` steps of `dlq run` / `dlq retry` run (the prompt
+    /// is appended as one argument); `--agent-command` / `DLQ_AGENT_COMMAND` override it.
+    pub agent_command: Option<String>,
 }
 
 /// [`BusConfig`] as it appears in the file (a newtype so `PartialEq` stays simple).

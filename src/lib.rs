@@ -21,6 +21,7 @@ pub mod query;
 pub mod reconciler;
 pub mod retention;
 pub mod runner;
+pub mod serve;
 pub mod signature;
 pub mod sink;
 #[cfg(test)]

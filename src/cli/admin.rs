@@ -1,18 +1,28 @@
 //! `dlq clear` and `dlq purge`: removals, each an `item_removed` event that the emitter's
 //! reconciler publishes; confirmed on a terminal, refused without `--yes` otherwise.
+//!
+//! The removals themselves ([`clear_job`], [`purge_items`]) run on an emitter, the CLI's own or
+//! that of `dlq serve`; when a server holds the data directory the CLI asks first, then sends
+//! the removal to its API (which asks nothing: it is the script interface).
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use clap::Args;
 use serde_json::json;
 
+use super::forward::{self, Local, Target};
 use super::{open, Cli, CliError, Format, EXIT_OK};
 use crate::decide::Command;
 use crate::query::QueryError;
 use crate::retention::PURGE_CHUNK;
+use crate::serve::client::ApiClient;
+use crate::serve::params;
 use crate::sink::{Sink, SledSink};
+
+/// How long a removal waits for its events to be published when not told.
+pub const DEFAULT_DRAIN: Duration = Duration::from_secs(5);
 
 /// Options of `dlq clear`.
 #[derive(Debug, Args)]
@@ -100,16 +110,37 @@ pub fn confirm(yes: bool, question: &str) -> Result<(), CliError> {
     }
 }
 
-/// Opens the sink, counts what would be removed, asks, and only then opens the bus. The sink is
-/// closed again on refusal.
+/// The outcome of a removal: a JSON summary for scripts and a line for people.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Removal {
+    /// `job_id`, `removed` (or `would_remove`), `cutoff` for purges, and `unpublished` and
+    /// `drained` once events were written.
+    pub summary: serde_json::Value,
+    /// What happened, in words.
+    pub line: String,
+}
+
+/// Writes a removal in `format`: its line for a table, else its JSON summary.
+pub fn write_removal(
+    out: &mut impl Write,
+    format: Format,
+    removal: &Removal,
+) -> std::io::Result<()> {
+    match format {
+        Format::Table => writeln!(out, "{}", removal.line),
+        _ => writeln!(out, "{}", removal.summary),
+    }
+}
+
+/// Counts what would be removed in the local sink, asks, and only then opens the bus. The sink
+/// is closed again on refusal.
 async fn prepare(
-    cli: &Cli,
+    local: Box<Local>,
     count: impl FnOnce(&SledSink) -> Result<u64, CliError>,
     question: impl FnOnce(u64) -> Option<String>,
     yes: bool,
 ) -> Result<Option<(u64, open::CliEmitter)>, CliError> {
-    let config = open::config(cli)?;
-    let sink = open::sink(cli, &config)?;
+    let (config, sink) = local.into_parts();
     let asked = count(&sink).and_then(|n| match question(n) {
         Some(text) => confirm(yes, &text).map(|()| Some(n)),
         None => Ok(None),
@@ -126,23 +157,65 @@ async fn prepare(
     }
 }
 
+fn clear_question(job: &str, n: u64) -> Option<String> {
+    Some(format!("remove all {n} items of job '{job}'")).filter(|_| n > 0)
+}
+
 /// Removes every item of a job.
 pub async fn run_clear(cli: &Cli, args: &ClearArgs) -> Result<u8, CliError> {
     let job = args.job_id.clone();
+    let local = match forward::target(cli).await? {
+        Target::Api(api) => return forward_clear(cli, args, &api).await,
+        Target::Local(local) => local,
+    };
     let prepared = prepare(
-        cli,
+        local,
         |sink| Ok(sink.job_len(&job)?),
-        |n| Some(format!("remove all {n} items of job '{job}'")).filter(|_| n > 0),
+        |n| clear_question(&job, n),
         args.yes,
     )
     .await?;
     let Some((_, emitter)) = prepared else {
         return Err(QueryError::JobNotFound(job).into());
     };
+    let removal = clear_job(&emitter, &job, args.drain_timeout).await;
+    emitter.shutdown().await?;
+    print_removal(cli.format, &removal?)
+}
+
+/// `dlq clear` through the API: asks here (the count from `/v1/stats`), then removes there.
+async fn forward_clear(cli: &Cli, args: &ClearArgs, api: &ApiClient) -> Result<u8, CliError> {
+    let job = &args.job_id;
+    if !args.yes {
+        let stats = api
+            .get(&params::report_path("stats", Some(job), Format::Json))
+            .await?;
+        let n = forward::json_field(api, &stats, "total_items")?;
+        if let Some(question) = clear_question(job, n) {
+            confirm(false, &question)?;
+        }
+    }
+    forward::print(
+        api.post(
+            &params::clear_path(job, args.drain_timeout, cli.format),
+            None,
+        )
+        .await?,
+    )
+}
+
+/// Removes every item of `job` (one `item_removed` event each, in chunks), then waits up to
+/// `drain_timeout` for the events to be published. Publishing is waited for even when a chunk
+/// failed; the failure is returned after.
+pub async fn clear_job(
+    emitter: &open::CliEmitter,
+    job: &str,
+    drain_timeout: Duration,
+) -> Result<Removal, CliError> {
     let mut removed = 0u64;
     let cleared = loop {
         let command = Command::Clear {
-            job_id: job.clone(),
+            job_id: job.to_owned(),
             limit: PURGE_CHUNK,
         };
         match emitter.sink().append(command).await {
@@ -151,85 +224,158 @@ pub async fn run_clear(cli: &Cli, args: &ClearArgs) -> Result<u8, CliError> {
             Err(err) => break Err(err),
         }
     };
-    report(
-        cli,
-        emitter,
-        cleared,
-        args.drain_timeout,
+    let published = finish_publishing(emitter, drain_timeout).await;
+    cleared?;
+    Ok(published_removal(
         json!({ "job_id": job, "removed": removed }),
         format!("removed {removed} items of job {job}"),
-    )
-    .await
+        published?,
+    ))
+}
+
+/// The cutoff of `--older-than-days`: items first failed before it are purged.
+pub fn purge_cutoff(older_than_days: u32) -> DateTime<Utc> {
+    Utc::now() - chrono::Duration::days(i64::from(older_than_days))
+}
+
+fn scope_of(job: Option<&str>) -> String {
+    job.map_or("any job".to_owned(), |j| format!("job '{j}'"))
+}
+
+/// How many items of `job` (or of all) first failed before `cutoff`.
+pub fn count_purgeable(
+    sink: &SledSink,
+    cutoff: DateTime<Utc>,
+    job: Option<&str>,
+) -> Result<u64, CliError> {
+    let mut n = 0u64;
+    for stored in sink.scan_items(job) {
+        n += u64::from(stored?.item.first_attempt < cutoff);
+    }
+    Ok(n)
+}
+
+/// The answer of a purge that found nothing to remove (nothing was written).
+pub fn nothing_to_purge(job: Option<&str>, cutoff: DateTime<Utc>) -> Removal {
+    Removal {
+        summary: json!({ "job_id": job, "cutoff": cutoff, "removed": 0 }),
+        line: format!("no items of {} first failed before {cutoff}", scope_of(job)),
+    }
+}
+
+/// The answer of a dry-run purge: what it would remove.
+pub fn would_purge(job: Option<&str>, cutoff: DateTime<Utc>, n: u64) -> Removal {
+    Removal {
+        summary: json!({ "job_id": job, "cutoff": cutoff, "would_remove": n }),
+        line: format!(
+            "would remove {n} items of {} first failed before {cutoff}",
+            scope_of(job)
+        ),
+    }
+}
+
+/// Removes the items of `job` (or of all) first failed before `cutoff`, then waits up to
+/// `drain_timeout` for the events to be published.
+pub async fn purge_items(
+    emitter: &open::CliEmitter,
+    cutoff: DateTime<Utc>,
+    job: Option<&str>,
+    drain_timeout: Duration,
+) -> Result<Removal, CliError> {
+    let purged = crate::retention::purge(emitter.sink(), cutoff, job).await;
+    let published = finish_publishing(emitter, drain_timeout).await;
+    let removed = purged?;
+    Ok(published_removal(
+        json!({ "job_id": job, "cutoff": cutoff, "removed": removed }),
+        format!(
+            "purged {removed} items of {} first failed before {cutoff}",
+            scope_of(job)
+        ),
+        published?,
+    ))
 }
 
 /// Removes the items first failed more than N days ago.
 pub async fn run_purge(cli: &Cli, args: &PurgeArgs) -> Result<u8, CliError> {
-    let cutoff = Utc::now() - chrono::Duration::days(i64::from(args.older_than_days));
-    let job = args.job_id.clone();
-    let scope = job
-        .as_deref()
-        .map_or("any job".to_owned(), |j| format!("job '{j}'"));
+    let local = match forward::target(cli).await? {
+        Target::Api(api) => return forward_purge(cli, args, &api).await,
+        Target::Local(local) => local,
+    };
+    let cutoff = purge_cutoff(args.older_than_days);
+    let job = args.job_id.as_deref();
     let prepared = prepare(
-        cli,
-        |sink| {
-            let mut n = 0u64;
-            for stored in sink.scan_items(job.as_deref()) {
-                n += u64::from(stored?.item.first_attempt < cutoff);
-            }
-            Ok(n)
-        },
-        |n| {
-            Some(format!(
-                "remove {n} items of {scope} first failed before {cutoff}"
-            ))
-            .filter(|_| n > 0)
-        },
+        local,
+        |sink| count_purgeable(sink, cutoff, job),
+        |n| purge_question(job, cutoff, n),
         args.yes,
     )
     .await?;
     let Some((_, emitter)) = prepared else {
         // Nothing to remove: no question, no bus, nothing changed.
-        match cli.format {
-            Format::Table => println!("no items of {scope} first failed before {cutoff}"),
-            _ => println!(
-                "{}",
-                json!({ "job_id": job, "cutoff": cutoff, "removed": 0 })
-            ),
-        }
-        return Ok(EXIT_OK);
+        return print_removal(cli.format, &nothing_to_purge(job, cutoff));
     };
-    let purged = crate::retention::purge(emitter.sink(), cutoff, job.as_deref()).await;
-    let removed = *purged.as_ref().unwrap_or(&0);
-    let summary = json!({ "job_id": job, "cutoff": cutoff, "removed": removed });
-    report(
-        cli,
-        emitter,
-        purged.map(|_| ()),
-        args.drain_timeout,
-        summary,
-        format!("purged {removed} items of {scope} first failed before {cutoff}"),
-    )
-    .await
+    let removal = purge_items(&emitter, cutoff, job, args.drain_timeout).await;
+    emitter.shutdown().await?;
+    print_removal(cli.format, &removal?)
 }
 
-/// Publishes, shuts the emitter down and prints the outcome of a removal.
-async fn report(
-    cli: &Cli,
-    emitter: open::CliEmitter,
-    outcome: Result<(), crate::sink::SinkError>,
-    drain_timeout: Duration,
+fn purge_question(job: Option<&str>, cutoff: DateTime<Utc>, n: u64) -> Option<String> {
+    Some(format!(
+        "remove {n} items of {} first failed before {cutoff}",
+        scope_of(job)
+    ))
+    .filter(|_| n > 0)
+}
+
+/// `dlq purge` through the API: a dry run to count and ask, then the purge.
+async fn forward_purge(cli: &Cli, args: &PurgeArgs, api: &ApiClient) -> Result<u8, CliError> {
+    let body = |dry_run: bool| {
+        json!({
+            "older_than_days": args.older_than_days,
+            "job_id": args.job_id,
+            "drain_timeout": humantime::format_duration(args.drain_timeout).to_string(),
+            "dry_run": dry_run,
+        })
+    };
+    if !args.yes {
+        let dry = api
+            .post(&params::purge_path(Format::Json), Some(&body(true)))
+            .await?;
+        let n = forward::json_field(api, &dry, "would_remove")?;
+        let cutoff: serde_json::Value = serde_json::from_slice(&dry.body).unwrap_or_default();
+        let cutoff = cutoff["cutoff"].as_str().unwrap_or("the cutoff").to_owned();
+        if n > 0 {
+            confirm(
+                false,
+                &format!(
+                    "remove {n} items of {} first failed before {cutoff}",
+                    scope_of(args.job_id.as_deref())
+                ),
+            )?;
+        }
+    }
+    forward::print(
+        api.post(&params::purge_path(cli.format), Some(&body(false)))
+            .await?,
+    )
+}
+
+fn published_removal(
     mut summary: serde_json::Value,
     line: String,
-) -> Result<u8, CliError> {
-    let published = finish_publishing(&emitter, drain_timeout).await;
-    emitter.shutdown().await?;
-    outcome?;
-    let published = published?;
+    published: Published,
+) -> Removal {
     summary["unpublished"] = json!(published.unpublished);
     summary["drained"] = json!(published.drained);
-    match cli.format {
-        Format::Table => println!("{line}\n{}", published.describe()),
-        _ => println!("{summary}"),
+    Removal {
+        summary,
+        line: format!("{line}\n{}", published.describe()),
     }
+}
+
+fn print_removal(format: Format, removal: &Removal) -> Result<u8, CliError> {
+    let mut out = std::io::stdout().lock();
+    write_removal(&mut out, format, removal)?;
+    out.flush()?;
     Ok(EXIT_OK)
 }

@@ -1,21 +1,30 @@
-//! `dlq list` and `dlq inspect`: read-only views of the items (they open only the sink).
+//! `dlq list` and `dlq inspect`: read-only views of the items (they open only the sink, or go
+//! through the API of the `dlq serve` holding it). The `write_*` functions render an answer in
+//! an output format; the admin API renders with them too, so a forwarded command prints exactly
+//! what it would have printed itself.
 
 use std::io::{BufWriter, Write};
 
 use chrono::Utc;
 use clap::Args;
 
+use super::forward::{self, Target};
 use super::table::{cut, write_table};
 use super::{open, Cli, CliError, Format, EXIT_OK};
+use crate::filter::Filter as Expr;
 use crate::model::DeadLetteredItem;
 use crate::query::export::{csv_record, CSV_COLUMNS};
-use crate::query::list::{list, page_items, Cursor, ItemSummary, ListRequest, Page};
+use crate::query::list::{page_items, select_page, Cursor, ItemSummary, ListRequest};
 use crate::query::{parse_error_type, parse_time, Filter, QueryError};
+use crate::serve::params;
 use crate::signature::remediation;
 use crate::sink::{Sink, SledSink};
 
+/// Items per page when `--limit` is not given.
+pub const DEFAULT_LIMIT: usize = 50;
+
 /// Options of `dlq list`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
 pub struct ListArgs {
     /// Only items of this job.
     #[arg(long)]
@@ -36,7 +45,7 @@ pub struct ListArgs {
     #[arg(long)]
     pub until: Option<String>,
     /// Items per page.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = DEFAULT_LIMIT)]
     pub limit: usize,
     /// Items to skip before the page (offset + limit at most 100000; page further with --after).
     #[arg(long, default_value_t = 0, conflicts_with = "after")]
@@ -44,9 +53,58 @@ pub struct ListArgs {
     /// Start after this cursor (the next_cursor of the previous page).
     #[arg(long)]
     pub after: Option<String>,
+    /// Only items this CEL expression selects, e.g. `item.priority >= 5 && error_type ==
+    /// "Timeout"` (variables: item, item_id, job_id, error_type, error_message, failure_count,
+    /// reprocess_eligible, manual_review_required, error_signature, error_pattern,
+    /// first_attempt, last_attempt, exit_code).
+    #[arg(long)]
+    pub filter: Option<String>,
+}
+
+impl Default for ListArgs {
+    fn default() -> Self {
+        ListArgs {
+            job_id: None,
+            eligible: false,
+            error_type: None,
+            signature: None,
+            since: None,
+            until: None,
+            limit: DEFAULT_LIMIT,
+            offset: 0,
+            after: None,
+            filter: None,
+        }
+    }
+}
+
+/// A checked `dlq list` request: the page and the compiled `--filter` expression.
+#[derive(Debug, Clone)]
+pub struct ListQuery {
+    /// Which page of which items.
+    pub request: ListRequest,
+    /// The `--filter` expression, applied before paging.
+    pub expr: Option<Expr>,
 }
 
 impl ListArgs {
+    /// Checks every option and compiles the filter; a malformed one is a usage error.
+    pub fn query(&self) -> Result<ListQuery, CliError> {
+        if self.offset > 0 && self.after.is_some() {
+            return Err(CliError::Usage(
+                "--offset and --after cannot be combined: page with one of them".into(),
+            ));
+        }
+        let request = self.request()?;
+        let expr = self
+            .filter
+            .as_deref()
+            .map(Expr::parse)
+            .transpose()
+            .map_err(|err| CliError::Usage(err.to_string()))?;
+        Ok(ListQuery { request, expr })
+    }
+
     fn request(&self) -> Result<ListRequest, QueryError> {
         let now = Utc::now();
         let time = |text: &Option<String>| text.as_deref().map(|t| parse_time(t, now)).transpose();
@@ -92,33 +150,85 @@ pub async fn with_sink<T>(
     result
 }
 
+/// The formats `dlq list` prints.
+pub fn check_list_format(format: Format) -> Result<(), CliError> {
+    match format {
+        Format::Dir => Err(CliError::Usage("list prints table, json, jsonl or csv; use `dlq export --format dir` for the directory layout".into())),
+        _ => Ok(()),
+    }
+}
+
 /// Prints one page of items.
 pub async fn run_list(cli: &Cli, args: &ListArgs) -> Result<u8, CliError> {
-    let request = args.request()?;
-    if cli.format == Format::Dir {
-        return Err(CliError::Usage("list prints table, json, jsonl or csv; use `dlq export --format dir` for the directory layout".into()));
+    check_list_format(cli.format)?;
+    let query = args.query()?;
+    match forward::target(cli).await? {
+        Target::Api(api) => forward::print(api.get(&params::list_path(args, cli.format)).await?),
+        Target::Local(local) => {
+            local
+                .run(|sink| {
+                    let mut out = BufWriter::new(std::io::stdout().lock());
+                    write_list(&mut out, sink, &query, cli.format)?;
+                    out.flush()?;
+                    Ok(EXIT_OK)
+                })
+                .await
+        }
     }
-    with_sink(cli, |sink| {
-        let page = list(sink, &request)?;
-        let items = page_items(sink, &page, &request.filter);
-        let mut out = BufWriter::new(std::io::stdout().lock());
-        print_page(&mut out, cli.format, &page, items)?;
-        out.flush()?;
-        Ok(EXIT_OK)
-    })
-    .await
+}
+
+/// Selects the page of `query` (the filter expression applied before paging, so a page holds
+/// `limit` matching items whenever there are that many) and writes it in `format`.
+pub fn write_list(
+    out: &mut impl Write,
+    sink: &SledSink,
+    query: &ListQuery,
+    format: Format,
+) -> Result<(), CliError> {
+    let expr = query.expr.as_ref();
+    let request = &query.request;
+    let items = sink
+        .scan_items(request.filter.job_id.as_deref())
+        .map(|stored| stored.map(|s| s.item).map_err(QueryError::from))
+        .filter_map(|item| selected(expr, item));
+    let page = select_page(items, request)?;
+    let items = page_items(sink, &page, &request.filter).filter_map(|item| selected(expr, item));
+    let next = page.next_cursor.as_ref().map(Cursor::encode);
+    print_page(out, format, page.matched, next, items)
+}
+
+/// Keeps `item` if the expression (if any) selects it; an item it cannot decide about is an
+/// error naming the item, never silently left out.
+fn selected(
+    expr: Option<&Expr>,
+    item: Result<DeadLetteredItem, QueryError>,
+) -> Option<Result<DeadLetteredItem, QueryError>> {
+    let Some(expr) = expr else {
+        return Some(item);
+    };
+    match item {
+        Ok(item) => match expr.matches_item(&item) {
+            Ok(true) => Some(Ok(item)),
+            Ok(false) => None,
+            Err(err) => Some(Err(QueryError::Invalid(format!(
+                "item '{}' of job '{}': {err}; nothing was listed",
+                item.item_id, item.job_id
+            )))),
+        },
+        Err(err) => Some(Err(err)),
+    }
 }
 
 fn print_page(
     out: &mut impl Write,
     format: Format,
-    page: &Page,
+    matched: u64,
+    next: Option<String>,
     items: impl Iterator<Item = Result<DeadLetteredItem, QueryError>>,
 ) -> Result<(), CliError> {
-    let next = page.next_cursor.as_ref().map(Cursor::encode);
     match format {
         Format::Json => {
-            let head = serde_json::json!({ "matched": page.matched, "next_cursor": next });
+            let head = serde_json::json!({ "matched": matched, "next_cursor": next });
             let head = head.to_string();
             write!(out, "{},\"items\":[", head.trim_end_matches('}'))?;
             for (n, item) in items.enumerate() {
@@ -175,7 +285,7 @@ fn print_page(
                 "LAST ERROR",
             ];
             write_table(out, &headers, &rows)?;
-            writeln!(out, "{} shown, {} matching", rows.len(), page.matched)?;
+            writeln!(out, "{} shown, {} matching", rows.len(), matched)?;
             if let Some(next) = next {
                 writeln!(out, "next page: dlq list ... --after {next}")?;
             }
@@ -226,31 +336,54 @@ pub fn find_item(
         })
 }
 
+/// The formats `dlq inspect` prints.
+pub fn check_inspect_format(format: Format) -> Result<(), CliError> {
+    match format {
+        Format::Csv | Format::Dir => Err(CliError::Usage(
+            "inspect prints table, json or jsonl".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Prints one whole item.
 pub async fn run_inspect(cli: &Cli, args: &InspectArgs) -> Result<u8, CliError> {
-    if matches!(cli.format, Format::Csv | Format::Dir) {
-        return Err(CliError::Usage(
-            "inspect prints table, json or jsonl".into(),
-        ));
-    }
-    let item = with_sink(cli, |sink| {
-        Ok(find_item(sink, &args.item_id, args.job_id.as_deref())?)
-    })
-    .await?;
+    check_inspect_format(cli.format)?;
+    let item = match forward::target(cli).await? {
+        Target::Api(api) => {
+            let path = params::inspect_path(&args.item_id, args.job_id.as_deref(), cli.format);
+            return forward::print(api.get(&path).await?);
+        }
+        Target::Local(local) => {
+            local
+                .run(|sink| Ok(find_item(sink, &args.item_id, args.job_id.as_deref())?))
+                .await?
+        }
+    };
     let mut out = BufWriter::new(std::io::stdout().lock());
-    match cli.format {
+    write_item(&mut out, cli.format, &item)?;
+    out.flush()?;
+    Ok(EXIT_OK)
+}
+
+/// Writes one whole item in `format` (pretty JSON for json).
+pub fn write_item(
+    out: &mut impl Write,
+    format: Format,
+    item: &DeadLetteredItem,
+) -> Result<(), CliError> {
+    match format {
         Format::Json => {
-            serde_json::to_writer_pretty(&mut out, &item).map_err(std::io::Error::from)?;
+            serde_json::to_writer_pretty(&mut *out, item).map_err(std::io::Error::from)?;
             writeln!(out)?;
         }
         Format::Jsonl => {
-            serde_json::to_writer(&mut out, &item).map_err(std::io::Error::from)?;
+            serde_json::to_writer(&mut *out, item).map_err(std::io::Error::from)?;
             writeln!(out)?;
         }
-        _ => print_item(&mut out, &item)?,
+        _ => print_item(out, item)?,
     }
-    out.flush()?;
-    Ok(EXIT_OK)
+    Ok(())
 }
 
 fn print_item(out: &mut impl Write, item: &DeadLetteredItem) -> std::io::Result<()> {

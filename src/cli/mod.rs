@@ -1,14 +1,17 @@
 //! The `dlq` command line: global options and the subcommands.
 
-mod admin;
+pub(crate) mod admin;
 mod consume;
 mod demo;
 mod export;
+mod forward;
 mod generate;
-mod list;
-mod open;
-mod report;
+pub(crate) mod list;
+pub(crate) mod open;
+pub(crate) mod report;
+mod retry;
 mod run;
+mod serve;
 mod status;
 mod table;
 
@@ -64,6 +67,15 @@ pub struct Cli {
     /// Output format.
     #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    /// Send list, inspect, stats, analyze, clear and purge to the `dlq serve` API at this URL
+    /// (e.g. http://127.0.0.1:9465) instead of opening the data directory. Without it they go
+    /// there anyway when the directory is held by a running `dlq serve`.
+    #[arg(long, global = true, env = "DLQ_API_URL")]
+    pub api: Option<String>,
+    /// File holding the admin API's bearer token: `dlq serve` requires it, forwarded commands
+    /// send it [default: the token in env DLQ_API_TOKEN].
+    #[arg(long, global = true, env = "DLQ_API_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -118,12 +130,17 @@ pub enum Command {
     /// Run a MapReduce workflow: one agent per work item, failures dead-lettered per its error
     /// policy (exit 4 if items stay pending).
     Run(run::RunArgs),
+    /// Re-run a job's dead-lettered items with its agent template; success removes them.
+    Retry(retry::RetryArgs),
     /// Continue a job: its pending items, and with --include-dlq-items its dead-lettered ones.
     Resume(run::ResumeArgs),
     /// Show a job's events (attempts, retries, breaker transitions, stops, summary).
     Events(run::EventsArgs),
     /// List the jobs of the data directory with their last summary.
     Jobs,
+    /// Hold the data directory and serve the admin HTTP API (list, inspect, stats, analyze,
+    /// clear, purge as JSON; /metrics; /healthz) on a loopback address until SIGINT/SIGTERM.
+    Serve(serve::ServeArgs),
     /// Fill the data directory with synthetic items (benchmarks).
     #[command(hide = true)]
     Generate(generate::GenerateArgs),
@@ -148,8 +165,10 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Purge(args) => admin::run_purge(&cli, args).await,
         Command::Run(args) => run::run_job(&cli, args).await,
         Command::Resume(args) => run::resume_job(&cli, args).await,
+        Command::Retry(args) => retry::run_retry(&cli, args).await,
         Command::Events(args) => run::run_events(&cli, args).await,
         Command::Jobs => run::run_jobs(&cli).await,
+        Command::Serve(args) => serve::run_serve(&cli, args).await,
         Command::Generate(args) => generate::run(&cli, args).await,
     };
     match result {
@@ -191,11 +210,17 @@ pub enum CliError {
     /// Writing output failed.
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
+    /// The admin API: serving it, reaching it, its answer, or the process holding the data
+    /// directory.
+    #[error(transparent)]
+    Serve(#[from] crate::serve::ServeError),
 }
 
 impl CliError {
-    fn exit_code(&self) -> u8 {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> u8 {
         match self {
+            CliError::Serve(err) => err.exit_code(),
             CliError::Usage(_) | CliError::Config(_) => EXIT_USAGE,
             CliError::Sink(crate::sink::SinkError::NotFound { .. }) => EXIT_NOT_FOUND,
             CliError::Query(err) if err.is_not_found() => EXIT_NOT_FOUND,

@@ -37,9 +37,16 @@ pub fn config(cli: &Cli) -> Result<Config, CliError> {
     Ok(config)
 }
 
-/// Opens the sink of the data directory.
+/// Opens the sink of the data directory. When another process holds it, the error names that
+/// process (and its API, if it is a `dlq serve`) and says what to do.
 pub fn sink(cli: &Cli, config: &Config) -> Result<SledSink, CliError> {
-    Ok(SledSink::open(config.sink_config(&cli.data_dir))?)
+    SledSink::open(config.sink_config(&cli.data_dir)).map_err(|err| {
+        if crate::serve::is_locked(&err) {
+            crate::serve::ServeError::held(&cli.data_dir).into()
+        } else {
+            err.into()
+        }
+    })
 }
 
 /// Opens sink and bus, starts metrics if asked, and builds an emitter with its reconciler.

@@ -1,16 +1,19 @@
-//! `dlq stats` and `dlq analyze`: read-only summaries (they open only the sink).
+//! `dlq stats` and `dlq analyze`: read-only summaries (they open only the sink, or go through
+//! the API of the `dlq serve` holding it). The admin API renders with the `write_*` functions
+//! here, so a forwarded command prints what it would have printed itself.
 
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use clap::Args;
 
-use super::list::with_sink;
+use super::forward::{self, Target};
 use super::table::{bar, cut, write_table};
 use super::{Cli, CliError, Format, EXIT_OK};
 use crate::query::analyze::{analyze, Analysis};
 use crate::query::stats::{stats, Stats};
 use crate::query::QueryError;
+use crate::serve::params;
 
 /// Width of the text histograms.
 const BAR_WIDTH: usize = 40;
@@ -34,8 +37,9 @@ pub struct AnalyzeArgs {
     pub export: Option<PathBuf>,
 }
 
-fn only_table_or_json(cli: &Cli, command: &str) -> Result<(), CliError> {
-    match cli.format {
+/// The formats `dlq stats` and `dlq analyze` print (`command` names the one asked).
+pub fn check_report_format(format: Format, command: &str) -> Result<(), CliError> {
+    match format {
         Format::Csv | Format::Dir => Err(CliError::Usage(format!(
             "{command} prints table, json or jsonl"
         ))),
@@ -45,18 +49,33 @@ fn only_table_or_json(cli: &Cli, command: &str) -> Result<(), CliError> {
 
 /// Prints the statistics.
 pub async fn run_stats(cli: &Cli, args: &StatsArgs) -> Result<u8, CliError> {
-    only_table_or_json(cli, "stats")?;
-    let stats = with_sink(cli, |sink| Ok(stats(sink, args.job_id.as_deref())?)).await?;
+    check_report_format(cli.format, "stats")?;
+    let job = args.job_id.as_deref();
+    let stats = match forward::target(cli).await? {
+        Target::Api(api) => {
+            return forward::print(
+                api.get(&params::report_path("stats", job, cli.format))
+                    .await?,
+            )
+        }
+        Target::Local(local) => local.run(|sink| Ok(stats(sink, job)?)).await?,
+    };
     let mut out = BufWriter::new(std::io::stdout().lock());
-    match cli.format {
-        Format::Table => print_stats(&mut out, &stats)?,
+    write_stats(&mut out, cli.format, &stats)?;
+    out.flush()?;
+    Ok(EXIT_OK)
+}
+
+/// Writes the statistics in `format` (a table, or one line of JSON).
+pub fn write_stats(out: &mut impl Write, format: Format, stats: &Stats) -> Result<(), CliError> {
+    match format {
+        Format::Table => print_stats(out, stats)?,
         _ => {
-            serde_json::to_writer(&mut out, &stats).map_err(std::io::Error::from)?;
+            serde_json::to_writer(&mut *out, stats).map_err(std::io::Error::from)?;
             writeln!(out)?;
         }
     }
-    out.flush()?;
-    Ok(EXIT_OK)
+    Ok(())
 }
 
 fn print_stats(out: &mut impl Write, s: &Stats) -> std::io::Result<()> {
@@ -119,26 +138,72 @@ fn print_stats(out: &mut impl Write, s: &Stats) -> std::io::Result<()> {
 
 /// Prints the analysis, and writes it to `--export` if asked.
 pub async fn run_analyze(cli: &Cli, args: &AnalyzeArgs) -> Result<u8, CliError> {
-    only_table_or_json(cli, "analyze")?;
-    let analysis = with_sink(cli, |sink| Ok(analyze(sink, args.job_id.as_deref())?)).await?;
+    check_report_format(cli.format, "analyze")?;
+    let job = args.job_id.as_deref();
+    let analysis = match forward::target(cli).await? {
+        Target::Api(api) => return forward_analyze(cli, args, &api).await,
+        Target::Local(local) => local.run(|sink| Ok(analyze(sink, job)?)).await?,
+    };
     if let Some(path) = &args.export {
         write_json_atomically(path, &analysis)?;
     }
     let mut out = BufWriter::new(std::io::stdout().lock());
-    match cli.format {
-        Format::Table => {
-            print_analysis(&mut out, &analysis)?;
-            if let Some(path) = &args.export {
-                writeln!(out, "\nanalysis written to {}", path.display())?;
-            }
-        }
-        _ => {
-            serde_json::to_writer(&mut out, &analysis).map_err(std::io::Error::from)?;
-            writeln!(out)?;
-        }
+    write_analysis(&mut out, cli.format, &analysis)?;
+    if let (Format::Table, Some(path)) = (cli.format, &args.export) {
+        writeln!(out, "\nanalysis written to {}", path.display())?;
     }
     out.flush()?;
     Ok(EXIT_OK)
+}
+
+/// `dlq analyze` through the API. With `--export` the JSON answer is written to the file; a
+/// table then needs a second request (the CLI cannot rebuild the table from JSON).
+async fn forward_analyze(
+    cli: &Cli,
+    args: &AnalyzeArgs,
+    api: &crate::serve::client::ApiClient,
+) -> Result<u8, CliError> {
+    let job = args.job_id.as_deref();
+    let Some(path) = &args.export else {
+        return forward::print(
+            api.get(&params::report_path("analyze", job, cli.format))
+                .await?,
+        );
+    };
+    let json = api
+        .get(&params::report_path("analyze", job, Format::Json))
+        .await?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&json.body).map_err(|err| crate::serve::ServeError::Protocol {
+            url: api.url().to_owned(),
+            reason: format!("the analysis is not JSON: {err}"),
+        })?;
+    write_json_atomically(path, &value)?;
+    if cli.format != Format::Table {
+        return forward::print(json);
+    }
+    forward::print(
+        api.get(&params::report_path("analyze", job, cli.format))
+            .await?,
+    )?;
+    println!("\nanalysis written to {}", path.display());
+    Ok(EXIT_OK)
+}
+
+/// Writes the analysis in `format` (tables with histograms, or one line of JSON).
+pub fn write_analysis(
+    out: &mut impl Write,
+    format: Format,
+    analysis: &Analysis,
+) -> Result<(), CliError> {
+    match format {
+        Format::Table => print_analysis(out, analysis)?,
+        _ => {
+            serde_json::to_writer(&mut *out, analysis).map_err(std::io::Error::from)?;
+            writeln!(out)?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes `value` as pretty JSON to a temporary sibling of `path`, then renames it into place.

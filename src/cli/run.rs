@@ -33,9 +33,9 @@ pub enum ProgressArg {
 #[derive(Debug, Args)]
 pub struct RunnerArgs {
     /// Program and arguments for `claude:` steps, split on spaces; the step's prompt is
-    /// appended as one argument.
-    #[arg(long, env = "DLQ_AGENT_COMMAND", default_value = DEFAULT_AGENT_COMMAND)]
-    pub agent_command: String,
+    /// appended as one argument [default: agent_command of --config, else "claude --print"].
+    #[arg(long, env = "DLQ_AGENT_COMMAND")]
+    pub agent_command: Option<String>,
     /// Topic the failed items are dead-lettered under (per-topic retry settings apply).
     #[arg(long, default_value = crate::runner::context::DEFAULT_TOPIC)]
     pub dlq_topic: String,
@@ -86,8 +86,8 @@ pub struct EventsArgs {
 
 /// Runs a new job.
 pub async fn run_job(cli: &Cli, args: &RunArgs) -> Result<u8, CliError> {
+    let (options, mode) = runner_options(cli, &args.runner)?;
     let emitter = open::emitter(cli).await?;
-    let (options, mode) = runner_options(cli, &args.runner);
     let cancel = cancel_on_signals();
     let result = job::start(
         emitter.clone(),
@@ -103,8 +103,8 @@ pub async fn run_job(cli: &Cli, args: &RunArgs) -> Result<u8, CliError> {
 
 /// Continues a job.
 pub async fn resume_job(cli: &Cli, args: &ResumeArgs) -> Result<u8, CliError> {
+    let (options, mode) = runner_options(cli, &args.runner)?;
     let emitter = open::emitter(cli).await?;
-    let (options, mode) = runner_options(cli, &args.runner);
     let cancel = cancel_on_signals();
     let result = job::resume(
         emitter.clone(),
@@ -118,20 +118,28 @@ pub async fn resume_job(cli: &Cli, args: &ResumeArgs) -> Result<u8, CliError> {
     finish(cli, &emitter, &args.runner, result).await
 }
 
-fn runner_options(cli: &Cli, args: &RunnerArgs) -> (RunOptions, ProgressMode) {
-    let mut options = RunOptions::new(&cli.data_dir);
-    options.agent_command = args
+pub(super) fn runner_options(
+    cli: &Cli,
+    args: &RunnerArgs,
+) -> Result<(RunOptions, ProgressMode), CliError> {
+    let config = open::config(cli)?;
+    let command = args
         .agent_command
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
+        .clone()
+        .or(config.agent_command)
+        .unwrap_or_else(|| DEFAULT_AGENT_COMMAND.to_owned());
+    let mut options = RunOptions::new(&cli.data_dir);
+    options.agent_command = command.split_whitespace().map(str::to_owned).collect();
+    if options.agent_command.is_empty() {
+        return Err(CliError::Usage("the agent command is empty: set --agent-command".into()));
+    }
     options.topic = args.dlq_topic.clone();
     let mode = match args.progress {
         ProgressArg::Auto => ProgressMode::Auto,
         ProgressArg::Lines => ProgressMode::Lines,
         ProgressArg::Quiet => ProgressMode::Quiet,
     };
-    (options, mode)
+    Ok((options, mode))
 }
 
 /// Ctrl-C or SIGTERM cancel the job: agents are killed, their items stay pending.
@@ -241,6 +249,11 @@ fn print_report(out: &mut impl Write, r: &JobReport, unpublished: u64) -> std::i
         Some(Ok(())) => writeln!(out, "reduce: succeeded")?,
         Some(Err(err)) => writeln!(out, "reduce: FAILED: {err}")?,
         None => {}
+    }
+    if let Some(output) = r.reduce_output.as_deref().filter(|o| !o.trim().is_empty()) {
+        for line in output.lines() {
+            writeln!(out, "  | {line}")?;
+        }
     }
     if unpublished > 0 {
         writeln!(out, "{unpublished} DLQ events not yet acknowledged by the bus; the reconciler publishes them when it is back (`dlq reconcile`)")?;

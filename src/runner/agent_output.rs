@@ -65,14 +65,16 @@ pub fn log_location(line: &[u8]) -> Option<String> {
 }
 
 /// The failure message of a step that ended with `status`, and the exit code to report
-/// (`128 + n` for signal `n`, as shells do).
+/// (`128 + n` for signal `n`, as shells do). The last stderr line comes first, so that
+/// signatures (which keep the message's first words) group failures by what went wrong rather
+/// than by which step ran: `checksum mismatch (step "shell: ./x" exited with code 3)`.
 pub fn failure_message(
     label: &str,
     status: ExitStatus,
     stderr: Option<&str>,
 ) -> (String, Option<i32>) {
     let label = short_label(label);
-    let (mut message, code) = match (status.code(), status.signal()) {
+    let (status_text, code) = match (status.code(), status.signal()) {
         (Some(code), _) => (
             format!("step \"{label}\" exited with code {code}"),
             Some(code),
@@ -86,10 +88,10 @@ pub fn failure_message(
         }
         (None, None) => (format!("step \"{label}\" ended with {status}"), None),
     };
-    if let Some(line) = stderr.and_then(last_line) {
-        message.push_str(": ");
-        message.push_str(&line);
-    }
+    let message = match stderr.and_then(last_line) {
+        Some(line) => format!("{line} ({status_text})"),
+        None => status_text,
+    };
     (message, code)
 }
 

@@ -122,7 +122,7 @@ async fn the_first_failing_step_stops_the_agent() {
     );
     let result = run(&s).await;
     let template = "echo early >&2; echo '  boom: it broke  ' >&2; echo >&2; exit 101";
-    let want = format!("step \"shell: {template}\" exited with code 101: boom: it broke");
+    let want = format!("boom: it broke (step \"shell: {template}\" exited with code 101)");
     assert_eq!(result.status, AgentStatus::Failed(want));
     assert_eq!(result.exit_code, Some(101));
     assert_eq!(result.step_failed, Some(format!("shell: {template}")));
@@ -378,15 +378,16 @@ fn failure_messages_are_one_line_and_bounded() {
     let long = "y".repeat(500);
     let (message, code) = failure_message("shell: make\nmake install", status, Some(&long));
     assert_eq!(code, Some(2));
+    assert!(message.starts_with("yyy"), "{message}");
     assert!(
-        message.starts_with("step \"shell: make …\" exited with code 2: yyy"),
+        message.ends_with("… (step \"shell: make …\" exited with code 2)"),
         "{message}"
     );
     assert_eq!(
         message.chars().filter(|c| *c == 'y').count(),
         MESSAGE_LINE_CHARS
     );
-    assert!(message.ends_with('…') && !message.contains('\n'));
+    assert!(!message.contains('\n'));
     let (message, code) = failure_message("shell: x", ExitStatus::from_raw(9), None);
     assert_eq!(
         (message.as_str(), code),

@@ -43,6 +43,22 @@ pub enum RunError {
         /// Where we looked.
         data_dir: PathBuf,
     },
+    /// `dlq retry` of a job this data directory never ran, without `--workflow`.
+    #[error("job {job_id} was not run from {data_dir}, so its agent template is unknown: pass --workflow FILE to retry its items with that workflow's template")]
+    NoTemplate {
+        /// The job.
+        job_id: String,
+        /// Where we looked.
+        data_dir: PathBuf,
+    },
+    /// A filter could not be evaluated on an item (e.g. a missing field).
+    #[error("filter failed on item {item_id}: {source}")]
+    Filter {
+        /// The item.
+        item_id: String,
+        /// Why.
+        source: crate::filter::FilterError,
+    },
     /// A job id is not usable.
     #[error(
         "invalid job id {0:?}: use 1-128 characters from A-Z a-z 0-9 . _ - (not starting with '.')"
@@ -66,7 +82,11 @@ impl RunError {
     /// job, 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            RunError::Workflow(_) | RunError::BadJobId(_) | RunError::JobExists(_) => 2,
+            RunError::Workflow(_)
+            | RunError::BadJobId(_)
+            | RunError::JobExists(_)
+            | RunError::Filter { .. }
+            | RunError::NoTemplate { .. } => 2,
             RunError::JobNotFound { .. } => 3,
             _ => 1,
         }

@@ -27,6 +27,9 @@ use crate::bus::Bus;
 use crate::emitter::Emitter;
 use crate::sink::SledSink;
 
+/// How much of reduce's output a report carries.
+const REDUCE_OUTPUT_BYTES: usize = 4096;
+
 /// What a job session achieved.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobReport {
@@ -38,6 +41,9 @@ pub struct JobReport {
     pub stopped: Option<String>,
     /// The reduce phase: `None` when it did not run, else its result.
     pub reduce: Option<Result<(), String>>,
+    /// The last 4 KiB of what reduce printed on stdout (the whole output is in the job's
+    /// `reduce/stdout.log`).
+    pub reduce_output: Option<String>,
     /// Dead-lettered items found in the DLQ without a recorded outcome (the runner was killed
     /// between the two) and recorded now instead of running again.
     pub recovered: u64,
@@ -219,9 +225,9 @@ async fn run<B: Bus>(
         MapEnd::Stopped(reason) => Some(reason),
         MapEnd::Interrupted => Some("interrupted".to_owned()),
     };
+    let dir = ctx.store.dir().join("reduce");
     let reduce = if stopped.is_none() && !ctx.record.workflow.reduce.is_empty() {
         let workflow = &ctx.record.workflow;
-        let dir = ctx.store.dir().join("reduce");
         let result = run_steps(
             workflow,
             &workflow.reduce,
@@ -242,6 +248,11 @@ async fn run<B: Bus>(
     } else {
         None
     };
+    let reduce_output = reduce.as_ref().and_then(|_| {
+        let bytes = std::fs::read(dir.join("stdout.log")).ok()?;
+        let tail = &bytes[bytes.len().saturating_sub(REDUCE_OUTPUT_BYTES)..];
+        Some(String::from_utf8_lossy(tail).into_owned())
+    });
     ctx.export_counts(&tally);
     ctx.store.write_summary(&summary)?;
     ctx.event(JobEventKind::JobFinished {
@@ -252,6 +263,7 @@ async fn run<B: Bus>(
         summary,
         stopped,
         reduce,
+        reduce_output,
         recovered,
     })
 }

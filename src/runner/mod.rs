@@ -20,6 +20,7 @@ pub mod map;
 pub mod policy;
 pub mod progress;
 pub mod report;
+pub mod retry;
 pub mod shell;
 pub mod stats;
 pub mod store;

@@ -192,6 +192,21 @@ impl SledSink {
         })
     }
 
+    /// The items of one job, in item-id order: a seek to the job's key prefix, so the items of
+    /// other jobs are never read.
+    pub fn job_items(
+        &self,
+        job_id: &str,
+    ) -> impl Iterator<Item = Result<StoredItem, SinkError>> + '_ {
+        self.inner
+            .tree
+            .scan_prefix(keys::items_of_job(job_id))
+            .map(|entry| {
+                let (key, value) = entry?;
+                TreeView::decode_item(&key, &value)
+            })
+    }
+
     /// The stored event at `seq`.
     pub fn event(&self, seq: u64) -> Result<Option<Event>, SinkError> {
         self.view().event(seq)

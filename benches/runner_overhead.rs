@@ -1,0 +1,567 @@
+//! Runner-overhead benchmark (issue 3): what `dlq run` costs per item beyond the command itself,
+//! and what dead-lettering costs per failed agent.
+//!
+//! `cargo bench --bench runner_overhead -- [--quick] [--items N] [--failing N] [--runs N]`
+//!
+//! 1. Baselines, in this process (Tokio, at most 16 children in flight, each `sh -c true` in a
+//!    process group of its own with stdin closed, as the runner spawns them): (A) output to
+//!    /dev/null; (B) output appended to `stdout.log`/`stderr.log` in a fresh per-item directory,
+//!    removed afterwards (the file-system work an item needs anyway).
+//! 2. The release `dlq run` of a workflow of N items running `true` at `max_parallel: 16`, bus
+//!    down (port 1), fresh data directory. Overhead per item = (runner wall − baseline wall) / N.
+//!    A 1-item run gives the fixed cost (start-up, sink open, shutdown).
+//! 3. DLQ overhead per failed agent: M items running `exit 1` (one attempt, `on_item_failure`
+//!    `dlq` by default) minus M items running `true`, divided by M; bus down (the sink-first path
+//!    and the `EmitFailed` audit event), with the default topic policy (one publish retry after
+//!    500 ms) and with `retry_attempts: 0`.
+//! 4. The same with a private `nats-server -js` up, when one is installed (skipped otherwise).
+//!
+//! N, M = 10,000, 2,000 (full); 2,000, 500 (`--quick`); 200, 50 as a smoke run under
+//! `cargo test --all-targets` (no `--bench` argument), which writes no results file. Full and
+//! quick write `benches/results/runner_overhead[-quick].md`. Each figure is the median wall time
+//! of `--runs` runs (3 full, 1 otherwise). Item counts in each report are asserted; times never.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::fmt::Write as _;
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::wait::{waitid, Id, WaitPidFlag};
+use nix::unistd::Pid;
+
+const BIN: &str = env!("CARGO_BIN_EXE_dlq");
+const PARALLEL: usize = 16;
+const DEAD_BUS: &str = "nats://127.0.0.1:1";
+/// `/proc/*/stat` times are in USER_HZ ticks, 100 per second on Linux.
+const TICK_SECS: f64 = 0.01;
+const ITEM_TARGET_MS: f64 = 1.0;
+const DLQ_TARGET_MS: f64 = 5.0;
+
+/// One measured run.
+#[derive(Debug, Clone, Copy, Default)]
+struct Run {
+    wall: Duration,
+    /// CPU seconds (user + sys) of the measured process itself.
+    own_cpu: f64,
+    /// CPU seconds of the children it waited for (the `sh` processes).
+    child_cpu: f64,
+    /// Lines the runner wrote to stderr (warnings).
+    stderr_lines: usize,
+}
+
+/// (own, waited-for children) CPU seconds from the text of a `/proc/PID/stat`.
+fn cpu_of(stat: &str) -> (f64, f64) {
+    let rest = &stat[stat.rfind(')').expect("stat has a ')'") + 1..];
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(0.0))
+        .collect();
+    // Fields 14-17 of proc(5) (utime, stime, cutime, cstime); `rest` starts at field 3.
+    ((f[11] + f[12]) * TICK_SECS, (f[13] + f[14]) * TICK_SECS)
+}
+
+fn self_cpu() -> (f64, f64) {
+    cpu_of(&std::fs::read_to_string("/proc/self/stat").unwrap())
+}
+
+/// One baseline item: `sh -c true` spawned like the runner spawns a step; with `dir`, its output
+/// goes to log files in that fresh directory, removed afterwards.
+async fn spawn_true(dir: Option<PathBuf>) -> bool {
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg("true")
+        .process_group(0)
+        .kill_on_drop(true)
+        .stdin(Stdio::null());
+    match &dir {
+        None => {
+            cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        }
+        Some(dir) => {
+            std::fs::create_dir_all(dir).unwrap();
+            let open = |name: &str| {
+                let path = dir.join(name);
+                OpenOptions::new().create(true).append(true).open(path)
+            };
+            cmd.current_dir(dir)
+                .stdout(open("stdout.log").unwrap())
+                .stderr(open("stderr.log").unwrap());
+        }
+    }
+    let ok = cmd.spawn().unwrap().wait().await.unwrap().success();
+    if let Some(dir) = dir {
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+    ok
+}
+
+/// `n` baseline items, at most [`PARALLEL`] in flight; per-item directories under `root`.
+fn baseline(n: usize, root: Option<&Path>) -> Run {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (cpu0, child0) = self_cpu();
+    let started = Instant::now();
+    let ok = runtime.block_on(async {
+        let mut set = tokio::task::JoinSet::new();
+        let mut ok = 0usize;
+        for i in 0..n {
+            if set.len() >= PARALLEL {
+                ok += usize::from(set.join_next().await.unwrap().unwrap());
+            }
+            let dir = root.map(|r| r.join(format!("i{i:05}")));
+            set.spawn(spawn_true(dir));
+        }
+        while let Some(done) = set.join_next().await {
+            ok += usize::from(done.unwrap());
+        }
+        ok
+    });
+    let wall = started.elapsed();
+    let (cpu1, child1) = self_cpu();
+    assert_eq!(ok, n, "every baseline `sh -c true` must succeed");
+    Run {
+        wall,
+        own_cpu: cpu1 - cpu0,
+        child_cpu: child1 - child0,
+        stderr_lines: 0,
+    }
+}
+
+/// A `dlq run` case: `items` items running `shell`, bus at `bus`, optional config file text.
+struct Case<'a> {
+    items: usize,
+    shell: &'a str,
+    bus: &'a str,
+    config: Option<&'a str>,
+}
+
+/// Runs `case` once in a fresh directory under `base`; asserts the report's counts.
+fn run_dlq(base: &Path, case: &Case) -> Run {
+    let tmp = tempfile::tempdir_in(base).unwrap();
+    let dir = tmp.path();
+    let items: Vec<serde_json::Value> = (1..=case.items)
+        .map(|i| serde_json::json!({"id": format!("i{i:05}"), "n": i, "path": format!("src/f{i:05}.rs")}))
+        .collect();
+    let doc = serde_json::json!({ "items": items });
+    std::fs::write(dir.join("items.json"), doc.to_string()).unwrap();
+    let workflow = format!(
+        "name: bench\nmode: mapreduce\nmap:\n  input: items.json\n  json_path: \"$.items[*]\"\n  \
+         max_parallel: {PARALLEL}\n  agent_template:\n    - shell: \"{}\"\n",
+        case.shell
+    );
+    std::fs::write(dir.join("workflow.yml"), workflow).unwrap();
+    let mut cmd = Command::new(BIN);
+    for var in ["DLQ_CONFIG", "DLQ_TOPIC", "DLQ_NODE_ID", "DLQ_METRICS_ADDR"] {
+        cmd.env_remove(var);
+    }
+    cmd.arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(["--nats-url", case.bus, "--format", "json"]);
+    if let Some(config) = case.config {
+        std::fs::write(dir.join("config.yml"), config).unwrap();
+        cmd.arg("--config").arg(dir.join("config.yml"));
+    }
+    cmd.arg("run")
+        .arg(dir.join("workflow.yml"))
+        .args([
+            "--job-id",
+            "bench",
+            "--progress",
+            "quiet",
+            "--drain-timeout",
+            "0s",
+        ])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(File::create(dir.join("report.json")).unwrap())
+        .stderr(File::create(dir.join("stderr.log")).unwrap());
+    let started = Instant::now();
+    let mut child = cmd.spawn().expect("spawn dlq");
+    let pid = Pid::from_raw(i32::try_from(child.id()).unwrap());
+    // Wait for the exit without reaping, so that /proc still has the runner's CPU times.
+    waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT).expect("waitid");
+    let wall = started.elapsed();
+    let (own_cpu, child_cpu) =
+        cpu_of(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap());
+    let status = child.wait().unwrap();
+    let stderr = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
+    let report = std::fs::read_to_string(dir.join("report.json")).unwrap();
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap_or_else(|e| {
+        panic!("dlq run ({status}) printed no JSON report ({e}); stderr:\n{stderr}")
+    });
+    let count = |field: &str| report["summary"][field].as_u64().unwrap();
+    let (ok, failed) = match case.shell {
+        "true" => (case.items as u64, 0),
+        _ => (0, case.items as u64),
+    };
+    assert_eq!(
+        (count("successful"), count("failed"), count("pending")),
+        (ok, failed, 0),
+        "dlq run of {} items `{}`: unexpected counts; stderr:\n{stderr}",
+        case.items,
+        case.shell
+    );
+    Run {
+        wall,
+        own_cpu,
+        child_cpu,
+        stderr_lines: stderr.lines().count(),
+    }
+}
+
+/// The run of median wall time among `runs`.
+fn median(mut runs: Vec<Run>) -> Run {
+    runs.sort_by_key(|r| r.wall);
+    runs[runs.len() / 2]
+}
+
+/// `nats-server` as `tests/common` finds it, if installed.
+fn nats_server_installed() -> bool {
+    if std::env::var_os("NATS_SERVER_BIN").is_some_and(|b| !b.is_empty()) {
+        return true;
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("nats-server"))
+        .chain(std::iter::once(PathBuf::from("/usr/sbin/nats-server")))
+        .any(|p| p.is_file())
+}
+
+/// A results-table row: name, items, run, note.
+struct Row {
+    name: String,
+    items: usize,
+    run: Run,
+    note: String,
+}
+
+fn ms_per(d: f64, n: usize) -> f64 {
+    d * 1000.0 / n as f64
+}
+
+fn verdict(value: f64, target: f64) -> String {
+    if value < target {
+        format!("< {target} ms: met")
+    } else {
+        format!("< {target} ms: **NOT met**")
+    }
+}
+
+fn machine(base: &Path) -> String {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let cpu = read("/proc/cpuinfo")
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")?
+                .split(':')
+                .nth(1)
+                .map(str::trim)
+                .map(String::from)
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mounts = read("/proc/mounts");
+    let base = base.canonicalize().unwrap_or_else(|_| base.to_path_buf());
+    let fs = mounts
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() > 2 && base.starts_with(f[1]))
+        .max_by_key(|f| f[1].len())
+        .map_or("unknown".into(), |f| format!("{} on {}", f[2], f[0]));
+    format!(
+        "{cores} cores (nproc), {cpu}; Linux {}; temp dirs on {fs}",
+        read("/proc/sys/kernel/osrelease").trim()
+    )
+}
+
+fn loadavg() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn git_head() -> String {
+    let out = Command::new("git")
+        .args([
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+            "describe",
+            "--always",
+            "--dirty",
+        ])
+        .output();
+    out.ok()
+        .filter(|o| o.status.success())
+        .map_or("unknown".into(), |o| {
+            String::from_utf8_lossy(&o.stdout).trim().to_owned()
+        })
+}
+
+/// Measures every case `runs` times, round-robin (so that a slow phase of the machine hits all
+/// cases alike), and keeps each case's median.
+fn measure(runs: usize, cases: &mut [(&str, Box<dyn FnMut() -> Run + '_>)]) -> Vec<Run> {
+    let mut all: Vec<Vec<Run>> = vec![Vec::new(); cases.len()];
+    for round in 1..=runs {
+        for (i, (name, f)) in cases.iter_mut().enumerate() {
+            eprintln!("  round {round}/{runs}: {name} ...");
+            all[i].push(f());
+        }
+    }
+    all.into_iter().map(median).collect()
+}
+
+fn main() {
+    let (mut quick, mut benching) = (false, false);
+    let (mut items, mut failing, mut runs) = (None, None, None);
+    let mut shown_args = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut number = |flag: &str| -> usize {
+            let v = args
+                .next()
+                .unwrap_or_else(|| panic!("{flag} needs a number"));
+            shown_args.push(format!("{flag} {v}"));
+            v.parse()
+                .unwrap_or_else(|_| panic!("{flag} needs a number, not {v:?}"))
+        };
+        match arg.as_str() {
+            "--bench" => benching = true, // added by `cargo bench` for `harness = false` targets
+            "--quick" => quick = true,
+            "--items" => items = Some(number("--items")),
+            "--failing" => failing = Some(number("--failing")),
+            "--runs" => runs = Some(number("--runs").max(1)),
+            other => eprintln!("ignoring unknown argument {other:?}"),
+        }
+    }
+    let (mode, n_default, m_default) = match (benching, quick) {
+        (false, _) => (
+            "smoke (run by cargo test; use cargo bench for figures)",
+            200,
+            50,
+        ),
+        (true, true) => ("quick", 2_000, 500),
+        (true, false) => ("full", 10_000, 2_000),
+    };
+    let (n, m) = (items.unwrap_or(n_default), failing.unwrap_or(m_default));
+    let runs = runs.unwrap_or(if benching && !quick { 3 } else { 1 });
+    let mut command = String::from("cargo bench --bench runner_overhead");
+    if quick || !shown_args.is_empty() {
+        command.push_str(" --");
+        if quick {
+            command.push_str(" --quick");
+        }
+        for a in &shown_args {
+            command.push(' ');
+            command.push_str(a);
+        }
+    }
+    let base = option_env!("CARGO_TARGET_TMPDIR").map_or_else(std::env::temp_dir, PathBuf::from);
+    std::fs::create_dir_all(&base).unwrap();
+    let tmp = tempfile::tempdir_in(&base).unwrap(); // removed at exit
+    let base = tmp.path();
+    let (load_before, started) = (loadavg(), Instant::now());
+
+    const RETRY0: &str = "topics:\n  default:\n    retry_attempts: 0\n";
+    let dlq = |items: usize, shell: &'static str, bus: &str, config: Option<&'static str>| {
+        let bus = bus.to_owned();
+        move || {
+            run_dlq(
+                base,
+                &Case {
+                    items,
+                    shell,
+                    bus: &bus,
+                    config,
+                },
+            )
+        }
+    };
+    eprintln!("1-3/4: baselines, dlq run of {n} items, DLQ overhead over {m} items (bus down), {runs} round(s)");
+    let files = base.join("baseline-files");
+    let mut cases: Vec<(&str, Box<dyn FnMut() -> Run>)> = vec![
+        ("baseline A (/dev/null)", Box::new(|| baseline(n, None))),
+        (
+            "baseline B (log files)",
+            Box::new(|| baseline(n, Some(&files))),
+        ),
+        ("dlq run, 1 item", Box::new(dlq(1, "true", DEAD_BUS, None))),
+        (
+            "dlq run, N x true",
+            Box::new(dlq(n, "true", DEAD_BUS, None)),
+        ),
+        (
+            "dlq run, M x true",
+            Box::new(dlq(m, "true", DEAD_BUS, None)),
+        ),
+        (
+            "dlq run, M x exit 1",
+            Box::new(dlq(m, "exit 1", DEAD_BUS, None)),
+        ),
+        (
+            "dlq run, M x exit 1, retry 0",
+            Box::new(dlq(m, "exit 1", DEAD_BUS, Some(RETRY0))),
+        ),
+    ];
+    let [a, b, fixed, ok_n, ok_m, fail_m, fail_m0] = measure(runs, &mut cases).try_into().unwrap();
+    drop(cases);
+
+    let bus_runs = if nats_server_installed() {
+        eprintln!("4/4: DLQ overhead with a private nats-server up");
+        let mut server = common::NatsServer::start();
+        let url = server.url();
+        let mut cases: Vec<(&str, Box<dyn FnMut() -> Run>)> = vec![
+            ("bus up: M x true", Box::new(dlq(m, "true", &url, None))),
+            ("bus up: M x exit 1", Box::new(dlq(m, "exit 1", &url, None))),
+        ];
+        let measured = measure(runs, &mut cases);
+        drop(cases);
+        server.kill();
+        Some((measured[0], measured[1]))
+    } else {
+        eprintln!("4/4: skipped, no nats-server installed");
+        None
+    };
+
+    let mut rows = vec![
+        Row { name: "baseline A: `sh -c true`, output to /dev/null".into(), items: n, run: a, note: "in-process Tokio, own process group, stdin null; own CPU = spawning and reaping".into() },
+        Row { name: "baseline B: A + per-item dir, output appended to stdout.log/stderr.log, dir removed".into(), items: n, run: b, note: "what the runner's agent does around the command, minimally".into() },
+        Row { name: "`dlq run`, 1 item `true` (fixed cost)".into(), items: 1, run: fixed, note: "start-up, sink open, job files, shutdown".into() },
+        Row { name: "`dlq run`, `true`".into(), items: n, run: ok_n, note: "bus down".into() },
+        Row { name: "`dlq run`, `true`".into(), items: m, run: ok_m, note: "bus down; reference for the DLQ rows".into() },
+        Row { name: "`dlq run`, `exit 1`, default topic policy".into(), items: m, run: fail_m, note: "bus down: sink write, publish fails, 1 retry after 500 ms, EmitFailed audit event".into() },
+        Row { name: "`dlq run`, `exit 1`, `retry_attempts: 0`".into(), items: m, run: fail_m0, note: "bus down: sink write, publish fails at once, EmitFailed audit event".into() },
+    ];
+    if let Some((ok, fail)) = bus_runs {
+        rows.push(Row {
+            name: "`dlq run`, `true`, bus up".into(),
+            items: m,
+            run: ok,
+            note: "private `nats-server -js`".into(),
+        });
+        rows.push(Row {
+            name: "`dlq run`, `exit 1`, bus up".into(),
+            items: m,
+            run: fail,
+            note: "sink write, then JetStream publish + PubAck".into(),
+        });
+    }
+
+    let mut out = String::new();
+    let w = &mut out;
+    writeln!(w, "<!-- produced by: {command} -->").unwrap();
+    writeln!(w, "# dlq runner_overhead benchmark ({mode})\n").unwrap();
+    writeln!(w, "- command: `{command}`; commit `{}`", git_head()).unwrap();
+    writeln!(w, "- machine: {}", machine(base)).unwrap();
+    writeln!(w, "- load average (1/5/15 min) before: {load_before}; after: {} (other processes compete for the cores)", loadavg()).unwrap();
+    writeln!(w, "- N = {n} items for the per-item overhead, M = {m} for the per-failed-agent overhead; `max_parallel: {PARALLEL}`; each figure the median of {runs} run(s), cases interleaved").unwrap();
+    writeln!(w, "- `dlq run`: the release binary, `--progress quiet --format json --drain-timeout 0s`, fresh `--data-dir`, bus `{DEAD_BUS}` (down: connection refused) unless stated, `RUST_LOG=warn`; wall time from spawn to exit; CPU from `/proc/PID/stat` of the exited, unreaped runner").unwrap();
+    writeln!(
+        w,
+        "- total bench time: {:.0} s\n",
+        started.elapsed().as_secs_f64()
+    )
+    .unwrap();
+    writeln!(w, "| run | items | wall s | items/s | own CPU ms/item | children CPU ms/item | stderr lines | notes |").unwrap();
+    writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---|").unwrap();
+    for r in &rows {
+        let secs = r.run.wall.as_secs_f64();
+        writeln!(
+            w,
+            "| {} | {} | {secs:.2} | {:.0} | {:.3} | {:.3} | {} | {} |",
+            r.name,
+            r.items,
+            r.items as f64 / secs,
+            ms_per(r.run.own_cpu, r.items),
+            ms_per(r.run.child_cpu, r.items),
+            r.run.stderr_lines,
+            r.note
+        )
+        .unwrap();
+    }
+    let wall = |r: &Run| r.wall.as_secs_f64();
+    let vs_b = ms_per(wall(&ok_n) - wall(&b), n);
+    let vs_a = ms_per(wall(&ok_n) - wall(&a), n);
+    let no_fixed = ms_per(wall(&ok_n) - wall(&fixed) - wall(&b), n);
+    let cpu = ms_per(ok_n.own_cpu, n);
+    let dlq_default = ms_per(wall(&fail_m) - wall(&ok_m), m);
+    let dlq_retry0 = ms_per(wall(&fail_m0) - wall(&ok_m), m);
+    writeln!(w, "\n| figure | ms | target |").unwrap();
+    writeln!(w, "|---|---:|---|").unwrap();
+    let mut fig = |name: &str, v: f64, target: Option<f64>| {
+        let t = target.map_or("-".into(), |t| verdict(v, t));
+        writeln!(w, "| {name} | {v:.3} | {t} |").unwrap();
+    };
+    fig(
+        "runner overhead per item: (dlq run N − baseline B) / N",
+        vs_b,
+        Some(ITEM_TARGET_MS),
+    );
+    fig(
+        "runner overhead per item vs baseline A (/dev/null): (dlq run N − A) / N",
+        vs_a,
+        Some(ITEM_TARGET_MS),
+    );
+    fig(
+        "the same without the fixed cost: (dlq run N − 1-item run − B) / N",
+        no_fixed,
+        None,
+    );
+    fig(
+        "runner process CPU per item (user + sys, own threads)",
+        cpu,
+        None,
+    );
+    fig(
+        "DLQ overhead per failed agent, bus down, default policy: (exit 1 − true) / M",
+        dlq_default,
+        Some(DLQ_TARGET_MS),
+    );
+    fig(
+        "DLQ overhead per failed agent, bus down, `retry_attempts: 0`",
+        dlq_retry0,
+        Some(DLQ_TARGET_MS),
+    );
+    fig(
+        "runner CPU per failed agent, bus down, default policy: (exit 1 − true) own CPU / M",
+        ms_per(fail_m.own_cpu - ok_m.own_cpu, m),
+        None,
+    );
+    if let Some((ok, fail)) = bus_runs {
+        fig(
+            "DLQ overhead per failed agent, bus up: (exit 1 − true) / M",
+            ms_per(wall(&fail) - wall(&ok), m),
+            Some(DLQ_TARGET_MS),
+        );
+        fig(
+            "runner CPU per failed agent, bus up",
+            ms_per(fail.own_cpu - ok.own_cpu, m),
+            None,
+        );
+    } else {
+        writeln!(
+            w,
+            "\nBus-up rows skipped: no `nats-server` found (NATS_SERVER_BIN, PATH, /usr/sbin)."
+        )
+        .unwrap();
+    }
+    writeln!(w, "\nOverheads are wall-clock per item with {PARALLEL} agents in flight (amortised): the latency one failed agent adds is about {PARALLEL} times its figure. Targets are reported, never asserted.").unwrap();
+    print!("{out}");
+    if benching {
+        let name = if quick {
+            "runner_overhead-quick.md"
+        } else {
+            "runner_overhead.md"
+        };
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("benches/results")
+            .join(name);
+        std::fs::write(&path, &out).unwrap();
+        eprintln!("results written to {}", path.display());
+    }
+}

@@ -1,0 +1,94 @@
+//! Where an operator command runs: on the data directory itself, or through the API of the
+//! `dlq serve` that holds it.
+//!
+//! The rule ([`target`]): `--api URL` always forwards. Otherwise, when `<data_dir>/serve.json`
+//! names a live process whose `/healthz` answers, the command goes to that API (the server holds
+//! the sled lock, so opening the directory could only fail). Otherwise the directory is opened;
+//! if another process holds it, the error names that process and what to do
+//! ([`super::open::sink`]). A forwarded command asks the server to render its answer in the
+//! command's `--format` with the same code the CLI uses, and prints the body as it is.
+
+use std::io::Write;
+
+use super::{open, Cli, CliError, EXIT_OK};
+use crate::config::Config;
+use crate::serve::auth::token_text;
+use crate::serve::client::{Answer, ApiClient};
+use crate::serve::discovery::ServeFile;
+use crate::serve::ServeError;
+use crate::sink::{Sink, SledSink};
+
+/// The data directory, opened here.
+pub struct Local {
+    config: Config,
+    sink: SledSink,
+}
+
+impl Local {
+    /// Runs `f` on the sink, then closes it whatever `f` returned.
+    pub async fn run<T>(
+        self: Box<Self>,
+        f: impl FnOnce(&SledSink) -> Result<T, CliError>,
+    ) -> Result<T, CliError> {
+        let result = f(&self.sink);
+        self.sink.close().await?;
+        result
+    }
+
+    /// The configuration and the open sink.
+    pub fn into_parts(self: Box<Self>) -> (Config, SledSink) {
+        (self.config, self.sink)
+    }
+}
+
+/// Where a command runs.
+pub enum Target {
+    /// On the data directory, opened by this process.
+    Local(Box<Local>),
+    /// Through the API of the server holding the data directory.
+    Api(ApiClient),
+}
+
+/// Chooses where the command runs (see the module documentation).
+pub async fn target(cli: &Cli) -> Result<Target, CliError> {
+    if let Some(url) = &cli.api {
+        return Ok(Target::Api(client(cli, url)?));
+    }
+    if let Some(file) = ServeFile::read_live(&cli.data_dir) {
+        let api = client(cli, &file.url)?;
+        if api.healthy().await {
+            return Ok(Target::Api(api));
+        }
+    }
+    let config = open::config(cli)?;
+    let sink = open::sink(cli, &config)?;
+    Ok(Target::Local(Box::new(Local { config, sink })))
+}
+
+/// A client of `url` with the token of `--token-file` or `DLQ_API_TOKEN`.
+fn client(cli: &Cli, url: &str) -> Result<ApiClient, CliError> {
+    let token = token_text(cli.token_file.as_deref())?;
+    Ok(ApiClient::new(url, token)?)
+}
+
+/// Prints an answer's body as it is.
+pub fn print(answer: Answer) -> Result<u8, CliError> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(&answer.body)?;
+    out.flush()?;
+    Ok(EXIT_OK)
+}
+
+/// A number field of a JSON answer.
+pub fn json_field(api: &ApiClient, answer: &Answer, name: &str) -> Result<u64, CliError> {
+    serde_json::from_slice::<serde_json::Value>(&answer.body)
+        .ok()
+        .and_then(|value| value.get(name).and_then(serde_json::Value::as_u64))
+        .ok_or_else(|| {
+            ServeError::Protocol {
+                url: api.url().to_owned(),
+                reason: format!("the answer has no number `{name}`"),
+            }
+            .into()
+        })
+}

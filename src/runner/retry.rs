@@ -1,0 +1,412 @@
+//! `dlq retry`: re-runs a job's dead-lettered items with the job's own agent template.
+//!
+//! Items are selected by streaming the job's items from the sink (only their ids are kept):
+//! `reprocess_eligible` ones unless `force`, and those matching the CEL `filter`. Each selected
+//! item is attempted up to `max_retries` times with the workflow's backoff. Success removes it
+//! from the DLQ with a `resolved` removal event; failure appends the new attempts to its
+//! history (so `failure_count` grows). At most `parallel` items run at once, and with `rate`
+//! at most that many start per second.
+//!
+//! Interruption: when `stop` fires, no new item starts and in-flight items finish their
+//! current attempt and are recorded; `kill` kills in-flight agents (their items stay as they
+//! were). Running retry again only sees what is still in the DLQ, so a resolved item is never
+//! run again. Within one process (e.g. two API requests to `dlq serve`) an item being retried
+//! is claimed, so two concurrent retries never run the same item; two processes cannot open
+//! the same data directory at all.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use chrono::Utc;
+use serde::Serialize;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::agent::{run_agent, AgentStatus};
+use super::backoff::retry_delay;
+use super::context::{JobContext, RunOptions};
+use super::convert::failure_detail;
+use super::error::RunError;
+use super::events::JobEventKind;
+use super::input::WorkItem;
+use super::progress::{Progress, ProgressMode};
+use super::stats::Outcome;
+use super::store::{JobRecord, JobStore, OutcomeRecord};
+use super::workflow::Workflow;
+use crate::bus::Bus;
+use crate::decide::Command;
+use crate::emitter::{EmitError, Emitter};
+use crate::event::RemovalReason;
+use crate::failure::dead_lettered_item;
+use crate::filter::Filter;
+use crate::sink::SledSink;
+
+/// How many item ids a dry run lists.
+const DRY_RUN_LISTED: usize = 1000;
+
+/// What to retry and how.
+#[derive(Debug, Clone)]
+pub struct RetryOptions {
+    /// Items retried at once.
+    pub parallel: usize,
+    /// Attempts per item.
+    pub max_retries: u32,
+    /// Only items matching this filter.
+    pub filter: Option<Filter>,
+    /// Retry items that are not `reprocess_eligible` too.
+    pub force: bool,
+    /// At most this many items start per second.
+    pub rate: Option<f64>,
+    /// Only say what would be retried.
+    pub dry_run: bool,
+}
+
+impl Default for RetryOptions {
+    fn default() -> Self {
+        RetryOptions {
+            parallel: 10,
+            max_retries: 3,
+            filter: None,
+            force: false,
+            rate: None,
+            dry_run: false,
+        }
+    }
+}
+
+/// What a retry did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RetryReport {
+    /// The job.
+    pub job_id: String,
+    /// Nothing ran.
+    pub dry_run: bool,
+    /// Items selected for retry.
+    pub selected: u64,
+    /// Items that succeeded and left the DLQ.
+    pub resolved: u64,
+    /// Items that failed every attempt again (history appended).
+    pub failed_again: u64,
+    /// Items left out because they are not `reprocess_eligible` (use --force).
+    pub skipped_ineligible: u64,
+    /// Items left out by the filter.
+    pub skipped_filtered: u64,
+    /// Items another retry of this process was already running.
+    pub skipped_busy: u64,
+    /// Items whose result could not be written (they stay in the DLQ unchanged).
+    pub not_recorded: u64,
+    /// Items not started because the retry was interrupted.
+    pub not_started: u64,
+    /// The selected item ids (dry run only, at most 1,000).
+    pub items: Vec<String>,
+}
+
+/// How one item's retry ended.
+enum ItemEnd {
+    Resolved,
+    FailedAgain,
+    Busy,
+    Gone,
+    NotRecorded,
+    Interrupted,
+}
+
+fn claims() -> &'static Mutex<HashSet<(String, String)>> {
+    static CLAIMS: OnceLock<Mutex<HashSet<(String, String)>>> = OnceLock::new();
+    CLAIMS.get_or_init(Default::default)
+}
+
+/// Releases a claim when the item's retry ends, however it ends.
+struct Claim(String, String);
+
+impl Claim {
+    fn take(job_id: &str, item_id: &str) -> Option<Claim> {
+        let mut set = claims().lock().ok()?;
+        set.insert((job_id.to_owned(), item_id.to_owned()))
+            .then(|| Claim(job_id.to_owned(), item_id.to_owned()))
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if let Ok(mut set) = claims().lock() {
+            set.remove(&(std::mem::take(&mut self.0), std::mem::take(&mut self.1)));
+        }
+    }
+}
+
+/// Retries the dead-lettered items of `job_id`. The agent template is the job's own, or that
+/// of `workflow` (required when the job was not run by this data directory, e.g. imported).
+#[allow(clippy::too_many_arguments)]
+pub async fn retry_job<B: Bus>(
+    emitter: Emitter<SledSink, B>,
+    run: RunOptions,
+    job_id: &str,
+    workflow: Option<&Path>,
+    options: RetryOptions,
+    stop: CancellationToken,
+    kill: CancellationToken,
+    mode: ProgressMode,
+) -> Result<RetryReport, RunError> {
+    let (store, record) = match open_job(&run.data_dir, job_id, workflow) {
+        Err(RunError::NoTemplate { job_id, data_dir })
+            if emitter.sink().job_items(&job_id).next().is_none() =>
+        {
+            return Err(RunError::JobNotFound { job_id, data_dir });
+        }
+        other => other?,
+    };
+    let mut report = RetryReport {
+        job_id: job_id.to_owned(),
+        dry_run: options.dry_run,
+        ..RetryReport::default()
+    };
+    let selected = select(emitter.sink(), job_id, &options, &mut report)?;
+    report.selected = selected.len() as u64;
+    if options.dry_run {
+        report.items = selected.into_iter().take(DRY_RUN_LISTED).collect();
+        return Ok(report);
+    }
+    let ctx = Arc::new(JobContext {
+        emitter,
+        store,
+        record,
+        options: run,
+        cancel: kill,
+        map_vars: Default::default(),
+    });
+    let mut progress = Progress::new(mode, selected.len() as u64);
+    let mut ticker = options.rate.filter(|r| *r > 0.0).map(|rate| {
+        let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker
+    });
+    let mut running = JoinSet::new();
+    let mut pending = selected.into_iter();
+    let parallel = options.parallel.max(1);
+    loop {
+        while running.len() < parallel && !stop.is_cancelled() {
+            let Some(item_id) = pending.next() else { break };
+            if let Some(ticker) = ticker.as_mut() {
+                tokio::select! {
+                    _ = ticker.tick() => {}
+                    _ = stop.cancelled() => { report.not_started += 1; break; }
+                }
+            }
+            running.spawn(retry_item(ctx.clone(), item_id.clone(), options.max_retries, stop.clone()));
+            progress.in_flight(running.len());
+        }
+        let Some(joined) = running.join_next().await else { break };
+        let Ok((item_id, end)) = joined else {
+            report.not_recorded += 1;
+            continue;
+        };
+        let (line, failed) = match end {
+            ItemEnd::Resolved => {
+                report.resolved += 1;
+                (format!("{item_id} resolved"), false)
+            }
+            ItemEnd::FailedAgain => {
+                report.failed_again += 1;
+                (format!("{item_id} failed again"), true)
+            }
+            ItemEnd::Busy => {
+                report.skipped_busy += 1;
+                (format!("{item_id} skipped: another retry is running it"), false)
+            }
+            ItemEnd::Gone => (format!("{item_id} no longer in the DLQ"), false),
+            ItemEnd::NotRecorded => {
+                report.not_recorded += 1;
+                (format!("{item_id}: result NOT recorded, item unchanged"), true)
+            }
+            ItemEnd::Interrupted => {
+                report.not_started += 1;
+                (format!("{item_id} interrupted, unchanged"), false)
+            }
+        };
+        progress.finished(failed, running.len(), &line);
+    }
+    report.not_started += pending.count() as u64;
+    progress.finish();
+    Ok(report)
+}
+
+/// The job's record and store; with `workflow`, its template replaces the saved one (and a
+/// job unknown here gets a record with no items of its own).
+fn open_job(
+    data_dir: &Path,
+    job_id: &str,
+    workflow_file: Option<&Path>,
+) -> Result<(JobStore, JobRecord), RunError> {
+    let loaded = workflow_file.map(Workflow::load).transpose()?;
+    match (JobStore::open(data_dir, job_id), loaded, workflow_file) {
+        (Ok((store, mut record)), Some(workflow), _) => {
+            record.workflow = workflow;
+            Ok((store, record))
+        }
+        (Ok(found), None, _) => Ok(found),
+        (Err(RunError::JobNotFound { .. }), Some(workflow), Some(file)) => {
+            let path = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+            let record = JobRecord {
+                job_id: job_id.to_owned(),
+                base_dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+                workflow_path: path,
+                workflow,
+                created_at: Utc::now(),
+                items: Vec::new(),
+            };
+            Ok((JobStore::create(data_dir, &record)?, record))
+        }
+        (Err(RunError::JobNotFound { job_id, data_dir }), _, _) => {
+            Err(RunError::NoTemplate { job_id, data_dir })
+        }
+        (Err(err), _, _) => Err(err),
+    }
+}
+
+/// The ids of the job's items to retry, counting what is left out.
+fn select(
+    sink: &SledSink,
+    job_id: &str,
+    options: &RetryOptions,
+    report: &mut RetryReport,
+) -> Result<Vec<String>, RunError> {
+    let mut selected = Vec::new();
+    for stored in sink.job_items(job_id) {
+        let item = stored?.item;
+        if !item.reprocess_eligible && !options.force {
+            report.skipped_ineligible += 1;
+            continue;
+        }
+        if let Some(filter) = &options.filter {
+            let matched = filter.matches_item(&item).map_err(|source| RunError::Filter {
+                item_id: item.item_id.clone(),
+                source,
+            })?;
+            if !matched {
+                report.skipped_filtered += 1;
+                continue;
+            }
+        }
+        selected.push(item.item_id);
+    }
+    Ok(selected)
+}
+
+/// Retries one item: up to `max_retries` attempts, then resolve or record the failures.
+async fn retry_item<B: Bus>(
+    ctx: Arc<JobContext<B>>,
+    item_id: String,
+    max_retries: u32,
+    stop: CancellationToken,
+) -> (String, ItemEnd) {
+    let end = retry_claimed(&ctx, &item_id, max_retries, &stop).await;
+    (item_id, end)
+}
+
+async fn retry_claimed<B: Bus>(
+    ctx: &JobContext<B>,
+    item_id: &str,
+    max_retries: u32,
+    stop: &CancellationToken,
+) -> ItemEnd {
+    let job_id = &ctx.record.job_id;
+    let Some(_claim) = Claim::take(job_id, item_id) else {
+        return ItemEnd::Busy;
+    };
+    // Read the item again now that it is ours: another retry may have resolved it.
+    let item = match ctx.emitter.sink().item(job_id, item_id) {
+        Ok(Some(stored)) => stored.item,
+        Ok(None) => return ItemEnd::Gone,
+        Err(err) => {
+            warn!(error = %err, item_id, "cannot read the item; leaving it unchanged");
+            return ItemEnd::NotRecorded;
+        }
+    };
+    let work = WorkItem {
+        id: item.item_id.clone(),
+        data: item.item_data.clone(),
+    };
+    let spec = ctx.agent_spec(&work, &ctx.record.workflow.map.agent_template);
+    let retry = ctx.record.workflow.effective_retry();
+    let mut history = Vec::new();
+    let mut worktree = None;
+    for attempt in 1..=max_retries.max(1) {
+        if attempt > 1 {
+            if stop.is_cancelled() {
+                break;
+            }
+            tokio::time::sleep(retry_delay(&retry, attempt - 1, fastrand::f64())).await;
+        }
+        let result = run_agent(&spec, &ctx.cancel).await;
+        match result.status {
+            AgentStatus::Success => return resolve(ctx, item_id, attempt).await,
+            AgentStatus::Cancelled => break,
+            AgentStatus::Failed(_) | AgentStatus::Timeout => {
+                if let Some(detail) = failure_detail(&result, attempt, Utc::now()) {
+                    history.push(detail);
+                }
+                worktree = result.worktree.clone().or(worktree);
+            }
+        }
+    }
+    if history.is_empty() {
+        return ItemEnd::Interrupted;
+    }
+    let attempts = history.len() as u32;
+    let last = history.last().map(|f| (f.error_type.name().to_owned(), f.error_message.clone()));
+    let Some(update) = dead_lettered_item(job_id, item_id, item.item_data, history, worktree) else {
+        return ItemEnd::NotRecorded;
+    };
+    match ctx.emitter.dead_letter(&ctx.options.topic, update).await {
+        Ok(_) => {
+            let (error_type, error) = last.unwrap_or_default();
+            ctx.event(JobEventKind::AgentFailed {
+                item_id: item_id.to_owned(),
+                attempts,
+                error_type,
+                error,
+            });
+            ItemEnd::FailedAgain
+        }
+        Err(err) => {
+            warn!(error = %err, item_id, "could not record the failed retry; the item is unchanged");
+            ItemEnd::NotRecorded
+        }
+    }
+}
+
+/// Removes a retried item that succeeded and records it as succeeded for the job.
+async fn resolve<B: Bus>(ctx: &JobContext<B>, item_id: &str, attempts: u32) -> ItemEnd {
+    let command = Command::Remove {
+        job_id: ctx.record.job_id.clone(),
+        item_id: item_id.to_owned(),
+        reason: RemovalReason::Resolved,
+    };
+    match ctx.emitter.submit(&ctx.options.topic, command).await {
+        Ok(_) | Err(EmitError::NotFound { .. }) => {}
+        Err(err) => {
+            warn!(error = %err, item_id, "the retry succeeded but the item could not be removed");
+            return ItemEnd::NotRecorded;
+        }
+    }
+    let record = OutcomeRecord {
+        item_id: item_id.to_owned(),
+        outcome: Outcome::Succeeded,
+        attempts,
+        at: Utc::now(),
+        error_type: None,
+        error: None,
+    };
+    if let Err(err) = ctx.store.append_outcome(&record) {
+        warn!(error = %err, item_id, "could not record the outcome in the job's state");
+    }
+    ctx.event(JobEventKind::ItemResolved {
+        item_id: item_id.to_owned(),
+    });
+    let _ = std::fs::remove_dir_all(ctx.store.agent_dir(item_id));
+    ItemEnd::Resolved
+}

@@ -1,0 +1,373 @@
+//! `dlq serve`: the admin HTTP API of a data directory, and the CLI's way to reach it.
+//!
+//! sled lets one process open a database. `dlq serve` is that process for operators: it holds
+//! the data directory with an emitter (so its reconciler keeps publishing), serves `/metrics`,
+//! `/healthz` and a JSON API mirroring the read and removal commands, and announces itself in
+//! `<data_dir>/serve.json` ([`discovery`]). CLI commands that find the directory held by it send
+//! their request there ([`client`]) and print the answer, rendered by the server with the CLI's
+//! own output code.
+//!
+//! Routes (see [`routes`]; all but `/healthz` need the bearer token when one is set, [`auth`]):
+//!
+//! | route | command |
+//! | --- | --- |
+//! | `GET /healthz` | status, node id, backlog |
+//! | `GET /metrics` | Prometheus text |
+//! | `GET /v1/items?job_id=&eligible=&error_type=&signature=&since=&until=&limit=&offset=&after=&filter=` | `dlq list` |
+//! | `GET /v1/items/{job_id}/{item_id}`, `GET /v1/items/{item_id}` | `dlq inspect` |
+//! | `GET /v1/stats?job_id=`, `GET /v1/analyze?job_id=` | `dlq stats`, `dlq analyze` |
+//! | `POST /v1/jobs/{job_id}/clear?drain_timeout=` | `dlq clear --yes` |
+//! | `POST /v1/purge` `{"older_than_days", "job_id", "drain_timeout", "dry_run"}` | `dlq purge --yes` |
+//!
+//! Every route takes `format=table|json|jsonl|csv` (default json), as [`params`] describes.
+//! The server listens on one address, loopback unless `--allow-remote`.
+
+pub mod auth;
+pub mod client;
+pub mod discovery;
+pub mod params;
+pub mod routes;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::{get, post};
+use axum::Router;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use thiserror::Error;
+use tokio::net::TcpListener;
+
+use crate::cli::{EXIT_ERROR, EXIT_NOT_FOUND, EXIT_USAGE};
+use crate::sink::SinkError;
+use auth::Token;
+use discovery::{Holder, ServeFile};
+use routes::AppState;
+
+/// How often the Prometheus recorder drains its histograms.
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// What went wrong serving the API or talking to it.
+#[derive(Debug, Error)]
+pub enum ServeError {
+    /// `--listen` is not a loopback address and `--allow-remote` was not given.
+    #[error("refusing to listen on {addr}: it is not a loopback address, and the API can clear and purge items. Pass --allow-remote (with --token-file) to serve other hosts, or listen on 127.0.0.1")]
+    NotLoopback {
+        /// The address asked for.
+        addr: SocketAddr,
+    },
+    /// The listening socket could not be bound.
+    #[error("cannot listen on {addr}: {source} (choose another --listen address)")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The Prometheus recorder could not be installed.
+    #[error("cannot start the metrics recorder: {0}")]
+    Metrics(String),
+    /// The token could not be read.
+    #[error("cannot use the API token of {origin}: {reason}")]
+    Token {
+        /// The file, or the environment variable.
+        origin: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// `serve.json` could not be written or removed.
+    #[error("cannot write {}: {source}", path.display())]
+    StateFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Serving stopped on an error.
+    #[error("the API server failed: {0}")]
+    Server(std::io::Error),
+    /// Another process holds the data directory.
+    #[error("{}", held_message(data_dir, holder.as_ref(), api.as_deref()))]
+    Held {
+        /// The data directory.
+        data_dir: PathBuf,
+        /// The holding process, if it could be found.
+        holder: Option<Holder>,
+        /// The URL of its API, if it is a live `dlq serve`.
+        api: Option<String>,
+    },
+    /// `--api` (or `serve.json`) is not a usable URL.
+    #[error("cannot use API URL '{url}': {reason}")]
+    BadUrl {
+        /// The URL.
+        url: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The API could not be reached.
+    #[error(
+        "cannot reach the dlq serve API at {url}: {reason} (is `dlq serve` running? check --api)"
+    )]
+    Unreachable {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The API answered something that is not HTTP as expected.
+    #[error("unexpected answer from the dlq serve API at {url}: {reason}")]
+    Protocol {
+        /// The URL.
+        url: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The API refused the request.
+    #[error("{message}")]
+    Api {
+        /// The HTTP status.
+        status: u16,
+        /// The error code of the JSON answer (`not_found`, `bad_request`, ...).
+        code: String,
+        /// The server's message.
+        message: String,
+    },
+}
+
+impl ServeError {
+    /// The error for a data directory another process holds, naming it if it can be found.
+    pub fn held(data_dir: &Path) -> Self {
+        ServeError::Held {
+            data_dir: data_dir.to_owned(),
+            holder: discovery::lock_holder(data_dir),
+            api: ServeFile::read_live(data_dir).map(|file| file.url),
+        }
+    }
+
+    /// The CLI's exit code for this error: 2 for bad usage (also a 400 answer), 3 for a 404
+    /// answer, else 1.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ServeError::NotLoopback { .. }
+            | ServeError::Token { .. }
+            | ServeError::BadUrl { .. }
+            | ServeError::Api { status: 400, .. } => EXIT_USAGE,
+            ServeError::Api { status: 404, .. } => EXIT_NOT_FOUND,
+            _ => EXIT_ERROR,
+        }
+    }
+}
+
+fn held_message(data_dir: &Path, holder: Option<&Holder>, api: Option<&str>) -> String {
+    let dir = data_dir.display();
+    let who = holder.map_or_else(
+        || "another process".to_owned(),
+        |holder| format!("another process, {holder}"),
+    );
+    match api {
+        Some(url) => format!(
+            "the data directory {dir} is held by `dlq serve` ({who}) with its API at {url}. \
+             list, inspect, stats, analyze, clear and purge go through that API (pass --api {url} \
+             if it did not answer); for this command stop the server first, or use another \
+             --data-dir"
+        ),
+        None => format!(
+            "the data directory {dir} is held by {who}, which serves no admin API. Wait for it to \
+             finish or stop it, then retry; or start `dlq serve` on the directory instead, and \
+             list, inspect, stats, analyze, clear and purge will go through its API"
+        ),
+    }
+}
+
+/// Whether opening the sink failed because another process holds its lock.
+pub fn is_locked(err: &SinkError) -> bool {
+    matches!(err, SinkError::Open { reason, .. } if reason.contains("could not acquire lock"))
+}
+
+/// Refuses a non-loopback `addr` unless `allow_remote`.
+pub fn check_listen(addr: SocketAddr, allow_remote: bool) -> Result<(), ServeError> {
+    if addr.ip().is_loopback() || allow_remote {
+        Ok(())
+    } else {
+        Err(ServeError::NotLoopback { addr })
+    }
+}
+
+/// Installs the global Prometheus recorder and returns its handle. With `also_on`, the
+/// exporter's own listener serves `/metrics` there as well (the `--metrics-addr` of the other
+/// commands).
+pub fn install_metrics(also_on: Option<SocketAddr>) -> Result<PrometheusHandle, ServeError> {
+    let failed = |err: &dyn std::fmt::Display| ServeError::Metrics(err.to_string());
+    let handle = match also_on {
+        None => {
+            let handle = PrometheusBuilder::new()
+                .install_recorder()
+                .map_err(|e| failed(&e))?;
+            let upkeep = handle.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(UPKEEP_INTERVAL).await;
+                    upkeep.run_upkeep();
+                }
+            });
+            handle
+        }
+        Some(addr) => {
+            let (recorder, exporter) = PrometheusBuilder::new()
+                .with_http_listener(addr)
+                .build()
+                .map_err(|e| failed(&e))?;
+            let handle = recorder.handle();
+            metrics::set_global_recorder(recorder).map_err(|e| failed(&e))?;
+            tokio::spawn(async move {
+                if let Err(err) = exporter.await {
+                    tracing::warn!(%addr, "the metrics listener stopped: {err:?}");
+                }
+            });
+            handle
+        }
+    };
+    crate::metrics::describe();
+    Ok(handle)
+}
+
+/// A bound listening socket and the URL clients use to reach it.
+pub struct Listener {
+    listener: TcpListener,
+    url: String,
+}
+
+impl Listener {
+    /// Binds `addr` (port 0 picks a free port).
+    pub async fn bind(addr: SocketAddr) -> Result<Self, ServeError> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        Ok(Listener {
+            listener,
+            url: url_for(local),
+        })
+    }
+
+    /// The URL of the bound address (loopback for an unspecified one).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+/// The URL a local client uses for a server bound to `addr`.
+fn url_for(addr: SocketAddr) -> String {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    format!("http://{}", SocketAddr::new(ip, addr.port()))
+}
+
+/// The router of the API.
+pub fn router(state: Arc<AppState>, token: Option<Token>) -> Router {
+    Router::new()
+        .route("/metrics", get(routes::metrics))
+        .route("/v1/items", get(routes::list_items))
+        .route("/v1/items/{item_id}", get(routes::inspect_any))
+        .route("/v1/items/{job_id}/{item_id}", get(routes::inspect_in_job))
+        .route("/v1/stats", get(routes::stats))
+        .route("/v1/analyze", get(routes::analyze))
+        .route("/v1/jobs/{job_id}/clear", post(routes::clear))
+        .route("/v1/purge", post(routes::purge))
+        .route_layer(axum::middleware::from_fn_with_state(
+            token.map(Arc::new),
+            auth::require_token,
+        ))
+        .route("/healthz", get(routes::healthz))
+        .fallback(routes::no_route)
+        .method_not_allowed_fallback(routes::wrong_method)
+        .with_state(state)
+}
+
+/// Announces the server in `data_dir/serve.json`, serves until `shutdown` resolves (then lets
+/// requests in flight finish), and removes the announcement. The caller shuts the emitter down.
+pub async fn serve(
+    listener: Listener,
+    state: AppState,
+    token: Option<Token>,
+    data_dir: &Path,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let file = ServeFile {
+        url: listener.url.clone(),
+        pid: std::process::id(),
+        token_required: token.is_some(),
+    };
+    let state_file = |source| ServeError::StateFile {
+        path: ServeFile::path(data_dir),
+        source,
+    };
+    file.write(data_dir).map_err(state_file)?;
+    let app = router(Arc::new(state), token);
+    let served = axum::serve(listener.listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
+    let removed = ServeFile::remove(data_dir);
+    served.map_err(ServeError::Server)?;
+    removed.map_err(state_file)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_unless_allowed() {
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert!(check_listen(at("127.0.0.1:9465"), false).is_ok());
+        assert!(check_listen(at("[::1]:9465"), false).is_ok());
+        let err = check_listen(at("0.0.0.0:9465"), false).unwrap_err();
+        assert!(err.to_string().contains("--allow-remote"), "{err}");
+        assert_eq!(err.exit_code(), EXIT_USAGE);
+        assert!(check_listen(at("0.0.0.0:9465"), true).is_ok());
+    }
+
+    #[test]
+    fn urls_point_at_loopback_for_unspecified_addresses() {
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(url_for(at("0.0.0.0:80")), "http://127.0.0.1:80");
+        assert_eq!(url_for(at("[::]:80")), "http://[::1]:80");
+        assert_eq!(url_for(at("10.1.2.3:9")), "http://10.1.2.3:9");
+    }
+
+    #[test]
+    fn held_errors_say_who_and_what_to_do() {
+        let dir = Path::new("/data");
+        let holder = Holder {
+            pid: 42,
+            command: Some("dlq run wf.yml".into()),
+        };
+        let text = held_message(dir, Some(&holder), None);
+        assert!(text.contains("pid 42 (`dlq run wf.yml`)"), "{text}");
+        assert!(text.contains("`dlq serve`"), "{text}");
+        let text = held_message(dir, None, Some("http://127.0.0.1:1"));
+        assert!(text.contains("another process"), "{text}");
+        assert!(text.contains("--api http://127.0.0.1:1"), "{text}");
+    }
+
+    #[test]
+    fn api_answers_map_to_exit_codes() {
+        let api = |status| ServeError::Api {
+            status,
+            code: String::new(),
+            message: String::new(),
+        };
+        assert_eq!(api(400).exit_code(), EXIT_USAGE);
+        assert_eq!(api(404).exit_code(), EXIT_NOT_FOUND);
+        assert_eq!(api(401).exit_code(), EXIT_ERROR);
+        assert_eq!(api(500).exit_code(), EXIT_ERROR);
+    }
+}

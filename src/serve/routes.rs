@@ -1,0 +1,362 @@
+//! The handlers of the admin API. Each one checks its parameters, runs the same code as the CLI
+//! command it mirrors (queries on a blocking thread, removals on the server's emitter) and
+//! renders the answer with the CLI's own `write_*` function, so `GET /v1/stats` is byte for byte
+//! what `dlq --format json stats` prints.
+//!
+//! Errors are JSON `{"error": "...", "code": "..."}`: `bad_request` (400; the CLI exits 2),
+//! `not_found` (404; exit 3), `unauthorized` (401), `internal` (500; exit 1).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::params::{list_args, Params};
+use crate::cli::admin::{self, DEFAULT_DRAIN};
+use crate::cli::list::{self, check_inspect_format, check_list_format, find_item};
+use crate::cli::open::CliEmitter;
+use crate::cli::report::{check_report_format, write_analysis, write_stats};
+use crate::cli::{CliError, Format, EXIT_NOT_FOUND, EXIT_USAGE};
+use crate::query::QueryError;
+use crate::sink::{Sink, SledSink};
+
+/// What every handler shares.
+pub struct AppState {
+    /// The server's emitter (its sink is the data directory).
+    pub emitter: CliEmitter,
+    /// The Prometheus recorder's handle, rendered by `/metrics`.
+    pub metrics: PrometheusHandle,
+}
+
+/// The shared state as handlers receive it.
+pub type Shared = State<Arc<AppState>>;
+
+/// An error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    /// 400 with `message`.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_request",
+            message: message.into(),
+        }
+    }
+
+    /// 401: the bearer token is missing or wrong.
+    pub fn unauthorized() -> Self {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            code: "unauthorized",
+            message: "missing or wrong API token: send `Authorization: Bearer <token>` (the CLI \
+                      sends the token of --token-file or DLQ_API_TOKEN)"
+                .into(),
+        }
+    }
+
+    fn internal(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "internal",
+            message: message.into(),
+        }
+    }
+}
+
+impl From<CliError> for ApiError {
+    fn from(err: CliError) -> Self {
+        let message = err.to_string();
+        match err.exit_code() {
+            EXIT_USAGE => ApiError::bad_request(message),
+            EXIT_NOT_FOUND => ApiError {
+                status: StatusCode::NOT_FOUND,
+                code: "not_found",
+                message,
+            },
+            _ => ApiError::internal(message),
+        }
+    }
+}
+
+impl From<QueryError> for ApiError {
+    fn from(err: QueryError) -> Self {
+        CliError::from(err).into()
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(err: QueryRejection) -> Self {
+        ApiError::bad_request(format!("malformed query string: {}", err.body_text()))
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(err: PathRejection) -> Self {
+        ApiError::bad_request(format!("malformed path: {}", err.body_text()))
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(err: JsonRejection) -> Self {
+        ApiError::bad_request(format!(
+            "{} (send a JSON body with Content-Type: application/json)",
+            err.body_text()
+        ))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Json(json!({ "error": self.message, "code": self.code }));
+        let mut response = (self.status, body).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+impl From<ApiError> for Response {
+    fn from(err: ApiError) -> Self {
+        err.into_response()
+    }
+}
+
+type Answer = Result<Response, ApiError>;
+type Pairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
+
+/// Runs `f` on the sink on a blocking thread (queries scan the whole queue).
+async fn blocking<T: Send + 'static>(
+    state: &AppState,
+    f: impl FnOnce(&SledSink) -> Result<T, CliError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let emitter = state.emitter.clone();
+    tokio::task::spawn_blocking(move || f(emitter.sink()))
+        .await
+        .map_err(|err| ApiError::internal(format!("the query task failed: {err}")))?
+        .map_err(ApiError::from)
+}
+
+/// A 200 answer holding what `write` renders in `format`.
+fn rendered(format: Format, write: impl FnOnce(&mut Vec<u8>) -> Result<(), CliError>) -> Answer {
+    let mut body = Vec::new();
+    write(&mut body)?;
+    let kind = match format {
+        Format::Json => "application/json",
+        Format::Jsonl => "application/x-ndjson",
+        Format::Csv => "text/csv; charset=utf-8",
+        Format::Table | Format::Dir => "text/plain; charset=utf-8",
+    };
+    Ok(([(header::CONTENT_TYPE, kind)], body).into_response())
+}
+
+/// `GET /healthz`: liveness, node id and backlog (never needs a token).
+pub async fn healthz(State(state): Shared) -> Answer {
+    let sink = state.emitter.sink();
+    let backlog = sink.backlog().map_err(CliError::from)?;
+    Ok(Json(json!({
+        "status": "ok",
+        "node_id": sink.node_id(),
+        "unpublished": backlog.count,
+        "oldest_unpublished": backlog.oldest,
+    }))
+    .into_response())
+}
+
+/// `GET /metrics`: Prometheus text.
+pub async fn metrics(State(state): Shared) -> Response {
+    let text = state.metrics.render();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// `GET /v1/items`: `dlq list`.
+pub async fn list_items(State(state): Shared, pairs: Pairs) -> Answer {
+    let (args, format) = list_args(Params::new(pairs?.0))?;
+    check_list_format(format)?;
+    let body = blocking(&state, move |sink| {
+        let query = args.query()?;
+        let mut body = Vec::new();
+        list::write_list(&mut body, sink, &query, format)?;
+        Ok(body)
+    })
+    .await?;
+    rendered(format, |out| {
+        out.extend_from_slice(&body);
+        Ok(())
+    })
+}
+
+/// `GET /v1/items/{job_id}/{item_id}`: `dlq inspect ITEM --job-id JOB`.
+pub async fn inspect_in_job(
+    state: Shared,
+    path: Result<Path<(String, String)>, PathRejection>,
+    pairs: Pairs,
+) -> Answer {
+    let Path((job, item)) = path?;
+    inspect(state, item, Some(job), pairs).await
+}
+
+/// `GET /v1/items/{item_id}`: `dlq inspect ITEM`, searching every job.
+pub async fn inspect_any(
+    state: Shared,
+    path: Result<Path<String>, PathRejection>,
+    pairs: Pairs,
+) -> Answer {
+    let Path(item) = path?;
+    inspect(state, item, None, pairs).await
+}
+
+async fn inspect(State(state): Shared, item: String, job: Option<String>, pairs: Pairs) -> Answer {
+    let mut params = Params::new(pairs?.0);
+    let format = params.format()?;
+    params.finish("/v1/items/...")?;
+    check_inspect_format(format)?;
+    let found = blocking(&state, move |sink| {
+        Ok(find_item(sink, &item, job.as_deref())?)
+    })
+    .await?;
+    rendered(format, |out| list::write_item(out, format, &found))
+}
+
+/// Reads `job_id` and `format` of a report route.
+fn report_params(pairs: Pairs, route: &str) -> Result<(Option<String>, Format), ApiError> {
+    let mut params = Params::new(pairs?.0);
+    let job = params.take("job_id")?;
+    let format = params.format()?;
+    params.finish(route)?;
+    Ok((job, format))
+}
+
+/// `GET /v1/stats`: `dlq stats`.
+pub async fn stats(State(state): Shared, pairs: Pairs) -> Answer {
+    let (job, format) = report_params(pairs, "/v1/stats")?;
+    check_report_format(format, "stats")?;
+    let stats = blocking(&state, move |sink| {
+        Ok(crate::query::stats::stats(sink, job.as_deref())?)
+    })
+    .await?;
+    rendered(format, |out| write_stats(out, format, &stats))
+}
+
+/// `GET /v1/analyze`: `dlq analyze`.
+pub async fn analyze(State(state): Shared, pairs: Pairs) -> Answer {
+    let (job, format) = report_params(pairs, "/v1/analyze")?;
+    check_report_format(format, "analyze")?;
+    let analysis = blocking(&state, move |sink| {
+        Ok(crate::query::analyze::analyze(sink, job.as_deref())?)
+    })
+    .await?;
+    rendered(format, |out| write_analysis(out, format, &analysis))
+}
+
+/// `POST /v1/jobs/{job_id}/clear[?drain_timeout=5s]`: `dlq clear JOB --yes`.
+pub async fn clear(
+    State(state): Shared,
+    path: Result<Path<String>, PathRejection>,
+    pairs: Pairs,
+) -> Answer {
+    let Path(job) = path?;
+    let mut params = Params::new(pairs?.0);
+    let drain = params.duration("drain_timeout")?.unwrap_or(DEFAULT_DRAIN);
+    let format = params.format()?;
+    params.finish("/v1/jobs/{job_id}/clear")?;
+    let counted = job.clone();
+    let n = blocking(&state, move |sink| Ok(sink.job_len(&counted)?)).await?;
+    if n == 0 {
+        return Err(QueryError::JobNotFound(job).into());
+    }
+    let removal = admin::clear_job(&state.emitter, &job, drain).await?;
+    rendered(format, |out| {
+        Ok(admin::write_removal(out, format, &removal)?)
+    })
+}
+
+/// The body of `POST /v1/purge`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PurgeBody {
+    /// Remove items first failed more than this many days ago.
+    pub older_than_days: u32,
+    /// Only items of this job.
+    #[serde(default)]
+    pub job_id: Option<String>,
+    /// Wait up to this long for the removal events to be published (default 5s).
+    #[serde(default, with = "humantime_serde")]
+    pub drain_timeout: Option<Duration>,
+    /// Only count what would be removed.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// `POST /v1/purge`: `dlq purge --older-than-days N [--job-id J] --yes`.
+pub async fn purge(
+    State(state): Shared,
+    pairs: Pairs,
+    body: Result<Json<PurgeBody>, JsonRejection>,
+) -> Answer {
+    let mut params = Params::new(pairs?.0);
+    let format = params.format()?;
+    params.finish("/v1/purge")?;
+    let Json(body) = body?;
+    let cutoff = admin::purge_cutoff(body.older_than_days);
+    let job = body.job_id.clone();
+    let n = blocking(&state, move |sink| {
+        admin::count_purgeable(sink, cutoff, job.as_deref())
+    })
+    .await?;
+    let job = body.job_id.as_deref();
+    let removal = if body.dry_run {
+        admin::would_purge(job, cutoff, n)
+    } else if n == 0 {
+        admin::nothing_to_purge(job, cutoff)
+    } else {
+        let drain = body.drain_timeout.unwrap_or(DEFAULT_DRAIN);
+        admin::purge_items(&state.emitter, cutoff, job, drain).await?
+    };
+    rendered(format, |out| {
+        Ok(admin::write_removal(out, format, &removal)?)
+    })
+}
+
+/// Any other path.
+pub async fn no_route() -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        code: "not_found",
+        message: "no such route: see GET /v1/items, /v1/items/{item_id}, \
+                  /v1/items/{job_id}/{item_id}, /v1/stats, /v1/analyze, \
+                  POST /v1/jobs/{job_id}/clear, /v1/purge, GET /healthz, /metrics"
+            .into(),
+    }
+}
+
+/// A known path with the wrong method.
+pub async fn wrong_method() -> ApiError {
+    ApiError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        code: "method_not_allowed",
+        message: "this route does not take that method: reads are GET, clear and purge POST".into(),
+    }
+}
