@@ -1,0 +1,69 @@
+//! The job runner as a library (`dlq::runner::job::start`) in-process, with a real sled sink
+//! and a real nats-server: the job's Prometheus metrics and the report agree with what ran.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::stream::{metric_value, metrics};
+use common::NatsServer;
+use dlq::bus::{BusConfig, NatsBus};
+use dlq::emitter::EmitterBuilder;
+use dlq::runner::context::RunOptions;
+use dlq::runner::job;
+use dlq::runner::progress::ProgressMode;
+use dlq::sink::{SinkConfig, SledSink};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+#[tokio::test]
+async fn a_job_exports_its_counts_and_failures_as_metrics() {
+    metrics();
+    let nats = NatsServer::start();
+    let work = tempfile::tempdir().unwrap();
+    let items: Vec<_> = (0..12)
+        .map(|n| json!({"id": format!("m{n}"), "bad": n < 4}))
+        .collect();
+    std::fs::write(work.path().join("items.json"), json!(items).to_string()).unwrap();
+    let workflow = work.path().join("flow.yml");
+    std::fs::write(
+        &workflow,
+        "name: metrics\nmode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"if ${item.bad}; then echo 'Permission denied' >&2; exit 1; fi\"\n",
+    )
+    .unwrap();
+    let data = work.path().join("data");
+    let sink = SledSink::open(SinkConfig::new(&data)).unwrap();
+    let bus = NatsBus::connect(BusConfig {
+        url: nats.url(),
+        ..BusConfig::default()
+    })
+    .await
+    .unwrap();
+    let emitter = EmitterBuilder::new(sink, bus).build();
+    let report = job::start(
+        emitter.clone(),
+        &workflow,
+        Some("metrics-job".into()),
+        RunOptions::new(&data),
+        CancellationToken::new(),
+        ProgressMode::Quiet,
+    )
+    .await
+    .unwrap();
+    emitter.shutdown().await.unwrap();
+
+    assert!(report.complete());
+    assert_eq!((report.summary.successful, report.summary.failed), (8, 4));
+    assert_eq!(report.summary.error_types["PermissionError"], 4);
+    let pattern = &report.summary.failure_patterns[0];
+    assert!(pattern.remediation.contains("permission"), "{}", pattern.remediation);
+    let job = ("job_id", "metrics-job");
+    assert_eq!(metric_value("dlq_job_items", &[job, ("outcome", "succeeded")]), 8.0);
+    assert_eq!(metric_value("dlq_job_items", &[job, ("outcome", "dead_lettered")]), 4.0);
+    assert_eq!(metric_value("dlq_job_items", &[job, ("outcome", "pending")]), 0.0);
+    assert_eq!(
+        metric_value("dlq_job_failures_total", &[job, ("error_type", "PermissionError")]),
+        4.0
+    );
+    let rate = metric_value("dlq_job_failure_rate", &[job]);
+    assert!((rate - 4.0 / 12.0).abs() < 1e-9, "{rate}");
+}
