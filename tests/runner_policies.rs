@@ -226,3 +226,41 @@ fn is_dead(pid: i32) -> bool {
             .is_some_and(|(_, rest)| rest.starts_with('Z')),
     }
 }
+
+#[tokio::test]
+async fn worktree_isolation_keeps_failed_worktrees_in_the_dlq_item() {
+    let flow = flow_with(2, &[1]);
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&flow.dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    git(&["init", "-q"]);
+    git(&["add", "items.json"]);
+    git(&["commit", "-qm", "init"]);
+    let wf = r#"
+name: isolated
+mode: mapreduce
+map:
+  input: items.json
+  json_path: "$.items[*]"
+  isolation: worktree
+  agent_template:
+    - shell: "echo ${item.id} > work.txt; test ${item.fail} = false || { echo 'merge conflict in work.txt' >&2; exit 1; }"
+"#;
+    let (code, report) = runner::report(&flow.run(wf, "iso"));
+    assert_eq!(code, 0);
+    assert_eq!(counts(&report), (1, 1, 0, 0));
+    let item = flow.env.items().await.remove(0);
+    let artifacts = item.worktree_artifacts.expect("worktree artifacts");
+    assert_eq!(artifacts.branch_name, "dlq/iso/p01");
+    assert!(std::path::Path::new(&artifacts.worktree_path).join("work.txt").is_file());
+    assert!(artifacts.uncommitted_changes.unwrap().contains("work.txt"));
+    assert!(artifacts.error_logs.unwrap().contains("merge conflict"));
+    assert_eq!(item.failure_history[0].error_type, dlq::model::ErrorType::MergeConflict);
+}
