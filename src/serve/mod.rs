@@ -163,20 +163,21 @@ impl ServeError {
 fn held_message(data_dir: &Path, holder: Option<&Holder>, api: Option<&str>) -> String {
     let dir = data_dir.display();
     let who = holder.map_or_else(
-        || "another process".to_owned(),
-        |holder| format!("another process, {holder}"),
+        || "its process id could not be found".to_owned(),
+        ToString::to_string,
     );
     match api {
         Some(url) => format!(
-            "the data directory {dir} is held by `dlq serve` ({who}) with its API at {url}. \
-             list, inspect, stats, analyze, clear and purge go through that API (pass --api {url} \
-             if it did not answer); for this command stop the server first, or use another \
-             --data-dir"
+            "Another process holds this data directory ({dir}): `dlq serve`, {who}, with its API \
+             at {url}. list, inspect, stats, analyze, clear and purge go through that API (pass \
+             --api {url} if it did not answer); for this command stop the server first, or use \
+             another --data-dir"
         ),
         None => format!(
-            "the data directory {dir} is held by {who}, which serves no admin API. Wait for it to \
-             finish or stop it, then retry; or start `dlq serve` on the directory instead, and \
-             list, inspect, stats, analyze, clear and purge will go through its API"
+            "Another process holds this data directory ({dir}): {who}, and it serves no admin \
+             API. Wait for it to finish or stop it, then retry; or start `dlq serve` on the \
+             directory instead, and list, inspect, stats, analyze, clear and purge will go \
+             through its API"
         ),
     }
 }
@@ -354,7 +355,7 @@ mod tests {
         assert!(text.contains("pid 42 (`dlq run wf.yml`)"), "{text}");
         assert!(text.contains("`dlq serve`"), "{text}");
         let text = held_message(dir, None, Some("http://127.0.0.1:1"));
-        assert!(text.contains("another process"), "{text}");
+        assert!(text.contains("could not be found"), "{text}");
         assert!(text.contains("--api http://127.0.0.1:1"), "{text}");
     }
 

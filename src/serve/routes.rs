@@ -156,13 +156,18 @@ async fn blocking<T: Send + 'static>(
 fn rendered(format: Format, write: impl FnOnce(&mut Vec<u8>) -> Result<(), CliError>) -> Answer {
     let mut body = Vec::new();
     write(&mut body)?;
+    Ok(answer(format, body))
+}
+
+/// A 200 answer with `body` in `format`.
+fn answer(format: Format, body: Vec<u8>) -> Response {
     let kind = match format {
         Format::Json => "application/json",
         Format::Jsonl => "application/x-ndjson",
         Format::Csv => "text/csv; charset=utf-8",
         Format::Table | Format::Dir => "text/plain; charset=utf-8",
     };
-    Ok(([(header::CONTENT_TYPE, kind)], body).into_response())
+    ([(header::CONTENT_TYPE, kind)], body).into_response()
 }
 
 /// `GET /healthz`: liveness, node id and backlog (never needs a token).
@@ -202,10 +207,7 @@ pub async fn list_items(State(state): Shared, pairs: Pairs) -> Answer {
         Ok(body)
     })
     .await?;
-    rendered(format, |out| {
-        out.extend_from_slice(&body);
-        Ok(())
-    })
+    Ok(answer(format, body))
 }
 
 /// `GET /v1/items/{job_id}/{item_id}`: `dlq inspect ITEM --job-id JOB`.

@@ -1,0 +1,494 @@
+//! `dlq serve` end to end through the binary: every route answers exactly what the CLI prints
+//! for the same data; CLI commands go through the server automatically while it holds the data
+//! directory (and their errors keep their exit codes); the bearer token; the loopback-only
+//! listener; and the error naming a process that holds the directory without an API.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+mod ops;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use common::{free_port, poll_until, spawn_tied_to_test, DEAD_BUS_URL};
+use dlq::event::{EventKind, RemovalReason};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use ops::{failure, listed_ids, Env};
+use serde_json::{json, Value};
+
+/// A running `dlq serve` on a free loopback port.
+struct Server {
+    child: Child,
+    port: u16,
+    log: std::path::PathBuf,
+}
+
+impl Server {
+    /// Starts `dlq serve` on `env`'s data directory and waits for `/healthz`.
+    fn start(env: &Env, extra: &[&str]) -> Server {
+        let port = free_port(0);
+        let listen = format!("127.0.0.1:{port}");
+        let log = env.path(&format!("serve-{port}.log"));
+        let mut cmd = serve_command(env, &["--listen", &listen]);
+        cmd.args(extra)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let child = spawn_tied_to_test(cmd).unwrap();
+        let mut server = Server { child, port, log };
+        let up = poll_until(Duration::from_secs(60), || {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("dlq serve exited ({status}): {}", server.log());
+            }
+            let (status, _) = http(port, "GET", "/healthz", None, None)?;
+            (status == 200).then_some(())
+        });
+        assert!(up.is_some(), "dlq serve never answered: {}", server.log());
+        server
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `GET path` (no token); panics unless 200.
+    fn get(&self, path: &str) -> String {
+        let (status, body) = http(self.port, "GET", path, None, None).unwrap();
+        assert_eq!(status, 200, "GET {path}: {body}");
+        body
+    }
+
+    /// SIGTERM, then waits for the exit.
+    fn stop(mut self) -> ExitStatus {
+        kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM).unwrap();
+        let status = poll_until(Duration::from_secs(30), || self.child.try_wait().unwrap());
+        status.unwrap_or_else(|| panic!("dlq serve did not stop: {}", self.log()))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `dlq serve ARGS` on `env`'s data directory and config.
+fn serve_command(env: &Env, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlq"));
+    cmd.arg("--data-dir")
+        .arg(&env.data)
+        .args(["--nats-url", &env.url, "serve"])
+        .args(args)
+        .env("DLQ_CONFIG", env.data.with_extension("yml"))
+        .env("RUST_LOG", "error")
+        .env_remove("DLQ_API_TOKEN")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// One HTTP/1.1 request to 127.0.0.1:`port` (`Connection: close`); status and body, or `None`
+/// if the connection failed.
+fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .ok()?;
+    let mut request =
+        format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
+    if let Some(token) = token {
+        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    let body = body.unwrap_or("");
+    if method == "POST" {
+        request.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8(raw).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    assert!(
+        !head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "{head}"
+    );
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_owned()))
+}
+
+/// The JSON of an answer.
+fn json_of(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|err| panic!("not JSON ({err}): {body}"))
+}
+
+/// stdout of a successful run, as text.
+fn stdout(env: &Env, args: &[&str]) -> String {
+    let out = env.run(args);
+    assert!(
+        out.status.success(),
+        "dlq {args:?} failed ({:?}): {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// An analysis without its `generated_at`, which differs between two runs.
+fn analysis(text: &str) -> Value {
+    let mut value = json_of(text);
+    value.as_object_mut().unwrap().remove("generated_at");
+    value
+}
+
+/// Command line and API route pairs that must give the same bytes.
+fn mirrored() -> Vec<(Vec<&'static str>, &'static str)> {
+    vec![
+        (vec!["list", "--limit", "5"], "/v1/items?limit=5"),
+        (
+            vec!["list", "--job-id", "j1", "--eligible", "--limit", "4"],
+            "/v1/items?job_id=j1&eligible=true&limit=4",
+        ),
+        (
+            vec!["list", "--error-type", "timeout", "--offset", "1"],
+            "/v1/items?error_type=timeout&offset=1",
+        ),
+        (
+            vec!["list", "--limit", "2", "--filter", r#"job_id == "j1" && failure_count >= 1"#],
+            "/v1/items?limit=2&filter=job_id%20%3D%3D%20%22j1%22%20%26%26%20failure_count%20%3E%3D%201",
+        ),
+        (
+            vec!["--format", "csv", "list", "--job-id", "j2"],
+            "/v1/items?job_id=j2&format=csv",
+        ),
+        (
+            vec!["--format", "table", "list", "--limit", "3"],
+            "/v1/items?limit=3&format=table",
+        ),
+        (
+            vec!["inspect", "item-1", "--job-id", "j2"],
+            "/v1/items/j2/item-1",
+        ),
+        (vec!["inspect", "item-11"], "/v1/items/item-11"),
+        (
+            vec!["--format", "table", "inspect", "item-11"],
+            "/v1/items/item-11?format=table",
+        ),
+        (vec!["stats"], "/v1/stats"),
+        (vec!["stats", "--job-id", "j1"], "/v1/stats?job_id=j1"),
+        (vec!["--format", "table", "stats"], "/v1/stats?format=table"),
+    ]
+}
+
+#[test]
+fn every_route_answers_what_the_cli_prints_and_the_cli_goes_through_it() {
+    let env = Env::new(DEAD_BUS_URL);
+    env.demo("j1", 12);
+    env.demo("j2", 3);
+    let local: Vec<String> = mirrored()
+        .iter()
+        .map(|(args, _)| stdout(&env, args))
+        .collect();
+    let local_analysis = analysis(&stdout(&env, &["analyze"]));
+    let filtered = json_of(&local[3]);
+    assert_eq!(
+        filtered["matched"], 12,
+        "the filter is applied before paging"
+    );
+    assert_eq!(listed_ids(&filtered), ["j1/item-11", "j1/item-10"]);
+    assert!(filtered["next_cursor"].is_string());
+
+    let server = Server::start(&env, &[]);
+    let announced = json_of(&std::fs::read_to_string(env.data.join("serve.json")).unwrap());
+    assert_eq!(
+        announced["url"],
+        format!("http://127.0.0.1:{}", server.port)
+    );
+    assert_eq!(announced["pid"], server.child.id());
+    assert_eq!(announced["token_required"], false);
+    let health = json_of(&server.get("/healthz"));
+    assert_eq!(health["status"], "ok");
+    assert!(health["node_id"].as_str().unwrap().starts_with("node-"));
+    assert_eq!(
+        health["unpublished"], 30,
+        "demo events wait for the dead bus"
+    );
+
+    // The API answers what the CLI printed, byte for byte; so does the CLI, now forwarded.
+    for ((args, route), printed) in mirrored().iter().zip(&local) {
+        assert_eq!(&server.get(route), printed, "GET {route} vs dlq {args:?}");
+        assert_eq!(&stdout(&env, args), printed, "forwarded dlq {args:?}");
+    }
+    assert_eq!(analysis(&server.get("/v1/analyze")), local_analysis);
+    assert_eq!(analysis(&stdout(&env, &["analyze"])), local_analysis);
+    let export = env.path("analysis.json");
+    let exported = stdout(&env, &["analyze", "--export", export.to_str().unwrap()]);
+    assert_eq!(analysis(&exported), local_analysis);
+    assert_eq!(
+        analysis(&std::fs::read_to_string(&export).unwrap()),
+        local_analysis,
+        "--export writes the server's analysis here"
+    );
+    // Commands that need the directory itself say who holds it and where its API is.
+    let (code, stderr) = failure(&env.run(&["status"]));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("Another process holds this data directory")
+            && stderr.contains("`dlq serve`")
+            && stderr.contains(&format!("pid {}", server.child.id()))
+            && stderr.contains(&format!("http://127.0.0.1:{}", server.port)),
+        "{stderr}"
+    );
+    let metrics = server.get("/metrics");
+    assert!(metrics.contains("dlq_unpublished_events"), "{metrics}");
+
+    // Errors: the same message and exit code as without a server.
+    let (status, body) = http(server.port, "GET", "/v1/items/nope", None, None).unwrap();
+    assert_eq!(status, 404);
+    assert_eq!(json_of(&body)["code"], "not_found");
+    let (code, stderr) = failure(&env.run(&["inspect", "nope"]));
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stderr.contains("item 'nope' not found in any job"),
+        "{stderr}"
+    );
+    let (status, body) = http(
+        server.port,
+        "GET",
+        "/v1/items?filter=item.x%20%3E",
+        None,
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 400);
+    assert_eq!(json_of(&body)["code"], "bad_request");
+    assert!(
+        json_of(&body)["error"]
+            .as_str()
+            .unwrap()
+            .contains("column 9"),
+        "{body}"
+    );
+    let out = env.run(&["list", "--filter", "item.x >"]);
+    let (code, stderr) = failure(&out);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("invalid filter") && stderr.contains("column 9"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "nothing is listed");
+    let url = announced["url"].as_str().unwrap().to_owned();
+    let (code, stderr) =
+        failure(&env.run(&["--api", &url, "list", "--filter", "item.missing == 1"]));
+    assert_eq!(
+        code,
+        Some(2),
+        "a filter that fails on an item, evaluated by the server: {stderr}"
+    );
+    assert!(stderr.contains("has(item.missing)"), "{stderr}");
+    let (status, _) = http(server.port, "GET", "/v1/items?limt=5", None, None).unwrap();
+    assert_eq!(status, 400, "unknown parameters are refused");
+    let (status, body) = http(server.port, "GET", "/v1/purge", None, None).unwrap();
+    assert_eq!(
+        (status, json_of(&body)["code"].as_str()),
+        (405, Some("method_not_allowed"))
+    );
+    let (status, _) = http(server.port, "GET", "/v2/anything", None, None).unwrap();
+    assert_eq!(status, 404);
+
+    // Removals through the API: the CLI still asks first (and refuses without a terminal).
+    let (code, stderr) = failure(&env.run(&["clear", "j2"]));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+    let (code, stderr) = failure(&env.run(&["clear", "no-such-job", "--yes"]));
+    assert_eq!(code, Some(3), "{stderr}");
+    let cleared = env.json(&["clear", "j2", "--yes", "--drain-timeout", "0s"]);
+    assert_eq!(cleared["job_id"], "j2");
+    assert_eq!(cleared["removed"], 3);
+    assert_eq!(cleared["drained"], false);
+    assert_eq!(env.json(&["list"])["matched"], 12);
+    let dry = http(
+        server.port,
+        "POST",
+        "/v1/purge",
+        None,
+        Some(r#"{"older_than_days": 0, "job_id": "j1", "dry_run": true}"#),
+    )
+    .unwrap();
+    assert_eq!(dry.0, 200, "{}", dry.1);
+    assert_eq!(json_of(&dry.1)["would_remove"], 12);
+    let purged = env.json(&["purge", "--older-than-days", "3650", "--yes"]);
+    assert_eq!(
+        (purged["removed"].clone(), purged["job_id"].clone()),
+        (json!(0), Value::Null)
+    );
+    let (status, body) = http(
+        server.port,
+        "POST",
+        "/v1/purge",
+        None,
+        Some(r#"{"older_than": 1}"#),
+    )
+    .unwrap();
+    assert_eq!(status, 400, "{body}");
+
+    // A clean stop removes the announcement and releases the directory.
+    assert!(server.stop().success());
+    assert!(!env.data.join("serve.json").exists());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let items = rt.block_on(env.items());
+    assert_eq!(items.len(), 12);
+    assert!(items.iter().all(|i| i.job_id == "j1"));
+    let events = rt.block_on(env.events());
+    let cleared = events
+        .iter()
+        .filter(|e| {
+            matches!(&e.kind, EventKind::ItemRemoved { reason, .. } if *reason == RemovalReason::Cleared)
+        })
+        .count();
+    assert_eq!(cleared, 3, "each removal is an event, as in the CLI");
+}
+
+#[test]
+fn with_a_token_every_route_but_healthz_needs_it() {
+    let env = Env::new(DEAD_BUS_URL);
+    env.demo("j1", 2);
+    let token_file = env.path("token");
+    std::fs::write(&token_file, "s3cret-token\n").unwrap();
+    let token_arg = token_file.to_str().unwrap().to_owned();
+    let server = Server::start(&env, &["--token-file", &token_arg]);
+    let announced = json_of(&std::fs::read_to_string(env.data.join("serve.json")).unwrap());
+    assert_eq!(announced["token_required"], true);
+    assert!(
+        !announced.to_string().contains("s3cret"),
+        "the token is never written"
+    );
+
+    let port = server.port;
+    assert_eq!(http(port, "GET", "/healthz", None, None).unwrap().0, 200);
+    for route in ["/v1/stats", "/v1/items", "/metrics", "/v1/items/j1/item-0"] {
+        let (status, body) = http(port, "GET", route, None, None).unwrap();
+        assert_eq!(status, 401, "{route}: {body}");
+        assert_eq!(json_of(&body)["code"], "unauthorized");
+        assert_eq!(
+            http(port, "GET", route, Some("wrong"), None).unwrap().0,
+            401
+        );
+        let (status, body) = http(port, "GET", route, Some("s3cret-token"), None).unwrap();
+        assert_eq!(status, 200, "{route}: {body}");
+    }
+    let (status, _) = http(port, "POST", "/v1/jobs/j1/clear", None, None).unwrap();
+    assert_eq!(status, 401);
+
+    let (code, stderr) = failure(&env.run(&["stats"]));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("--token-file"), "{stderr}");
+    assert_eq!(
+        env.json(&["--token-file", &token_arg, "stats"])["total_items"],
+        2
+    );
+    let with_env = Command::new(env!("CARGO_BIN_EXE_dlq"))
+        .arg("--data-dir")
+        .arg(&env.data)
+        .args(["--format", "json", "list"])
+        .env("DLQ_API_TOKEN", "s3cret-token")
+        .output()
+        .unwrap();
+    assert!(
+        with_env.status.success(),
+        "{}",
+        String::from_utf8_lossy(&with_env.stderr)
+    );
+    assert_eq!(
+        json_of(&String::from_utf8(with_env.stdout).unwrap())["matched"],
+        2
+    );
+    assert!(server.stop().success());
+}
+
+#[test]
+fn a_remote_listener_is_refused_and_stale_or_missing_servers_are_handled() {
+    let env = Env::new(DEAD_BUS_URL);
+    let port = free_port(0).to_string();
+    let out = serve_command(&env, &["--listen", &format!("0.0.0.0:{port}")])
+        .output()
+        .unwrap();
+    let (code, stderr) = failure(&out);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("not a loopback address") && stderr.contains("--allow-remote"),
+        "{stderr}"
+    );
+    assert!(!env.data.exists(), "nothing was opened");
+
+    // A serve.json left by a dead server is ignored: the CLI opens the directory itself.
+    env.demo("j1", 2);
+    let mut gone = Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let stale = json!({ "url": "http://127.0.0.1:1", "pid": gone.id(), "token_required": false });
+    std::fs::write(env.data.join("serve.json"), stale.to_string()).unwrap();
+    assert_eq!(env.json(&["list"])["matched"], 2);
+
+    // --api forces the API, and says so when nothing answers there.
+    let (code, stderr) = failure(&env.run(&["--api", "http://127.0.0.1:1", "stats"]));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach the dlq serve API at http://127.0.0.1:1"),
+        "{stderr}"
+    );
+    let (code, stderr) = failure(&env.run(&["--api", "https://example.com", "stats"]));
+    assert_eq!(code, Some(2), "{stderr}");
+}
+
+#[test]
+fn a_holder_without_an_api_is_named_in_the_error() {
+    let env = Env::new(DEAD_BUS_URL);
+    env.demo("j1", 2);
+    // `dlq reconcile` holds the directory while it waits for the dead bus.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlq"));
+    cmd.arg("--data-dir")
+        .arg(&env.data)
+        .args(["--nats-url", DEAD_BUS_URL, "reconcile", "--timeout", "300s"])
+        .env("DLQ_CONFIG", env.data.with_extension("yml"))
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut holder = spawn_tied_to_test(cmd).unwrap();
+    let held = poll_until(Duration::from_secs(60), || {
+        let out = env.run(&["list"]);
+        (!out.status.success()).then_some(out)
+    })
+    .expect("reconcile never took the data directory");
+    let (code, stderr) = failure(&held);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("pid {}", holder.id())), "{stderr}");
+    assert!(
+        stderr.contains("reconcile --timeout 300s"),
+        "names the command: {stderr}"
+    );
+    assert!(
+        stderr.contains("serves no admin API") && stderr.contains("dlq serve"),
+        "{stderr}"
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(
+        env.json(&["list"])["matched"],
+        2,
+        "free again once it is gone"
+    );
+}
