@@ -329,14 +329,33 @@ async fn the_example_workflows_run() {
     let run = |file: &str, job: &str| {
         let path = flow.dir.join(file);
         let path = path.to_str().unwrap().to_owned();
-        flow.env.run(&["run", &path, "--job-id", job, "--progress", "quiet", "--drain-timeout", "0s"])
+        flow.env.run(&[
+            "run",
+            &path,
+            "--job-id",
+            job,
+            "--progress",
+            "quiet",
+            "--drain-timeout",
+            "0s",
+        ])
     };
     let (code, report) = runner::report(&run("process-items.yml", "ex1"));
     assert_eq!(code, 0);
     assert_eq!(counts(&report), (9, 3, 0, 0));
-    assert!(report["reduce_output"].as_str().unwrap().contains("9/12 succeeded, 3 dead-lettered"));
+    assert!(report["reduce_output"]
+        .as_str()
+        .unwrap()
+        .contains("9/12 succeeded, 3 dead-lettered"));
     flow.write("fixed", "");
-    let out = flow.env.run(&["retry", "ex1", "--progress", "quiet", "--drain-timeout", "0s"]);
+    let out = flow.env.run(&[
+        "retry",
+        "ex1",
+        "--progress",
+        "quiet",
+        "--drain-timeout",
+        "0s",
+    ]);
     let retried: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(retried["resolved"], 3, "{retried}");
     assert!(flow.env.items().await.is_empty());
@@ -344,10 +363,20 @@ async fn the_example_workflows_run() {
     let (code, report) = runner::report(&run("flaky-api.yml", "ex2"));
     assert_eq!(code, 0, "{report}");
     assert_eq!(counts(&report), (25, 5, 0, 0));
-    let names: Vec<String> = flow.events("ex2").iter().map(|e| e["event"].as_str().unwrap().to_owned()).collect();
-    assert!(names.contains(&"CircuitOpen".to_owned()) && names.contains(&"CircuitClosed".to_owned()), "{names:?}");
+    let names: Vec<String> = flow
+        .events("ex2")
+        .iter()
+        .map(|e| e["event"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        names.contains(&"CircuitOpen".to_owned()) && names.contains(&"CircuitClosed".to_owned()),
+        "{names:?}"
+    );
     let out = flow.env.run(&["jobs"]);
-    let jobs: Vec<Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let jobs: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let ids: Vec<&str> = jobs.iter().map(|j| j["job_id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["ex1", "ex2"]);
 }

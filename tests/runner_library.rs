@@ -55,13 +55,29 @@ async fn a_job_exports_its_counts_and_failures_as_metrics() {
     assert_eq!((report.summary.successful, report.summary.failed), (8, 4));
     assert_eq!(report.summary.error_types["PermissionError"], 4);
     let pattern = &report.summary.failure_patterns[0];
-    assert!(pattern.remediation.contains("permission"), "{}", pattern.remediation);
+    assert!(
+        pattern.remediation.contains("permission"),
+        "{}",
+        pattern.remediation
+    );
     let job = ("job_id", "metrics-job");
-    assert_eq!(metric_value("dlq_job_items", &[job, ("outcome", "succeeded")]), 8.0);
-    assert_eq!(metric_value("dlq_job_items", &[job, ("outcome", "dead_lettered")]), 4.0);
-    assert_eq!(metric_value("dlq_job_items", &[job, ("outcome", "pending")]), 0.0);
     assert_eq!(
-        metric_value("dlq_job_failures_total", &[job, ("error_type", "PermissionError")]),
+        metric_value("dlq_job_items", &[job, ("outcome", "succeeded")]),
+        8.0
+    );
+    assert_eq!(
+        metric_value("dlq_job_items", &[job, ("outcome", "dead_lettered")]),
+        4.0
+    );
+    assert_eq!(
+        metric_value("dlq_job_items", &[job, ("outcome", "pending")]),
+        0.0
+    );
+    assert_eq!(
+        metric_value(
+            "dlq_job_failures_total",
+            &[job, ("error_type", "PermissionError")]
+        ),
         4.0
     );
     let rate = metric_value("dlq_job_failure_rate", &[job]);

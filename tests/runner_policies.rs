@@ -238,7 +238,11 @@ async fn worktree_isolation_keeps_failed_worktrees_in_the_dlq_item() {
             .args(args)
             .output()
             .unwrap();
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
     git(&["init", "-q"]);
     git(&["add", "items.json"]);
@@ -259,8 +263,13 @@ map:
     let item = flow.env.items().await.remove(0);
     let artifacts = item.worktree_artifacts.expect("worktree artifacts");
     assert_eq!(artifacts.branch_name, "dlq/iso/p01");
-    assert!(std::path::Path::new(&artifacts.worktree_path).join("work.txt").is_file());
+    assert!(std::path::Path::new(&artifacts.worktree_path)
+        .join("work.txt")
+        .is_file());
     assert!(artifacts.uncommitted_changes.unwrap().contains("work.txt"));
     assert!(artifacts.error_logs.unwrap().contains("merge conflict"));
-    assert_eq!(item.failure_history[0].error_type, dlq::model::ErrorType::MergeConflict);
+    assert_eq!(
+        item.failure_history[0].error_type,
+        dlq::model::ErrorType::MergeConflict
+    );
 }

@@ -52,13 +52,19 @@ fn fixable(url: &str, n: usize, sleep: f64, perm: &[usize]) -> Flow {
 }
 
 fn retry(flow: &Flow, extra: &[&str]) -> (i32, Value) {
-    let mut args = vec!["retry", "job", "--progress", "lines", "--drain-timeout", "5s"];
+    let mut args = vec![
+        "retry",
+        "job",
+        "--progress",
+        "lines",
+        "--drain-timeout",
+        "5s",
+    ];
     args.extend_from_slice(extra);
     let out = flow.env.run(&args);
     let code = out.status.code().unwrap_or(-1);
-    let value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
-        json!({"stderr": String::from_utf8_lossy(&out.stderr).into_owned()})
-    });
+    let value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| json!({"stderr": String::from_utf8_lossy(&out.stderr).into_owned()}));
     (code, value)
 }
 
@@ -89,7 +95,10 @@ async fn fixed_items_resolve_and_the_rest_get_longer_histories() {
     }
     let (code, report) = retry(&flow, &["--max-retries", "2", "--rate", "50"]);
     assert_eq!(code, 0, "{report}");
-    assert_eq!((report["selected"].as_u64(), report["resolved"].as_u64()), (Some(6), Some(3)));
+    assert_eq!(
+        (report["selected"].as_u64(), report["resolved"].as_u64()),
+        (Some(6), Some(3))
+    );
     assert_eq!(report["failed_again"], 3);
     assert_eq!(
         failure_counts(&flow).await,
@@ -97,7 +106,11 @@ async fn fixed_items_resolve_and_the_rest_get_longer_histories() {
         "1 original failure + 2 retried attempts each"
     );
     let item = flow.env.items().await.into_iter().next().unwrap();
-    let numbers: Vec<u32> = item.failure_history.iter().map(|f| f.attempt_number).collect();
+    let numbers: Vec<u32> = item
+        .failure_history
+        .iter()
+        .map(|f| f.attempt_number)
+        .collect();
     assert_eq!(numbers, [1, 2, 3]);
     let messages = common::stream::stream_messages(&nats.url(), "DLQ").await;
     let resolved: BTreeSet<String> = messages
@@ -105,8 +118,14 @@ async fn fixed_items_resolve_and_the_rest_get_longer_histories() {
         .filter(|(_, e)| e["kind"] == "item_removed" && e["reason"] == "resolved")
         .map(|(_, e)| e["item_id"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(resolved, BTreeSet::from(["f0".into(), "f2".into(), "f4".into()]));
-    let appended = messages.iter().filter(|(_, e)| e["kind"] == "failure_appended").count();
+    assert_eq!(
+        resolved,
+        BTreeSet::from(["f0".into(), "f2".into(), "f4".into()])
+    );
+    let appended = messages
+        .iter()
+        .filter(|(_, e)| e["kind"] == "failure_appended")
+        .count();
     assert_eq!(appended, 3);
 }
 
@@ -118,18 +137,45 @@ async fn eligibility_force_filter_and_dry_run_select_items() {
     let (code, dry) = retry(&flow, &["--dry-run"]);
     assert_eq!(code, 0);
     assert_eq!(dry["selected"], 5);
-    assert_eq!(dry["skipped_ineligible"], 1, "the permission error needs --force");
+    assert_eq!(
+        dry["skipped_ineligible"], 1,
+        "the permission error needs --force"
+    );
     assert!(!dry["items"].as_array().unwrap().contains(&json!("f5")));
-    assert_eq!(failure_counts(&flow).await, before, "a dry run changes nothing");
+    assert_eq!(
+        failure_counts(&flow).await,
+        before,
+        "a dry run changes nothing"
+    );
     assert!(runs(&flow).is_empty());
 
-    let (code, filtered) = retry(&flow, &["--filter", "item.n >= 3 && error_type == \"CommandFailed\"", "--max-retries", "1"]);
+    let (code, filtered) = retry(
+        &flow,
+        &[
+            "--filter",
+            "item.n >= 3 && error_type == \"CommandFailed\"",
+            "--max-retries",
+            "1",
+        ],
+    );
     assert_eq!(code, 0, "{filtered}");
     assert_eq!(filtered["selected"], 2);
     assert_eq!(filtered["skipped_filtered"], 3);
-    assert_eq!(runs(&flow).keys().cloned().collect::<Vec<_>>(), ["f3", "f4"]);
+    assert_eq!(
+        runs(&flow).keys().cloned().collect::<Vec<_>>(),
+        ["f3", "f4"]
+    );
 
-    let (code, forced) = retry(&flow, &["--force", "--filter", "item_id == \"f5\"", "--max-retries", "1"]);
+    let (code, forced) = retry(
+        &flow,
+        &[
+            "--force",
+            "--filter",
+            "item_id == \"f5\"",
+            "--max-retries",
+            "1",
+        ],
+    );
     assert_eq!(code, 0);
     assert_eq!(forced["selected"], 1);
     assert_eq!(failure_counts(&flow).await["f5"], 2);
@@ -147,10 +193,18 @@ async fn bad_input_is_a_clear_error_and_changes_nothing() {
     ] {
         let (got, out) = retry(&flow, &args);
         assert_eq!(got, code, "{args:?}: {out}");
-        assert!(out["stderr"].as_str().unwrap().contains(needle), "{args:?}: {out}");
+        assert!(
+            out["stderr"].as_str().unwrap().contains(needle),
+            "{args:?}: {out}"
+        );
     }
     let out = flow.env.run(&["retry", "no-such-job"]);
-    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(failure_counts(&flow).await, before);
     assert!(runs(&flow).is_empty(), "nothing ran");
 }
@@ -165,20 +219,39 @@ async fn an_interrupted_retry_finishes_in_flight_items_and_a_rerun_skips_resolve
     cmd.arg("--data-dir")
         .arg(&flow.env.data)
         .args(["--nats-url", DEAD_BUS_URL, "--format", "json"])
-        .args(["retry", "job", "--parallel", "1", "--progress", "quiet", "--drain-timeout", "0s"])
+        .args([
+            "retry",
+            "job",
+            "--parallel",
+            "1",
+            "--progress",
+            "quiet",
+            "--drain-timeout",
+            "0s",
+        ])
         .env("DLQ_CONFIG", flow.env.data.with_extension("yml"))
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     let child = spawn_tied_to_test(cmd).unwrap();
-    let started = poll_until(Duration::from_secs(30), || (runs(&flow).len() >= 3).then_some(()));
+    let started = poll_until(Duration::from_secs(30), || {
+        (runs(&flow).len() >= 3).then_some(())
+    });
     assert!(started.is_some());
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(4), "interrupted runs are incomplete");
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "interrupted runs are incomplete"
+    );
     let first: Value = serde_json::from_slice(&out.stdout).unwrap();
     let resolved = first["resolved"].as_u64().unwrap();
     assert!(first["not_started"].as_u64().unwrap() > 0, "{first}");
-    assert_eq!(resolved as usize, runs(&flow).len(), "every started item finished and was recorded");
+    assert_eq!(
+        resolved as usize,
+        runs(&flow).len(),
+        "every started item finished and was recorded"
+    );
     assert_eq!(flow.env.items().await.len(), 8 - resolved as usize);
 
     let (code, second) = retry(&flow, &["--parallel", "4"]);
@@ -187,7 +260,10 @@ async fn an_interrupted_retry_finishes_in_flight_items_and_a_rerun_skips_resolve
     assert!(flow.env.items().await.is_empty());
     let runs = runs(&flow);
     assert_eq!(runs.len(), 8);
-    assert!(runs.values().all(|n| *n == 1), "no item ran twice: {runs:?}");
+    assert!(
+        runs.values().all(|n| *n == 1),
+        "no item ran twice: {runs:?}"
+    );
 }
 
 #[tokio::test]
@@ -201,7 +277,16 @@ async fn concurrent_retries_of_one_job_never_run_an_item_twice() {
         cmd.arg("--data-dir")
             .arg(&flow.env.data)
             .args(["--nats-url", DEAD_BUS_URL, "--format", "json"])
-            .args(["retry", "job", "--parallel", "2", "--progress", "quiet", "--drain-timeout", "0s"])
+            .args([
+                "retry",
+                "job",
+                "--parallel",
+                "2",
+                "--progress",
+                "quiet",
+                "--drain-timeout",
+                "0s",
+            ])
             .env("DLQ_CONFIG", flow.env.data.with_extension("yml"))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -214,11 +299,85 @@ async fn concurrent_retries_of_one_job_never_run_an_item_twice() {
     for out in [&a, &b] {
         if !out.status.success() {
             let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(stderr.contains("holds this data directory") || stderr.contains("another process"), "{stderr}");
+            assert!(
+                stderr.contains("holds this data directory") || stderr.contains("another process"),
+                "{stderr}"
+            );
         }
     }
     let runs = runs(&flow);
     assert_eq!(runs.len(), 6);
-    assert!(runs.values().all(|n| *n == 1), "no item ran twice: {runs:?}");
+    assert!(
+        runs.values().all(|n| *n == 1),
+        "no item ran twice: {runs:?}"
+    );
+    assert!(flow.env.items().await.is_empty());
+}
+
+/// While `dlq serve` holds the data directory, `dlq retry` goes through its API; two retries of
+/// one job at the same time still run every item once.
+#[tokio::test]
+async fn concurrent_retries_through_dlq_serve_run_each_item_once() {
+    let flow = fixable(DEAD_BUS_URL, 8, 0.2, &[]);
+    for i in 0..8 {
+        flow.write(&format!("fixed-f{i}"), "");
+    }
+    let port = common::free_port(0);
+    let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_dlq"));
+    serve
+        .arg("--data-dir")
+        .arg(&flow.env.data)
+        .args([
+            "--nats-url",
+            DEAD_BUS_URL,
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("DLQ_CONFIG", flow.env.data.with_extension("yml"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let server = spawn_tied_to_test(serve).unwrap();
+    let up = poll_until(Duration::from_secs(30), || {
+        common::http_get(port, "/healthz").filter(|(status, _)| *status == 200)
+    });
+    assert!(up.is_some(), "dlq serve answered /healthz");
+
+    let spawn = || {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dlq"));
+        cmd.arg("--data-dir")
+            .arg(&flow.env.data)
+            .args(["--nats-url", DEAD_BUS_URL, "--format", "json"])
+            .args(["retry", "job", "--parallel", "3"])
+            .env("DLQ_CONFIG", flow.env.data.with_extension("yml"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        spawn_tied_to_test(cmd).unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    let mut resolved = 0;
+    for out in [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()] {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        resolved += report["resolved"].as_u64().unwrap();
+    }
+    assert_eq!(
+        resolved, 8,
+        "each item resolved by exactly one of the two retries"
+    );
+    let runs = runs(&flow);
+    assert_eq!(runs.len(), 8);
+    assert!(
+        runs.values().all(|n| *n == 1),
+        "no item ran twice: {runs:?}"
+    );
+
+    kill(Pid::from_raw(server.id() as i32), Signal::SIGTERM).unwrap();
+    let status = server.wait_with_output().unwrap().status;
+    assert!(status.success(), "dlq serve stopped cleanly: {status:?}");
     assert!(flow.env.items().await.is_empty());
 }

@@ -9,7 +9,7 @@ mod generate;
 pub(crate) mod list;
 pub(crate) mod open;
 pub(crate) mod report;
-mod retry;
+pub(crate) mod retry;
 mod run;
 mod serve;
 mod status;

@@ -6,12 +6,16 @@ use std::path::PathBuf;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
+use serde_json::json;
+
+use super::forward::{self, Target};
 use super::open;
 use super::run::{runner_options, RunnerArgs};
 use super::{Cli, CliError, Format, EXIT_INCOMPLETE, EXIT_OK};
 use crate::filter::Filter;
 use crate::runner::error::RunError;
 use crate::runner::retry::{retry_job, RetryOptions, RetryReport};
+use crate::serve::ServeError;
 
 /// Options of `dlq retry`.
 #[derive(Debug, Args)]
@@ -48,47 +52,113 @@ pub struct RetryArgs {
     pub runner: RunnerArgs,
 }
 
-/// Runs the retry; exit 0 when every selected item was handled, 4 when interrupted.
-pub async fn run_retry(cli: &Cli, args: &RetryArgs) -> Result<u8, CliError> {
-    if args.max_retries == 0 || args.parallel == 0 {
-        return Err(CliError::Usage("--max-retries and --parallel must be at least 1".into()));
+/// The retry settings as given on the command line or in an API request.
+#[derive(Debug, Clone)]
+pub struct RetryRequest {
+    /// Items retried at once.
+    pub parallel: usize,
+    /// Attempts per item.
+    pub max_retries: u32,
+    /// CEL filter text.
+    pub filter: Option<String>,
+    /// Retry ineligible items too.
+    pub force: bool,
+    /// Starts per second at most.
+    pub rate: Option<f64>,
+    /// Only list.
+    pub dry_run: bool,
+}
+
+/// Checks a request and compiles its filter (usage errors: exit 2 / HTTP 400).
+pub fn retry_options(r: &RetryRequest) -> Result<RetryOptions, CliError> {
+    if r.max_retries == 0 || r.parallel == 0 {
+        return Err(CliError::Usage(
+            "--max-retries and --parallel must be at least 1".into(),
+        ));
     }
-    if args.rate.is_some_and(|r| !r.is_finite() || r <= 0.0) {
-        return Err(CliError::Usage("--rate must be a positive number of items per second".into()));
+    if r.rate.is_some_and(|rate| !rate.is_finite() || rate <= 0.0) {
+        return Err(CliError::Usage(
+            "--rate must be a positive number of items per second".into(),
+        ));
     }
-    let filter = args
+    let filter = r
         .filter
         .as_deref()
         .map(Filter::parse)
         .transpose()
         .map_err(|err| CliError::Usage(format!("bad --filter: {err}")))?;
-    let (options, mode) = runner_options(cli, &args.runner)?;
-    let emitter = open::emitter(cli).await?;
-    let (stop, kill) = two_stage_signals();
-    let retry = RetryOptions {
+    Ok(RetryOptions {
+        parallel: r.parallel,
+        max_retries: r.max_retries,
+        filter,
+        force: r.force,
+        rate: r.rate,
+        dry_run: r.dry_run,
+    })
+}
+
+/// Runs the retry here, or through the API of the `dlq serve` holding the data directory;
+/// exit 0 when every selected item was handled, 4 when interrupted or not recorded.
+pub async fn run_retry(cli: &Cli, args: &RetryArgs) -> Result<u8, CliError> {
+    let request = RetryRequest {
         parallel: args.parallel,
         max_retries: args.max_retries,
-        filter,
+        filter: args.filter.clone(),
         force: args.force,
         rate: args.rate,
         dry_run: args.dry_run,
     };
-    let result = retry_job(
-        emitter.clone(),
-        options,
-        &args.job_id,
-        args.workflow.as_deref(),
-        retry,
-        stop,
-        kill,
-        mode,
-    )
-    .await;
-    let drained = open::wait_for_drain(&emitter, args.runner.drain_timeout).await;
-    emitter.shutdown().await?;
-    let report = result.map_err(CliError::Run)?;
-    drained?;
-    print(cli, &report)?;
+    let retry = retry_options(&request)?;
+    let (options, mode) = runner_options(cli, &args.runner)?;
+    let report = match forward::target(cli).await? {
+        Target::Api(api) => {
+            let workflow = args
+                .workflow
+                .as_deref()
+                .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
+            let body = json!({
+                "parallel": request.parallel,
+                "max_retries": request.max_retries,
+                "filter": request.filter,
+                "force": request.force,
+                "rate": request.rate,
+                "dry_run": request.dry_run,
+                "workflow": workflow,
+            });
+            let path = format!("/v1/jobs/{}/retry?format=json", encode(&args.job_id));
+            let answer = api.post(&path, Some(&body)).await?;
+            serde_json::from_slice(&answer.body).map_err(|err| {
+                CliError::from(ServeError::Protocol {
+                    url: api.url().to_owned(),
+                    reason: format!("the retry answer is not a report: {err}"),
+                })
+            })?
+        }
+        Target::Local(local) => {
+            let (config, sink) = local.into_parts();
+            let emitter = open::emitter_with_sink(&config, sink, true).await?;
+            let (stop, kill) = two_stage_signals();
+            let result = retry_job(
+                emitter.clone(),
+                options,
+                &args.job_id,
+                args.workflow.as_deref(),
+                retry,
+                stop,
+                kill,
+                mode,
+            )
+            .await;
+            let drained = open::wait_for_drain(&emitter, args.runner.drain_timeout).await;
+            emitter.shutdown().await?;
+            let report = result.map_err(CliError::Run)?;
+            drained?;
+            report
+        }
+    };
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    write_retry(&mut out, cli.format, &report)?;
+    out.flush()?;
     Ok(if report.not_started > 0 || report.not_recorded > 0 {
         EXIT_INCOMPLETE
     } else {
@@ -96,11 +166,24 @@ pub async fn run_retry(cli: &Cli, args: &RetryArgs) -> Result<u8, CliError> {
     })
 }
 
-fn print(cli: &Cli, r: &RetryReport) -> Result<(), CliError> {
-    let mut out = BufWriter::new(std::io::stdout().lock());
-    match cli.format {
+/// A path segment, percent-encoded.
+fn encode(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Writes a retry report in `format` (json/jsonl: one JSON document; otherwise text).
+pub fn write_retry(out: &mut impl Write, format: Format, r: &RetryReport) -> std::io::Result<()> {
+    match format {
         Format::Json | Format::Jsonl => {
-            serde_json::to_writer(&mut out, r).map_err(std::io::Error::from)?;
+            serde_json::to_writer(&mut *out, r).map_err(std::io::Error::from)?;
             writeln!(out)?;
         }
         _ if r.dry_run => {
@@ -127,7 +210,6 @@ fn print(cli: &Cli, r: &RetryReport) -> Result<(), CliError> {
             )?;
         }
     }
-    out.flush()?;
     Ok(())
 }
 

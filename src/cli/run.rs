@@ -118,6 +118,18 @@ pub async fn resume_job(cli: &Cli, args: &ResumeArgs) -> Result<u8, CliError> {
     finish(cli, &emitter, &args.runner, result).await
 }
 
+/// Run options for a server (`dlq serve`): the agent command of `DLQ_AGENT_COMMAND`, else of
+/// the config file, else the default.
+pub(crate) fn server_run_options(cli: &Cli, config: &crate::config::Config) -> RunOptions {
+    let command = std::env::var("DLQ_AGENT_COMMAND")
+        .ok()
+        .or_else(|| config.agent_command.clone())
+        .unwrap_or_else(|| DEFAULT_AGENT_COMMAND.to_owned());
+    let mut options = RunOptions::new(&cli.data_dir);
+    options.agent_command = command.split_whitespace().map(str::to_owned).collect();
+    options
+}
+
 pub(super) fn runner_options(
     cli: &Cli,
     args: &RunnerArgs,
@@ -131,7 +143,9 @@ pub(super) fn runner_options(
     let mut options = RunOptions::new(&cli.data_dir);
     options.agent_command = command.split_whitespace().map(str::to_owned).collect();
     if options.agent_command.is_empty() {
-        return Err(CliError::Usage("the agent command is empty: set --agent-command".into()));
+        return Err(CliError::Usage(
+            "the agent command is empty: set --agent-command".into(),
+        ));
     }
     options.topic = args.dlq_topic.clone();
     let mode = match args.progress {

@@ -54,6 +54,7 @@ pub async fn run_serve(cli: &Cli, args: &ServeArgs) -> Result<u8, CliError> {
     let state = AppState {
         emitter: emitter.clone(),
         metrics,
+        run: super::run::server_run_options(cli, &config),
     };
     let served = crate::serve::serve(
         listener,

@@ -78,7 +78,7 @@ impl Default for RetryOptions {
 }
 
 /// What a retry did.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct RetryReport {
     /// The job.
     pub job_id: String,
@@ -196,10 +196,17 @@ pub async fn retry_job<B: Bus>(
                     _ = stop.cancelled() => { report.not_started += 1; break; }
                 }
             }
-            running.spawn(retry_item(ctx.clone(), item_id.clone(), options.max_retries, stop.clone()));
+            running.spawn(retry_item(
+                ctx.clone(),
+                item_id.clone(),
+                options.max_retries,
+                stop.clone(),
+            ));
             progress.in_flight(running.len());
         }
-        let Some(joined) = running.join_next().await else { break };
+        let Some(joined) = running.join_next().await else {
+            break;
+        };
         let Ok((item_id, end)) = joined else {
             report.not_recorded += 1;
             continue;
@@ -215,12 +222,18 @@ pub async fn retry_job<B: Bus>(
             }
             ItemEnd::Busy => {
                 report.skipped_busy += 1;
-                (format!("{item_id} skipped: another retry is running it"), false)
+                (
+                    format!("{item_id} skipped: another retry is running it"),
+                    false,
+                )
             }
             ItemEnd::Gone => (format!("{item_id} no longer in the DLQ"), false),
             ItemEnd::NotRecorded => {
                 report.not_recorded += 1;
-                (format!("{item_id}: result NOT recorded, item unchanged"), true)
+                (
+                    format!("{item_id}: result NOT recorded, item unchanged"),
+                    true,
+                )
             }
             ItemEnd::Interrupted => {
                 report.not_started += 1;
@@ -282,10 +295,12 @@ fn select(
             continue;
         }
         if let Some(filter) = &options.filter {
-            let matched = filter.matches_item(&item).map_err(|source| RunError::Filter {
-                item_id: item.item_id.clone(),
-                source,
-            })?;
+            let matched = filter
+                .matches_item(&item)
+                .map_err(|source| RunError::Filter {
+                    item_id: item.item_id.clone(),
+                    source,
+                })?;
             if !matched {
                 report.skipped_filtered += 1;
                 continue;
@@ -357,8 +372,11 @@ async fn retry_claimed<B: Bus>(
         return ItemEnd::Interrupted;
     }
     let attempts = history.len() as u32;
-    let last = history.last().map(|f| (f.error_type.name().to_owned(), f.error_message.clone()));
-    let Some(update) = dead_lettered_item(job_id, item_id, item.item_data, history, worktree) else {
+    let last = history
+        .last()
+        .map(|f| (f.error_type.name().to_owned(), f.error_message.clone()));
+    let Some(update) = dead_lettered_item(job_id, item_id, item.item_data, history, worktree)
+    else {
         return ItemEnd::NotRecorded;
     };
     match ctx.emitter.dead_letter(&ctx.options.topic, update).await {

@@ -26,6 +26,7 @@ pub mod auth;
 pub mod client;
 pub mod discovery;
 pub mod params;
+pub mod retry_route;
 pub mod routes;
 
 use std::future::Future;
@@ -281,6 +282,7 @@ pub fn router(state: Arc<AppState>, token: Option<Token>) -> Router {
         .route("/v1/stats", get(routes::stats))
         .route("/v1/analyze", get(routes::analyze))
         .route("/v1/jobs/{job_id}/clear", post(routes::clear))
+        .route("/v1/jobs/{job_id}/retry", post(retry_route::retry))
         .route("/v1/purge", post(routes::purge))
         .route_layer(axum::middleware::from_fn_with_state(
             token.map(Arc::new),

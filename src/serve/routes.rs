@@ -33,6 +33,8 @@ pub struct AppState {
     pub emitter: CliEmitter,
     /// The Prometheus recorder's handle, rendered by `/metrics`.
     pub metrics: PrometheusHandle,
+    /// How `POST /v1/jobs/{job_id}/retry` runs agents (data directory, agent command, topic).
+    pub run: crate::runner::context::RunOptions,
 }
 
 /// The shared state as handlers receive it.
@@ -137,8 +139,8 @@ impl From<ApiError> for Response {
     }
 }
 
-type Answer = Result<Response, ApiError>;
-type Pairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
+pub(crate) type Answer = Result<Response, ApiError>;
+pub(crate) type Pairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
 
 /// Runs `f` on the sink on a blocking thread (queries scan the whole queue).
 async fn blocking<T: Send + 'static>(
@@ -153,7 +155,10 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// A 200 answer holding what `write` renders in `format`.
-fn rendered(format: Format, write: impl FnOnce(&mut Vec<u8>) -> Result<(), CliError>) -> Answer {
+pub(crate) fn rendered(
+    format: Format,
+    write: impl FnOnce(&mut Vec<u8>) -> Result<(), CliError>,
+) -> Answer {
     let mut body = Vec::new();
     write(&mut body)?;
     Ok(answer(format, body))
@@ -349,7 +354,8 @@ pub async fn no_route() -> ApiError {
         code: "not_found",
         message: "no such route: see GET /v1/items, /v1/items/{item_id}, \
                   /v1/items/{job_id}/{item_id}, /v1/stats, /v1/analyze, \
-                  POST /v1/jobs/{job_id}/clear, /v1/purge, GET /healthz, /metrics"
+                  POST /v1/jobs/{job_id}/clear, /v1/jobs/{job_id}/retry, /v1/purge, \
+                  GET /healthz, /metrics"
             .into(),
     }
 }
