@@ -84,25 +84,7 @@ async fn consume_durable(
         from_start: args.from_start,
         follow: args.follow,
     };
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let signals = shutdown.clone();
-    tokio::spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        let terminated = async {
-            match term.as_mut() {
-                Some(term) => {
-                    term.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = terminated => {}
-        }
-        signals.cancel();
-    });
+    let shutdown = super::signals::cancel_on_signal();
     let run = run_durable(&config, &store, shutdown).await?;
     let report = json!({
         "consumer": name,

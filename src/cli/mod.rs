@@ -12,6 +12,7 @@ pub(crate) mod report;
 pub(crate) mod retry;
 mod run;
 mod serve;
+mod signals;
 mod status;
 mod table;
 

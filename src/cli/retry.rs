@@ -4,7 +4,6 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use clap::Args;
-use tokio_util::sync::CancellationToken;
 
 use serde_json::json;
 
@@ -137,7 +136,9 @@ pub async fn run_retry(cli: &Cli, args: &RetryArgs) -> Result<u8, CliError> {
         Target::Local(local) => {
             let (config, sink) = local.into_parts();
             let emitter = open::emitter_with_sink(&config, sink, true).await?;
-            let (stop, kill) = two_stage_signals();
+            let (stop, kill) = super::signals::two_stage(
+                "dlq retry: interrupted; in-flight items finish (again to kill them)",
+            );
             let result = retry_job(
                 emitter.clone(),
                 options,
@@ -211,34 +212,6 @@ pub fn write_retry(out: &mut impl Write, format: Format, r: &RetryReport) -> std
         }
     }
     Ok(())
-}
-
-/// First Ctrl-C / SIGTERM: stop starting items, let in-flight ones finish and be recorded.
-/// Second: kill in-flight agents too.
-fn two_stage_signals() -> (CancellationToken, CancellationToken) {
-    let (stop, kill) = (CancellationToken::new(), CancellationToken::new());
-    let (s, k) = (stop.clone(), kill.clone());
-    tokio::spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        for token in [s, k] {
-            let terminated = async {
-                match term.as_mut() {
-                    Some(term) => {
-                        term.recv().await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = terminated => {}
-            }
-            eprintln!("dlq retry: interrupted; in-flight items finish (again to kill them)");
-            token.cancel();
-        }
-    });
-    (stop, kill)
 }
 
 impl From<RunError> for CliError {

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use tokio_util::sync::CancellationToken;
 
 use super::open::{self, CliEmitter};
 use super::table::{cut, write_table};
@@ -88,7 +87,7 @@ pub struct EventsArgs {
 pub async fn run_job(cli: &Cli, args: &RunArgs) -> Result<u8, CliError> {
     let (options, mode) = runner_options(cli, &args.runner)?;
     let emitter = open::emitter(cli).await?;
-    let cancel = cancel_on_signals();
+    let cancel = super::signals::cancel_on_signal();
     let result = job::start(
         emitter.clone(),
         &args.workflow,
@@ -105,7 +104,7 @@ pub async fn run_job(cli: &Cli, args: &RunArgs) -> Result<u8, CliError> {
 pub async fn resume_job(cli: &Cli, args: &ResumeArgs) -> Result<u8, CliError> {
     let (options, mode) = runner_options(cli, &args.runner)?;
     let emitter = open::emitter(cli).await?;
-    let cancel = cancel_on_signals();
+    let cancel = super::signals::cancel_on_signal();
     let result = job::resume(
         emitter.clone(),
         &args.job_id,
@@ -154,30 +153,6 @@ pub(super) fn runner_options(
         ProgressArg::Quiet => ProgressMode::Quiet,
     };
     Ok((options, mode))
-}
-
-/// Ctrl-C or SIGTERM cancel the job: agents are killed, their items stay pending.
-fn cancel_on_signals() -> CancellationToken {
-    let cancel = CancellationToken::new();
-    let token = cancel.clone();
-    tokio::spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        let terminated = async {
-            match term.as_mut() {
-                Some(term) => {
-                    term.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = terminated => {}
-        }
-        token.cancel();
-    });
-    cancel
 }
 
 async fn finish(

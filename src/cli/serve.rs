@@ -72,17 +72,7 @@ pub async fn run_serve(cli: &Cli, args: &ServeArgs) -> Result<u8, CliError> {
 
 /// Resolves on SIGINT or SIGTERM.
 async fn stop_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = terminate => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    super::signals::interrupted(&mut term).await;
     tracing::info!("stopping: finishing the requests in flight");
 }

@@ -105,6 +105,20 @@ impl<B: Bus> JobContext<B> {
         }
     }
 
+    /// Removes an item of this job from the DLQ because it now succeeded (a `resolved`
+    /// removal event). An item already gone is not an error.
+    pub async fn remove_resolved(&self, item_id: &str) -> Result<(), crate::emitter::EmitError> {
+        let command = crate::decide::Command::Remove {
+            job_id: self.record.job_id.clone(),
+            item_id: item_id.to_owned(),
+            reason: crate::event::RemovalReason::Resolved,
+        };
+        match self.emitter.submit(&self.options.topic, command).await {
+            Ok(_) | Err(crate::emitter::EmitError::NotFound { .. }) => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+
     /// Exports the job's counts as Prometheus gauges.
     pub fn export_counts(&self, tally: &Tally) {
         let summary = tally.summary();

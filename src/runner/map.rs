@@ -32,9 +32,6 @@ use super::stats::{Outcome, Tally};
 use super::store::OutcomeRecord;
 use super::workflow::RetryConfig;
 use crate::bus::Bus;
-use crate::decide::Command;
-use crate::emitter::EmitError;
-use crate::event::RemovalReason;
 use crate::failure::dead_lettered_item;
 use crate::model::FailureDetail;
 
@@ -502,13 +499,7 @@ async fn dead_letter<B: Bus>(ctx: &JobContext<B>, work: &Work, result: &AgentRes
 
 /// Removes a re-run DLQ item that now succeeded (a `resolved` removal event).
 async fn resolve<B: Bus>(ctx: &JobContext<B>, item_id: &str) {
-    let command = Command::Remove {
-        job_id: ctx.record.job_id.clone(),
-        item_id: item_id.to_owned(),
-        reason: RemovalReason::Resolved,
-    };
-    match ctx.emitter.submit(&ctx.options.topic, command).await {
-        Ok(_) | Err(EmitError::NotFound { .. }) => {}
-        Err(err) => warn!(error = %err, item_id, "could not remove the resolved item from the DLQ"),
+    if let Err(err) = ctx.remove_resolved(item_id).await {
+        warn!(error = %err, item_id, "could not remove the resolved item from the DLQ");
     }
 }

@@ -37,9 +37,7 @@ use super::stats::Outcome;
 use super::store::{JobRecord, JobStore, OutcomeRecord};
 use super::workflow::Workflow;
 use crate::bus::Bus;
-use crate::decide::Command;
-use crate::emitter::{EmitError, Emitter};
-use crate::event::RemovalReason;
+use crate::emitter::Emitter;
 use crate::failure::dead_lettered_item;
 use crate::filter::Filter;
 use crate::sink::SledSink;
@@ -399,17 +397,9 @@ async fn retry_claimed<B: Bus>(
 
 /// Removes a retried item that succeeded and records it as succeeded for the job.
 async fn resolve<B: Bus>(ctx: &JobContext<B>, item_id: &str, attempts: u32) -> ItemEnd {
-    let command = Command::Remove {
-        job_id: ctx.record.job_id.clone(),
-        item_id: item_id.to_owned(),
-        reason: RemovalReason::Resolved,
-    };
-    match ctx.emitter.submit(&ctx.options.topic, command).await {
-        Ok(_) | Err(EmitError::NotFound { .. }) => {}
-        Err(err) => {
-            warn!(error = %err, item_id, "the retry succeeded but the item could not be removed");
-            return ItemEnd::NotRecorded;
-        }
+    if let Err(err) = ctx.remove_resolved(item_id).await {
+        warn!(error = %err, item_id, "the retry succeeded but the item could not be removed");
+        return ItemEnd::NotRecorded;
     }
     let record = OutcomeRecord {
         item_id: item_id.to_owned(),
