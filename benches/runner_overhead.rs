@@ -52,6 +52,8 @@ struct Run {
     child_cpu: f64,
     /// Lines the runner wrote to stderr (warnings).
     stderr_lines: usize,
+    /// Slowest minus fastest wall time of the runs this median was taken from.
+    spread: Duration,
 }
 
 /// (own, waited-for children) CPU seconds from the text of a `/proc/PID/stat`.
@@ -127,12 +129,12 @@ fn baseline(n: usize, root: Option<&Path>) -> Run {
         wall,
         own_cpu: cpu1 - cpu0,
         child_cpu: child1 - child0,
-        stderr_lines: 0,
+        ..Run::default()
     }
 }
 
-/// A `dlq run` case: `items` items running `shell`, bus at `bus`, optional config file text.
-struct Case<'a> {
+/// A `dlq run` job: `items` items running `shell`, bus at `bus`, optional config file text.
+struct Job<'a> {
     items: usize,
     shell: &'a str,
     bus: &'a str,
@@ -140,7 +142,7 @@ struct Case<'a> {
 }
 
 /// Runs `case` once in a fresh directory under `base`; asserts the report's counts.
-fn run_dlq(base: &Path, case: &Case) -> Run {
+fn run_dlq(base: &Path, case: &Job) -> Run {
     let tmp = tempfile::tempdir_in(base).unwrap();
     let dir = tmp.path();
     let items: Vec<serde_json::Value> = (1..=case.items)
@@ -210,13 +212,18 @@ fn run_dlq(base: &Path, case: &Case) -> Run {
         own_cpu,
         child_cpu,
         stderr_lines: stderr.lines().count(),
+        ..Run::default()
     }
 }
 
 /// The run of median wall time among `runs`.
 fn median(mut runs: Vec<Run>) -> Run {
     runs.sort_by_key(|r| r.wall);
-    runs[runs.len() / 2]
+    let spread = runs[runs.len() - 1].wall - runs[0].wall;
+    Run {
+        spread,
+        ..runs[runs.len() / 2]
+    }
 }
 
 /// `nats-server` as `tests/common` finds it, if installed.
@@ -241,6 +248,15 @@ struct Row {
 
 fn ms_per(d: f64, n: usize) -> f64 {
     d * 1000.0 / n as f64
+}
+
+/// Items per second: whole numbers, one decimal below 100.
+fn rate(per_sec: f64) -> String {
+    if per_sec < 100.0 {
+        format!("{per_sec:.1}")
+    } else {
+        format!("{per_sec:.0}")
+    }
 }
 
 fn verdict(value: f64, target: f64) -> String {
@@ -303,9 +319,12 @@ fn git_head() -> String {
         })
 }
 
+/// A named measurement, run once per round.
+type Case<'a> = (&'a str, Box<dyn FnMut() -> Run + 'a>);
+
 /// Measures every case `runs` times, round-robin (so that a slow phase of the machine hits all
 /// cases alike), and keeps each case's median.
-fn measure(runs: usize, cases: &mut [(&str, Box<dyn FnMut() -> Run + '_>)]) -> Vec<Run> {
+fn measure(runs: usize, cases: &mut [Case<'_>]) -> Vec<Run> {
     let mut all: Vec<Vec<Run>> = vec![Vec::new(); cases.len()];
     for round in 1..=runs {
         for (i, (name, f)) in cases.iter_mut().enumerate() {
@@ -373,7 +392,7 @@ fn main() {
         move || {
             run_dlq(
                 base,
-                &Case {
+                &Job {
                     items,
                     shell,
                     bus: &bus,
@@ -384,7 +403,7 @@ fn main() {
     };
     eprintln!("1-3/4: baselines, dlq run of {n} items, DLQ overhead over {m} items (bus down), {runs} round(s)");
     let files = base.join("baseline-files");
-    let mut cases: Vec<(&str, Box<dyn FnMut() -> Run>)> = vec![
+    let mut cases: Vec<Case> = vec![
         ("baseline A (/dev/null)", Box::new(|| baseline(n, None))),
         (
             "baseline B (log files)",
@@ -415,7 +434,7 @@ fn main() {
         eprintln!("4/4: DLQ overhead with a private nats-server up");
         let mut server = common::NatsServer::start();
         let url = server.url();
-        let mut cases: Vec<(&str, Box<dyn FnMut() -> Run>)> = vec![
+        let mut cases: Vec<Case> = vec![
             ("bus up: M x true", Box::new(dlq(m, "true", &url, None))),
             ("bus up: M x exit 1", Box::new(dlq(m, "exit 1", &url, None))),
         ];
@@ -431,7 +450,7 @@ fn main() {
     let mut rows = vec![
         Row { name: "baseline A: `sh -c true`, output to /dev/null".into(), items: n, run: a, note: "in-process Tokio, own process group, stdin null; own CPU = spawning and reaping".into() },
         Row { name: "baseline B: A + per-item dir, output appended to stdout.log/stderr.log, dir removed".into(), items: n, run: b, note: "what the runner's agent does around the command, minimally".into() },
-        Row { name: "`dlq run`, 1 item `true` (fixed cost)".into(), items: 1, run: fixed, note: "start-up, sink open, job files, shutdown".into() },
+        Row { name: "`dlq run`, 1 item `true` (fixed cost)".into(), items: 1, run: fixed, note: "start-up (with the bus down it waits up to `publish_timeout`, 2 s, for a first connection), sink open, job files, shutdown".into() },
         Row { name: "`dlq run`, `true`".into(), items: n, run: ok_n, note: "bus down".into() },
         Row { name: "`dlq run`, `true`".into(), items: m, run: ok_m, note: "bus down; reference for the DLQ rows".into() },
         Row { name: "`dlq run`, `exit 1`, default topic policy".into(), items: m, run: fail_m, note: "bus down: sink write, publish fails, 1 retry after 500 ms, EmitFailed audit event".into() },
@@ -467,16 +486,17 @@ fn main() {
         started.elapsed().as_secs_f64()
     )
     .unwrap();
-    writeln!(w, "| run | items | wall s | items/s | own CPU ms/item | children CPU ms/item | stderr lines | notes |").unwrap();
-    writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---|").unwrap();
+    writeln!(w, "| run | items | wall s | spread s | items/s | own CPU ms/item | children CPU ms/item | stderr lines | notes |").unwrap();
+    writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---:|---|").unwrap();
     for r in &rows {
         let secs = r.run.wall.as_secs_f64();
         writeln!(
             w,
-            "| {} | {} | {secs:.2} | {:.0} | {:.3} | {:.3} | {} | {} |",
+            "| {} | {} | {secs:.2} | {:.2} | {} | {:.3} | {:.3} | {} | {} |",
             r.name,
             r.items,
-            r.items as f64 / secs,
+            r.run.spread.as_secs_f64(),
+            rate(r.items as f64 / secs),
             ms_per(r.run.own_cpu, r.items),
             ms_per(r.run.child_cpu, r.items),
             r.run.stderr_lines,
@@ -550,7 +570,9 @@ fn main() {
         )
         .unwrap();
     }
-    writeln!(w, "\nOverheads are wall-clock per item with {PARALLEL} agents in flight (amortised): the latency one failed agent adds is about {PARALLEL} times its figure. Targets are reported, never asserted.").unwrap();
+    let retry_share = ms_per(0.5, PARALLEL);
+    writeln!(w, "\nThe default topic policy retries a failed publish once after 500 ms, inside the agent's task, so with the bus down each failed agent holds its `max_parallel` slot 500 ms longer: {retry_share:.2} ms per item at {PARALLEL} in flight from that wait alone (`retry_attempts: 0` removes it). \"stderr lines\" counts the runner's warnings (one per item whose publish failed).").unwrap();
+    writeln!(w, "\nOverheads are wall-clock per item with {PARALLEL} agents in flight (amortised): the latency one failed agent adds is about {PARALLEL} times its figure. Spread is the slowest minus the fastest of the runs; a difference of two medians smaller than their spreads (e.g. a negative overhead) is noise. Targets are reported, never asserted.").unwrap();
     print!("{out}");
     if benching {
         let name = if quick {
