@@ -380,3 +380,65 @@ async fn the_example_workflows_run() {
     let ids: Vec<&str> = jobs.iter().map(|j| j["job_id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["ex1", "ex2"]);
 }
+
+/// While `dlq run` holds the data directory, operator commands go through the API it serves.
+#[tokio::test]
+async fn operator_commands_reach_a_running_job_through_its_api() {
+    let flow = Flow::new(DEAD_BUS_URL);
+    let items: Vec<Value> = (0..6)
+        .map(|n| json!({"id": format!("w{n}"), "n": n}))
+        .collect();
+    flow.items(&items);
+    let wf = r#"
+name: waiting
+mode: mapreduce
+map:
+  input: items.json
+  json_path: "$.items[*]"
+  max_parallel: 6
+  agent_template:
+    - shell: "test ${item.n} -lt 3 && exit 1; while [ ! -f \"$DLQ_WORKFLOW_DIR/go\" ]; do sleep 0.05; done"
+"#;
+    let path = flow.write("flow.yml", wf);
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dlq"));
+    cmd.arg("--data-dir")
+        .arg(&flow.env.data)
+        .args(["--nats-url", DEAD_BUS_URL, "--format", "json", "run"])
+        .arg(&path)
+        .args([
+            "--job-id",
+            "held",
+            "--progress",
+            "quiet",
+            "--drain-timeout",
+            "0s",
+        ])
+        .env("DLQ_CONFIG", flow.env.data.with_extension("yml"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let child = spawn_tied_to_test(cmd).unwrap();
+    // The three failing items reach the DLQ while the others wait for `go`.
+    let listed = poll_until(Duration::from_secs(60), || {
+        let out = flow.env.run(&["list", "--job-id", "held"]);
+        let list: Value = serde_json::from_slice(&out.stdout).ok()?;
+        (out.status.success() && list["matched"] == 3).then_some(list)
+    });
+    let listed = listed.expect("dlq list answered through the running job's API");
+    let ids: BTreeSet<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["item_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, BTreeSet::from(["w0", "w1", "w2"]));
+    assert!(flow.env.data.join("serve.json").exists());
+    flow.write("go", "");
+    let out = child.wait_with_output().unwrap();
+    let (code, report) = runner::report(&out);
+    assert_eq!(code, 0);
+    assert_eq!(counts(&report), (3, 3, 0, 0));
+    assert!(
+        !flow.env.data.join("serve.json").exists(),
+        "the announcement is removed at the end"
+    );
+}

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use tokio_util::sync::CancellationToken;
 
 use super::open::{self, CliEmitter};
 use super::table::{cut, write_table};
@@ -83,10 +84,68 @@ pub struct EventsArgs {
     pub event: Option<String>,
 }
 
+/// The emitter of a job, and the admin API it serves while the job runs (on a free loopback
+/// port, announced in `serve.json`), so `dlq list` and the other operator commands work on the
+/// data directory the job holds. The returned token stops the API.
+async fn open_with_api(cli: &Cli) -> Result<(CliEmitter, JobApi), CliError> {
+    use crate::serve::auth::{token_text, Token};
+    use crate::serve::routes::AppState;
+    use crate::serve::{install_metrics, Listener};
+    let config = open::config(cli)?;
+    let token = token_text(cli.token_file.as_deref())?;
+    let metrics = install_metrics(config.metrics_addr)?;
+    let sink = open::sink(cli, &config)?;
+    let emitter = open::emitter_with_sink(&config, sink, true).await?;
+    let stop = CancellationToken::new();
+    let listener = match Listener::bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0))).await {
+        Ok(listener) => listener,
+        Err(err) => {
+            tracing::warn!(error = %err, "no admin API during this job: other commands cannot reach the data directory");
+            return Ok((emitter, JobApi { stop, task: None }));
+        }
+    };
+    let state = AppState {
+        emitter: emitter.clone(),
+        metrics,
+        run: server_run_options(cli, &config),
+    };
+    let data_dir = cli.data_dir.clone();
+    let stopped = stop.clone();
+    let task = tokio::spawn(async move {
+        let shutdown = async move { stopped.cancelled().await };
+        let token = token.as_deref().map(Token::new);
+        if let Err(err) = crate::serve::serve(listener, state, token, &data_dir, shutdown).await {
+            tracing::warn!(error = %err, "the job's admin API stopped");
+        }
+    });
+    Ok((
+        emitter,
+        JobApi {
+            stop,
+            task: Some(task),
+        },
+    ))
+}
+
+/// The admin API a job serves; [`JobApi::stop`] ends it and removes `serve.json`.
+struct JobApi {
+    stop: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl JobApi {
+    async fn stop(self) {
+        self.stop.cancel();
+        if let Some(task) = self.task {
+            let _ = task.await;
+        }
+    }
+}
+
 /// Runs a new job.
 pub async fn run_job(cli: &Cli, args: &RunArgs) -> Result<u8, CliError> {
     let (options, mode) = runner_options(cli, &args.runner)?;
-    let emitter = open::emitter(cli).await?;
+    let (emitter, api) = open_with_api(cli).await?;
     let cancel = super::signals::cancel_on_signal();
     let result = job::start(
         emitter.clone(),
@@ -97,13 +156,14 @@ pub async fn run_job(cli: &Cli, args: &RunArgs) -> Result<u8, CliError> {
         mode,
     )
     .await;
+    api.stop().await;
     finish(cli, &emitter, &args.runner, result).await
 }
 
 /// Continues a job.
 pub async fn resume_job(cli: &Cli, args: &ResumeArgs) -> Result<u8, CliError> {
     let (options, mode) = runner_options(cli, &args.runner)?;
-    let emitter = open::emitter(cli).await?;
+    let (emitter, api) = open_with_api(cli).await?;
     let cancel = super::signals::cancel_on_signal();
     let result = job::resume(
         emitter.clone(),
@@ -114,6 +174,7 @@ pub async fn resume_job(cli: &Cli, args: &ResumeArgs) -> Result<u8, CliError> {
         mode,
     )
     .await;
+    api.stop().await;
     finish(cli, &emitter, &args.runner, result).await
 }
 
