@@ -273,3 +273,28 @@ map:
         dlq::model::ErrorType::MergeConflict
     );
 }
+
+#[tokio::test]
+async fn error_collection_reports_immediately_in_batches_or_at_the_end() {
+    for (policy, job, expected) in [
+        ("  error_collection: immediate", "imm", vec![1, 1, 1, 1]),
+        (
+            "  error_collection:\n    batched:\n      size: 3",
+            "bat",
+            vec![3, 1],
+        ),
+        ("  error_collection: aggregate", "agg", vec![4]),
+    ] {
+        let flow = flow_with(8, &[0, 2, 4, 6]);
+        let (code, report) = runner::report(&flow.run(&workflow(policy, ""), job));
+        assert_eq!(code, 0);
+        assert_eq!(counts(&report), (4, 4, 0, 0));
+        let sizes: Vec<usize> = flow
+            .events(job)
+            .iter()
+            .filter(|e| e["event"] == "ErrorReport")
+            .map(|e| e["errors"].as_array().unwrap().len())
+            .collect();
+        assert_eq!(sizes, expected, "{job}");
+    }
+}
