@@ -10,7 +10,7 @@ use tracing::warn;
 use super::agent::{AgentSpec, IsolationMode, StepSpec};
 use super::events::JobEventKind;
 use super::input::WorkItem;
-use super::stats::Tally;
+use super::stats::{Outcome, Tally};
 use super::store::{JobRecord, JobStore};
 use super::workflow::{Isolation, Step};
 use crate::bus::Bus;
@@ -121,18 +121,17 @@ impl<B: Bus> JobContext<B> {
 
     /// Exports the job's counts as Prometheus gauges.
     pub fn export_counts(&self, tally: &Tally) {
-        let summary = tally.summary();
         let job = self.record.job_id.clone();
         for (outcome, value) in [
-            ("succeeded", summary.successful),
-            ("dead_lettered", summary.failed),
-            ("skipped", summary.skipped),
-            ("pending", summary.pending),
+            ("succeeded", tally.count(Outcome::Succeeded)),
+            ("dead_lettered", tally.count(Outcome::DeadLettered)),
+            ("skipped", tally.count(Outcome::Skipped)),
+            ("pending", tally.pending()),
         ] {
             metrics::gauge!(m::JOB_ITEMS, "job_id" => job.clone(), "outcome" => outcome)
                 .set(value as f64);
         }
-        metrics::gauge!(m::JOB_FAILURE_RATE, "job_id" => job).set(summary.failure_rate);
+        metrics::gauge!(m::JOB_FAILURE_RATE, "job_id" => job).set(tally.failure_rate());
     }
 }
 

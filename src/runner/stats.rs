@@ -93,11 +93,15 @@ struct PatternTally {
     samples: Vec<String>,
 }
 
-/// Running counts of a job's outcomes.
+/// Running counts of a job's outcomes. Counting is O(1) per record, so exporting the counts
+/// after every item stays cheap for large jobs.
 #[derive(Debug, Clone, Default)]
 pub struct Tally {
     total: u64,
     outcomes: BTreeMap<String, Outcome>,
+    succeeded: u64,
+    dead_lettered: u64,
+    skipped: u64,
     error_types: BTreeMap<String, u64>,
     patterns: BTreeMap<String, PatternTally>,
 }
@@ -114,7 +118,18 @@ impl Tally {
     /// Records an item's final outcome; a later record of the same item replaces the earlier
     /// one (a dead-lettered item that succeeds on resume counts once, as succeeded).
     pub fn record(&mut self, item_id: &str, outcome: Outcome) {
-        self.outcomes.insert(item_id.to_owned(), outcome);
+        if let Some(previous) = self.outcomes.insert(item_id.to_owned(), outcome) {
+            *self.counter(previous) -= 1;
+        }
+        *self.counter(outcome) += 1;
+    }
+
+    fn counter(&mut self, outcome: Outcome) -> &mut u64 {
+        match outcome {
+            Outcome::Succeeded => &mut self.succeeded,
+            Outcome::DeadLettered => &mut self.dead_lettered,
+            Outcome::Skipped => &mut self.skipped,
+        }
     }
 
     /// Records the last failure of an item that failed every attempt.
@@ -148,8 +163,18 @@ impl Tally {
         self.outcomes.len() as u64
     }
 
-    fn count(&self, outcome: Outcome) -> u64 {
-        self.outcomes.values().filter(|o| **o == outcome).count() as u64
+    /// Items recorded with `outcome`.
+    pub fn count(&self, outcome: Outcome) -> u64 {
+        match outcome {
+            Outcome::Succeeded => self.succeeded,
+            Outcome::DeadLettered => self.dead_lettered,
+            Outcome::Skipped => self.skipped,
+        }
+    }
+
+    /// Items without an outcome yet.
+    pub fn pending(&self) -> u64 {
+        self.total.saturating_sub(self.completed())
     }
 
     /// The current failure rate: final failures over completed items.
@@ -184,7 +209,7 @@ impl Tally {
             successful: self.count(Outcome::Succeeded),
             failed: self.count(Outcome::DeadLettered),
             skipped: self.count(Outcome::Skipped),
-            pending: self.total.saturating_sub(self.completed()),
+            pending: self.pending(),
             failure_rate: self.failure_rate(),
             error_types: self.error_types.clone(),
             failure_patterns,
