@@ -8,6 +8,8 @@ mod common;
 mod ops;
 mod runner;
 
+use common::cli::dlq_command;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -199,14 +201,13 @@ async fn a_job_killed_with_sigkill_resumes_and_records_every_item_once() {
         .collect();
     flow.items(&items);
     let path = flow.write("flow.yml", SLOW_ITEMS);
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dlq"));
-    cmd.arg("--data-dir")
-        .arg(&flow.env.data)
-        .args(["--nats-url", DEAD_BUS_URL, "--format", "json", "run"])
-        .arg(&path)
-        .args(["--job-id", "killed", "--progress", "quiet"])
-        .env("DLQ_CONFIG", flow.env.data.with_extension("yml"))
-        .stdout(std::process::Stdio::null())
+    let path = path.to_str().unwrap();
+    let mut cmd = dlq_command(
+        &flow.env.data,
+        DEAD_BUS_URL,
+        &["run", path, "--job-id", "killed", "--progress", "quiet"],
+    );
+    cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     let mut child = spawn_tied_to_test(cmd).unwrap();
     let recorded = poll_until(Duration::from_secs(60), || {
@@ -400,21 +401,22 @@ map:
     - shell: "test ${item.n} -lt 3 && exit 1; while [ ! -f \"$DLQ_WORKFLOW_DIR/go\" ]; do sleep 0.05; done"
 "#;
     let path = flow.write("flow.yml", wf);
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dlq"));
-    cmd.arg("--data-dir")
-        .arg(&flow.env.data)
-        .args(["--nats-url", DEAD_BUS_URL, "--format", "json", "run"])
-        .arg(&path)
-        .args([
+    let path = path.to_str().unwrap();
+    let mut cmd = dlq_command(
+        &flow.env.data,
+        DEAD_BUS_URL,
+        &[
+            "run",
+            path,
             "--job-id",
             "held",
             "--progress",
             "quiet",
             "--drain-timeout",
             "0s",
-        ])
-        .env("DLQ_CONFIG", flow.env.data.with_extension("yml"))
-        .stdout(std::process::Stdio::piped())
+        ],
+    );
+    cmd.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
     let child = spawn_tied_to_test(cmd).unwrap();
     // The three failing items reach the DLQ while the others wait for `go`.

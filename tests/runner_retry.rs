@@ -8,6 +8,8 @@ mod common;
 mod ops;
 mod runner;
 
+use common::cli::dlq_command;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
 use std::time::Duration;
@@ -215,11 +217,10 @@ async fn an_interrupted_retry_finishes_in_flight_items_and_a_rerun_skips_resolve
     for i in 0..8 {
         flow.write(&format!("fixed-f{i}"), "");
     }
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dlq"));
-    cmd.arg("--data-dir")
-        .arg(&flow.env.data)
-        .args(["--nats-url", DEAD_BUS_URL, "--format", "json"])
-        .args([
+    let mut cmd = dlq_command(
+        &flow.env.data,
+        DEAD_BUS_URL,
+        &[
             "retry",
             "job",
             "--parallel",
@@ -228,10 +229,9 @@ async fn an_interrupted_retry_finishes_in_flight_items_and_a_rerun_skips_resolve
             "quiet",
             "--drain-timeout",
             "0s",
-        ])
-        .env("DLQ_CONFIG", flow.env.data.with_extension("yml"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+        ],
+    );
+    cmd.stdout(Stdio::piped()).stderr(Stdio::null());
     let child = spawn_tied_to_test(cmd).unwrap();
     let started = poll_until(Duration::from_secs(30), || {
         (runs(&flow).len() >= 3).then_some(())
@@ -273,11 +273,10 @@ async fn concurrent_retries_of_one_job_never_run_an_item_twice() {
         flow.write(&format!("fixed-f{i}"), "");
     }
     let spawn = || {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dlq"));
-        cmd.arg("--data-dir")
-            .arg(&flow.env.data)
-            .args(["--nats-url", DEAD_BUS_URL, "--format", "json"])
-            .args([
+        let mut cmd = dlq_command(
+            &flow.env.data,
+            DEAD_BUS_URL,
+            &[
                 "retry",
                 "job",
                 "--parallel",
@@ -286,10 +285,9 @@ async fn concurrent_retries_of_one_job_never_run_an_item_twice() {
                 "quiet",
                 "--drain-timeout",
                 "0s",
-            ])
-            .env("DLQ_CONFIG", flow.env.data.with_extension("yml"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            ],
+        );
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         spawn_tied_to_test(cmd).unwrap()
     };
     let (a, b) = (spawn(), spawn());
@@ -323,20 +321,13 @@ async fn concurrent_retries_through_dlq_serve_run_each_item_once() {
         flow.write(&format!("fixed-f{i}"), "");
     }
     let port = common::free_port(0);
-    let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_dlq"));
-    serve
-        .arg("--data-dir")
-        .arg(&flow.env.data)
-        .args([
-            "--nats-url",
-            DEAD_BUS_URL,
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env("DLQ_CONFIG", flow.env.data.with_extension("yml"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    let listen = format!("127.0.0.1:{port}");
+    let mut serve = dlq_command(
+        &flow.env.data,
+        DEAD_BUS_URL,
+        &["serve", "--listen", &listen],
+    );
+    serve.stdout(Stdio::null()).stderr(Stdio::null());
     let server = spawn_tied_to_test(serve).unwrap();
     let up = poll_until(Duration::from_secs(30), || {
         common::http_get(port, "/healthz").filter(|(status, _)| *status == 200)
@@ -344,14 +335,12 @@ async fn concurrent_retries_through_dlq_serve_run_each_item_once() {
     assert!(up.is_some(), "dlq serve answered /healthz");
 
     let spawn = || {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dlq"));
-        cmd.arg("--data-dir")
-            .arg(&flow.env.data)
-            .args(["--nats-url", DEAD_BUS_URL, "--format", "json"])
-            .args(["retry", "job", "--parallel", "3"])
-            .env("DLQ_CONFIG", flow.env.data.with_extension("yml"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        let mut cmd = dlq_command(
+            &flow.env.data,
+            DEAD_BUS_URL,
+            &["retry", "job", "--parallel", "3"],
+        );
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         spawn_tied_to_test(cmd).unwrap()
     };
     let (a, b) = (spawn(), spawn());

@@ -144,38 +144,47 @@ impl JobApi {
 
 /// Runs a new job.
 pub async fn run_job(cli: &Cli, args: &RunArgs) -> Result<u8, CliError> {
-    let (options, mode) = runner_options(cli, &args.runner)?;
-    let (emitter, api) = open_with_api(cli).await?;
-    let cancel = super::signals::cancel_on_signal();
-    let result = job::start(
-        emitter.clone(),
-        &args.workflow,
-        args.job_id.clone(),
-        options,
-        cancel,
-        mode,
-    )
-    .await;
-    api.stop().await;
-    finish(cli, &emitter, &args.runner, result).await
+    session(cli, &args.runner, |emitter, options, cancel, mode| {
+        job::start(
+            emitter,
+            &args.workflow,
+            args.job_id.clone(),
+            options,
+            cancel,
+            mode,
+        )
+    })
+    .await
 }
 
 /// Continues a job.
 pub async fn resume_job(cli: &Cli, args: &ResumeArgs) -> Result<u8, CliError> {
-    let (options, mode) = runner_options(cli, &args.runner)?;
+    session(cli, &args.runner, |emitter, options, cancel, mode| {
+        job::resume(
+            emitter,
+            &args.job_id,
+            args.include_dlq_items,
+            options,
+            cancel,
+            mode,
+        )
+    })
+    .await
+}
+
+/// One runner session: open the emitter and the job's API, run `job` until it ends or a
+/// signal cancels it, stop the API, drain and report.
+async fn session<F, Fut>(cli: &Cli, runner: &RunnerArgs, job: F) -> Result<u8, CliError>
+where
+    F: FnOnce(CliEmitter, RunOptions, CancellationToken, ProgressMode) -> Fut,
+    Fut: std::future::Future<Output = Result<JobReport, RunError>>,
+{
+    let (options, mode) = runner_options(cli, runner)?;
     let (emitter, api) = open_with_api(cli).await?;
     let cancel = super::signals::cancel_on_signal();
-    let result = job::resume(
-        emitter.clone(),
-        &args.job_id,
-        args.include_dlq_items,
-        options,
-        cancel,
-        mode,
-    )
-    .await;
+    let result = job(emitter.clone(), options, cancel, mode).await;
     api.stop().await;
-    finish(cli, &emitter, &args.runner, result).await
+    finish(cli, &emitter, runner, result).await
 }
 
 /// Run options for a server (`dlq serve`): the agent command of `DLQ_AGENT_COMMAND`, else of
