@@ -92,6 +92,32 @@ pub enum ErrorType {
 }
 
 impl ErrorType {
+    /// Every variant name, in declaration order ([`ErrorType::index`] indexes it).
+    pub const NAMES: [&'static str; 8] = [
+        "Timeout",
+        "CommandFailed",
+        "ValidationFailed",
+        "WorktreeError",
+        "MergeConflict",
+        "ResourceExhausted",
+        "PermissionError",
+        "Unknown",
+    ];
+
+    /// The position of this variant's name in [`ErrorType::NAMES`].
+    pub fn index(&self) -> usize {
+        match self {
+            ErrorType::Timeout => 0,
+            ErrorType::CommandFailed { .. } => 1,
+            ErrorType::ValidationFailed => 2,
+            ErrorType::WorktreeError => 3,
+            ErrorType::MergeConflict => 4,
+            ErrorType::ResourceExhausted => 5,
+            ErrorType::PermissionError => 6,
+            ErrorType::Unknown => 7,
+        }
+    }
+
     /// The variant name without data, e.g. `CommandFailed`; used in signatures, metrics labels
     /// and filters.
     pub fn name(&self) -> &'static str {
@@ -126,6 +152,24 @@ pub struct WorktreeArtifacts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_indexed_by_variant() {
+        let all = [
+            ErrorType::Timeout,
+            ErrorType::CommandFailed { exit_code: 3 },
+            ErrorType::ValidationFailed,
+            ErrorType::WorktreeError,
+            ErrorType::MergeConflict,
+            ErrorType::ResourceExhausted,
+            ErrorType::PermissionError,
+            ErrorType::Unknown,
+        ];
+        for (position, kind) in all.iter().enumerate() {
+            assert_eq!(kind.index(), position);
+            assert_eq!(ErrorType::NAMES[kind.index()], kind.name());
+        }
+    }
 
     /// The example item of reference 000, with its two comment-free fields, parses as is.
     #[test]

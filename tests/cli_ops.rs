@@ -79,6 +79,22 @@ async fn list_filters_pages_newest_first_in_every_format() {
     assert_eq!(env.json(&["list", "--since", "1h"])["matched"], 15);
     assert_eq!(env.json(&["list", "--until", "1h"])["matched"], 0);
 
+    // `matched` comes from the per-job counters where they know it; a walk that stopped early
+    // under a filter they cannot answer leaves it unknown unless --count is given.
+    let eligible_page = env.json(&["list", "--eligible", "--limit", "2"]);
+    assert_eq!(eligible_page["matched"], 10);
+    assert_eq!(
+        env.json(&["list", "--error-type", "timeout", "--limit", "1"])["matched"],
+        4
+    );
+    let by_signature = ["list", "--signature", signature, "--limit", "1"];
+    assert!(env.json(&by_signature)["matched"].is_null());
+    let mut counted = by_signature.to_vec();
+    counted.push("--count");
+    let counted = env.json(&counted);
+    assert_eq!(counted["matched"], 4);
+    assert_eq!(listed_ids(&counted), ["j2/item-1"]);
+
     // Other formats: JSON Lines (one summary per line) and CSV (header + rows).
     let jsonl = env.run(&[
         "--format", "jsonl", "list", "--job-id", "j1", "--limit", "4",

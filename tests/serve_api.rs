@@ -168,8 +168,8 @@ fn mirrored() -> Vec<(Vec<&'static str>, &'static str)> {
             "/v1/items?error_type=timeout&offset=1",
         ),
         (
-            vec!["list", "--limit", "2", "--filter", r#"job_id == "j1" && failure_count >= 1"#],
-            "/v1/items?limit=2&filter=job_id%20%3D%3D%20%22j1%22%20%26%26%20failure_count%20%3E%3D%201",
+            vec!["list", "--limit", "2", "--count", "--filter", r#"job_id == "j1" && failure_count >= 1"#],
+            "/v1/items?limit=2&count=true&filter=job_id%20%3D%3D%20%22j1%22%20%26%26%20failure_count%20%3E%3D%201",
         ),
         (
             vec!["--format", "csv", "list", "--job-id", "j2"],
@@ -207,7 +207,7 @@ fn every_route_answers_what_the_cli_prints_and_the_cli_goes_through_it() {
     let filtered = json_of(&local[3]);
     assert_eq!(
         filtered["matched"], 12,
-        "the filter is applied before paging"
+        "the filter is applied before paging, and --count counts every match"
     );
     assert_eq!(listed_ids(&filtered), ["j1/item-11", "j1/item-10"]);
     assert!(filtered["next_cursor"].is_string());

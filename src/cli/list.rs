@@ -12,7 +12,7 @@ use super::forward::{self, Target};
 use super::{open, Cli, CliError, Format, EXIT_OK};
 use crate::filter::Filter as Expr;
 use crate::model::DeadLetteredItem;
-use crate::query::list::{page_items, select_page, Cursor, ListRequest};
+use crate::query::list::{counted_total, in_listing_order, page_in_order, Cursor, ListRequest};
 use crate::query::{parse_error_type, parse_time, Filter, QueryError};
 use crate::serve::params;
 use crate::sink::{Sink, SledSink};
@@ -57,6 +57,10 @@ pub struct ListArgs {
     /// first_attempt, last_attempt, exit_code).
     #[arg(long)]
     pub filter: Option<String>,
+    /// Count every matching item (`matched`), even when that means reading all of them; without
+    /// it, `matched` is left out (null) when only a full walk could tell.
+    #[arg(long)]
+    pub count: bool,
 }
 
 impl Default for ListArgs {
@@ -72,6 +76,7 @@ impl Default for ListArgs {
             offset: 0,
             after: None,
             filter: None,
+            count: false,
         }
     }
 }
@@ -122,6 +127,7 @@ impl ListArgs {
             limit: self.limit,
             offset: self.offset,
             after: self.after.as_deref().map(Cursor::decode).transpose()?,
+            count: self.count,
         })
     }
 }
@@ -176,7 +182,8 @@ pub async fn run_list(cli: &Cli, args: &ListArgs) -> Result<u8, CliError> {
 }
 
 /// Selects the page of `query` (the filter expression applied before paging, so a page holds
-/// `limit` matching items whenever there are that many) and writes it in `format`.
+/// `limit` matching items whenever there are that many) and writes it in `format`. Walks the
+/// recency index and stops once the page is full (see [`crate::query::list`]).
 pub fn write_list(
     out: &mut impl Write,
     sink: &SledSink,
@@ -185,14 +192,15 @@ pub fn write_list(
 ) -> Result<(), CliError> {
     let expr = query.expr.as_ref();
     let request = &query.request;
-    let items = sink
-        .scan_items(request.filter.job_id.as_deref())
-        .map(|stored| stored.map(|s| s.item).map_err(QueryError::from))
+    let items = in_listing_order(sink, &request.filter, request.after.as_ref())?
         .filter_map(|item| selected(expr, item));
-    let page = select_page(items, request)?;
-    let items = page_items(sink, &page, &request.filter).filter_map(|item| selected(expr, item));
+    let page = page_in_order(items, request)?;
+    let matched = match page.matched {
+        Some(matched) => Some(matched),
+        None => counted_total(sink, request, expr.is_some())?,
+    };
     let next = page.next_cursor.as_ref().map(Cursor::encode);
-    print_page(out, format, page.matched, next, items)
+    print_page(out, format, matched, next, page.items.into_iter().map(Ok))
 }
 
 /// Keeps `item` if the expression (if any) selects it; an item it cannot decide about is an

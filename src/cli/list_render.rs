@@ -14,7 +14,7 @@ use crate::signature::remediation;
 pub(super) fn print_page(
     out: &mut impl Write,
     format: Format,
-    matched: u64,
+    matched: Option<u64>,
     next: Option<String>,
     items: impl Iterator<Item = Result<DeadLetteredItem, QueryError>>,
 ) -> Result<(), CliError> {
@@ -77,7 +77,14 @@ pub(super) fn print_page(
                 "LAST ERROR",
             ];
             write_table(out, &headers, &rows)?;
-            writeln!(out, "{} shown, {} matching", rows.len(), matched)?;
+            match matched {
+                Some(matched) => writeln!(out, "{} shown, {} matching", rows.len(), matched)?,
+                None => writeln!(
+                    out,
+                    "{} shown, more match (pass --count for the total)",
+                    rows.len()
+                )?,
+            }
             if let Some(next) = next {
                 writeln!(out, "next page: dlq list ... --after {next}")?;
             }

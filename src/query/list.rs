@@ -3,23 +3,27 @@
 //! **Order**: by `last_attempt` descending (the most recently failed item first), ties broken by
 //! job id then item id ascending, so the order is total and stable.
 //!
+//! **How**: the sink keeps a per-job recency index (`r` keys) in exactly this order; the listing
+//! merges the jobs' index walks ([`SledSink::newest_first`]), reads each item, applies the
+//! filter, and stops as soon as the page is full. A page of 50 unfiltered items reads about 51
+//! items whatever the queue's size; a selective filter reads until it has found a page.
+//!
 //! **Paging**: `--limit` items per page, after skipping `--offset` items, or starting after a
 //! cursor (`next_cursor` of the previous page, opaque hex). Cursor paging is exact even while
 //! items are added: a page holds the items whose sort key is strictly after the cursor.
 //!
-//! **Memory**: the scan keeps only the `offset + limit + 1` best sort keys (job id, item id and
-//! time: no item bodies) in a bounded heap; the page's items are then read one by one. So
-//! `offset + limit` is capped at [`MAX_WINDOW`]; deeper pages use the cursor.
+//! **Counting**: `matched` is exact when the walk reached the end, or when the per-job counters
+//! answer it (no filter, or only one of job, `--eligible`, `--error-type`); otherwise it is
+//! unknown (`null`) unless the caller asks to count, which walks every matching item.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{Filter, ItemRef, QueryError};
-use crate::model::DeadLetteredItem;
-use crate::sink::SledSink;
+use crate::model::{DeadLetteredItem, ErrorType};
+use crate::sink::{JobCounters, SledSink};
 
 /// Largest `offset + limit` of one page.
 pub const MAX_WINDOW: usize = 100_000;
@@ -35,6 +39,8 @@ pub struct ListRequest {
     pub offset: usize,
     /// Start strictly after this position (from [`Cursor::decode`]).
     pub after: Option<Cursor>,
+    /// Count every matching item even when that means walking all of them.
+    pub count: bool,
 }
 
 /// A position in the listing order: an item's `last_attempt`, job id and item id.
@@ -99,117 +105,140 @@ impl Cursor {
     }
 }
 
-/// Keeps the `capacity` smallest cursors seen, in O(capacity) memory.
-#[derive(Debug)]
-pub struct TopK {
-    capacity: usize,
-    heap: BinaryHeap<Cursor>,
-}
-
-impl TopK {
-    /// An empty selection of at most `capacity` positions.
-    pub fn new(capacity: usize) -> Self {
-        TopK {
-            capacity,
-            heap: BinaryHeap::with_capacity(capacity.min(1024)),
-        }
-    }
-
-    /// Offers one position.
-    pub fn offer(&mut self, cursor: Cursor) {
-        if self.heap.len() < self.capacity {
-            self.heap.push(cursor);
-        } else if self.heap.peek().is_some_and(|worst| cursor < *worst) {
-            self.heap.pop();
-            self.heap.push(cursor);
-        }
-    }
-
-    /// The kept positions, first in listing order first.
-    pub fn into_sorted(self) -> Vec<Cursor> {
-        self.heap.into_sorted_vec()
-    }
-}
-
-/// One page: the positions of its items and where the next page starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One page: its items and where the next page starts.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Page {
     /// The page's items, in listing order.
-    pub positions: Vec<Cursor>,
+    pub items: Vec<DeadLetteredItem>,
     /// Where the next page starts, if there are more items.
     pub next_cursor: Option<Cursor>,
-    /// How many items matched the filter (after the cursor, if one was given).
-    pub matched: u64,
-    /// How many items were scanned.
-    pub scanned: u64,
+    /// How many items match (after the cursor, if one was given), when known.
+    pub matched: Option<u64>,
 }
 
-/// Selects a page from `items` (any order); pure, for testing and for other stores.
-pub fn select_page<I>(items: I, request: &ListRequest) -> Result<Page, QueryError>
-where
-    I: IntoIterator<Item = Result<DeadLetteredItem, QueryError>>,
-{
+/// Checks the page size against [`MAX_WINDOW`].
+fn check_window(request: &ListRequest) -> Result<(), QueryError> {
     let window = request.offset.saturating_add(request.limit);
     if request.limit == 0 || window > MAX_WINDOW {
         return Err(QueryError::Invalid(format!(
             "--limit must be at least 1 and --offset + --limit at most {MAX_WINDOW}: page further with --after <next_cursor>"
         )));
     }
-    let mut top = TopK::new(window + 1);
-    let (mut matched, mut scanned) = (0u64, 0u64);
+    Ok(())
+}
+
+/// Pages `items`, which come **in listing order** and already filtered; pure. Stops reading
+/// once the page and the next item are known, unless `request.count` asks for the total.
+pub fn page_in_order<I>(items: I, request: &ListRequest) -> Result<Page, QueryError>
+where
+    I: IntoIterator<Item = Result<DeadLetteredItem, QueryError>>,
+{
+    check_window(request)?;
+    let mut page = Vec::new();
+    let (mut matched, mut more) = (0u64, false);
+    let mut exhausted = true;
     for item in items {
         let item = item?;
-        scanned += 1;
-        if !request.filter.matches(&item) {
-            continue;
-        }
-        let cursor = Cursor::of(&item);
-        if request.after.as_ref().is_some_and(|after| cursor <= *after) {
-            continue;
+        if let Some(after) = &request.after {
+            if Cursor::of(&item) <= *after {
+                continue;
+            }
         }
         matched += 1;
-        top.offer(cursor);
+        if matched as usize <= request.offset {
+            continue;
+        }
+        if page.len() < request.limit {
+            page.push(item);
+            continue;
+        }
+        more = true;
+        if !request.count {
+            exhausted = false;
+            break;
+        }
     }
-    let mut sorted = top.into_sorted();
-    let more = sorted.len() > window;
-    sorted.truncate(window);
-    let positions: Vec<Cursor> = sorted.into_iter().skip(request.offset).collect();
     let next_cursor = if more {
-        positions.last().cloned()
+        page.last().map(Cursor::of)
     } else {
         None
     };
     Ok(Page {
-        positions,
+        items: page,
         next_cursor,
-        matched,
-        scanned,
+        matched: exhausted.then_some(matched),
     })
 }
 
-/// Selects a page of the sink's items.
-pub fn list(sink: &SledSink, request: &ListRequest) -> Result<Page, QueryError> {
-    let items = sink
-        .scan_items(request.filter.job_id.as_deref())
-        .map(|stored| stored.map(|s| s.item).map_err(QueryError::from));
-    select_page(items, request)
-}
-
-/// Reads the items of a page, one at a time; an item removed (or changed so that it no longer
-/// matches) since the page was selected is skipped.
-pub fn page_items<'a>(
+/// The items `filter` selects, in listing order, read through the recency index. With `after`,
+/// the walk starts at the cursor's time (items at that very time before the cursor are still
+/// yielded: [`page_in_order`] skips them).
+pub fn in_listing_order<'a>(
     sink: &'a SledSink,
-    page: &'a Page,
     filter: &'a Filter,
-) -> impl Iterator<Item = Result<DeadLetteredItem, QueryError>> + 'a {
-    page.positions.iter().filter_map(move |position| {
-        let wanted = position.item();
-        match sink.item(&wanted.job_id, &wanted.item_id) {
-            Ok(Some(stored)) if filter.matches(&stored.item) => Some(Ok(stored.item)),
-            Ok(_) => None,
-            Err(err) => Some(Err(err.into())),
+    after: Option<&Cursor>,
+) -> Result<impl Iterator<Item = Result<DeadLetteredItem, QueryError>> + 'a, QueryError> {
+    let from = [after.map(|cursor| cursor.time.0), filter.until]
+        .into_iter()
+        .flatten()
+        .min();
+    let since = filter.since;
+    let walk = sink.newest_first(filter.job_id.as_deref(), from)?;
+    Ok(walk
+        .map_while(move |entry| match entry {
+            Ok(recent) if since.is_some_and(|since| recent.last_attempt.0 < since) => None,
+            other => Some(other),
+        })
+        .filter_map(move |entry| {
+            let recent = match entry {
+                Ok(recent) => recent,
+                Err(err) => return Some(Err(err.into())),
+            };
+            match sink.item(&recent.job_id, &recent.item_id) {
+                // Gone, or changed since the index entry was read: it is listed (or not) where
+                // its current state puts it.
+                Ok(None) => None,
+                Ok(Some(stored)) if stored.item.last_attempt != recent.last_attempt.0 => None,
+                Ok(Some(stored)) => filter.matches(&stored.item).then_some(Ok(stored.item)),
+                Err(err) => Some(Err(err.into())),
+            }
+        }))
+}
+
+/// The number of items `request` matches when the per-job counters know it (no cursor, no
+/// expression, and at most one of `--eligible` and `--error-type` beside `--job-id`).
+pub fn counted_total(
+    sink: &SledSink,
+    request: &ListRequest,
+    has_expression: bool,
+) -> Result<Option<u64>, QueryError> {
+    let filter = &request.filter;
+    let unfilterable = has_expression
+        || request.after.is_some()
+        || filter.signature.is_some()
+        || filter.since.is_some()
+        || filter.until.is_some()
+        || (filter.eligible_only && filter.error_type.is_some());
+    if unfilterable {
+        return Ok(None);
+    }
+    let mut total = JobCounters::default();
+    match &filter.job_id {
+        Some(job) => total.merge(&sink.counters(job)?),
+        None => {
+            for (_, counters) in sink.jobs()? {
+                total.merge(&counters);
+            }
         }
-    })
+    }
+    let slot = filter
+        .error_type
+        .and_then(|name| ErrorType::NAMES.iter().position(|n| *n == name));
+    Ok(Some(match (filter.eligible_only, slot) {
+        (true, _) => total.eligible,
+        (false, Some(slot)) => total.by_error_type.get(slot).copied().unwrap_or(0),
+        (false, None) => total.items,
+    }))
 }
 
 /// A compact view of an item for listings: JSON, JSONL and CSV rows share these fields.
@@ -299,51 +328,79 @@ mod tests {
             .unwrap()
     }
 
+    fn request(limit: usize, offset: usize, after: Option<Cursor>, count: bool) -> ListRequest {
+        ListRequest {
+            filter: Filter::default(),
+            limit,
+            offset,
+            after,
+            count,
+        }
+    }
+
     fn ids(page: &Page) -> Vec<String> {
-        page.positions
-            .iter()
-            .map(|p| p.item().item_id.clone())
+        page.items.iter().map(|i| i.item_id.clone()).collect()
+    }
+
+    /// Items in listing order, newest first.
+    fn ordered() -> Vec<DeadLetteredItem> {
+        (0..10)
+            .rev()
+            .map(|i| item("j", &format!("i{i}"), i))
             .collect()
     }
 
     #[test]
-    fn newest_first_with_offset_and_cursor_paging() {
-        let items: Vec<_> = (0..10).map(|i| item("j", &format!("i{i}"), i)).collect();
-        let request = |offset, after| ListRequest {
-            filter: Filter::default(),
-            limit: 3,
-            offset,
-            after,
-        };
-        let all = || items.iter().cloned().map(Ok);
-        let first = select_page(all(), &request(0, None)).unwrap();
+    fn offset_and_cursor_paging_agree() {
+        let all = || ordered().into_iter().map(Ok);
+        let first = page_in_order(all(), &request(3, 0, None, false)).unwrap();
         assert_eq!(ids(&first), ["i9", "i8", "i7"]);
-        assert_eq!(first.matched, 10);
+        assert_eq!(first.matched, None, "the walk stopped early");
         let cursor = Cursor::decode(&first.next_cursor.unwrap().encode()).unwrap();
-        let second = select_page(all(), &request(0, Some(cursor))).unwrap();
+        let second = page_in_order(all(), &request(3, 0, Some(cursor), false)).unwrap();
         assert_eq!(ids(&second), ["i6", "i5", "i4"]);
-        let by_offset = select_page(all(), &request(3, None)).unwrap();
+        let by_offset = page_in_order(all(), &request(3, 3, None, false)).unwrap();
         assert_eq!(ids(&by_offset), ids(&second));
-        let last = select_page(all(), &request(9, None)).unwrap();
+        let last = page_in_order(all(), &request(3, 9, None, false)).unwrap();
         assert_eq!(ids(&last), ["i0"]);
         assert!(last.next_cursor.is_none());
+        assert_eq!(last.matched, Some(10));
     }
 
     #[test]
-    fn ties_break_by_job_then_item_and_bad_cursors_are_errors() {
-        let items = [item("b", "x", 1), item("a", "y", 1), item("a", "x", 1)];
-        let request = ListRequest {
-            filter: Filter::default(),
-            limit: 10,
-            offset: 0,
-            after: None,
-        };
-        let page = select_page(items.into_iter().map(Ok), &request).unwrap();
-        let order: Vec<_> = page.positions.iter().map(|p| p.item().clone()).collect();
-        assert_eq!(order[0].job_id, "a");
-        assert_eq!(order[0].item_id, "x");
-        assert_eq!(order[2].job_id, "b");
+    fn counting_walks_to_the_end() {
+        let all = ordered().into_iter().map(Ok);
+        let page = page_in_order(all, &request(3, 0, None, true)).unwrap();
+        assert_eq!(ids(&page), ["i9", "i8", "i7"]);
+        assert_eq!(page.matched, Some(10));
+        assert!(page.next_cursor.is_some());
+    }
+
+    #[test]
+    fn bad_windows_and_cursors_are_errors() {
+        assert!(page_in_order(ordered().into_iter().map(Ok), &request(0, 0, None, false)).is_err());
+        let too_deep = request(10, MAX_WINDOW, None, false);
+        assert!(page_in_order(ordered().into_iter().map(Ok), &too_deep).is_err());
         assert!(Cursor::decode("zz").is_err());
         assert!(Cursor::decode("abc").is_err());
+    }
+
+    #[test]
+    fn cursor_order_is_newest_first_then_job_then_item() {
+        let mut cursors = [
+            item("b", "x", 1),
+            item("a", "y", 1),
+            item("a", "x", 1),
+            item("z", "z", 2),
+        ]
+        .iter()
+        .map(Cursor::of)
+        .collect::<Vec<_>>();
+        cursors.sort();
+        let order: Vec<_> = cursors
+            .iter()
+            .map(|c| (c.item().job_id.as_str(), c.item().item_id.as_str()))
+            .collect();
+        assert_eq!(order, [("z", "z"), ("a", "x"), ("a", "y"), ("b", "x")]);
     }
 }

@@ -23,16 +23,7 @@ use crate::model::{DeadLetteredItem, ErrorType};
 use crate::sink::SinkError;
 
 /// Every error type name a filter accepts.
-pub const ERROR_TYPE_NAMES: [&str; 8] = [
-    "Timeout",
-    "CommandFailed",
-    "ValidationFailed",
-    "WorktreeError",
-    "MergeConflict",
-    "ResourceExhausted",
-    "PermissionError",
-    "Unknown",
-];
+pub const ERROR_TYPE_NAMES: [&str; 8] = ErrorType::NAMES;
 
 /// Why a query failed.
 #[derive(Debug, Error)]

@@ -1,6 +1,5 @@
 //! `dlq stats`: totals, by error type, average failure count, eligibility, oldest and newest
-//! item, and the unpublished backlog. One streaming pass; memory bounded by the number of jobs
-//! and error types.
+//! item, and the unpublished backlog, from the sink's per-job counters and indexes.
 
 use std::collections::BTreeMap;
 
@@ -8,8 +7,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{error_type_name, ItemRef, QueryError};
-use crate::model::DeadLetteredItem;
-use crate::sink::{Sink, SledSink};
+use crate::model::{DeadLetteredItem, ErrorType};
+use crate::sink::{JobCounters, Sink, SledSink};
 
 /// An item and one of its times.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -99,18 +98,13 @@ impl StatsAccumulator {
 
     /// The statistics so far, without backlog figures.
     pub fn finish(self, job_id: Option<String>) -> Stats {
-        let average = if self.total_items == 0 {
-            0.0
-        } else {
-            self.total_failures as f64 / self.total_items as f64
-        };
         Stats {
             job_id,
             total_items: self.total_items,
             jobs: self.jobs,
             by_error_type: self.by_error_type,
             total_failures: self.total_failures,
-            average_failure_count: (average * 100.0).round() / 100.0,
+            average_failure_count: average(self.total_failures, self.total_items),
             reprocess_eligible: self.reprocess_eligible,
             manual_review_required: self.manual_review_required,
             oldest: self.oldest,
@@ -123,17 +117,82 @@ impl StatsAccumulator {
 
 /// The statistics of the sink's items (of `job_id` only, when given). A named job without items
 /// is [`QueryError::JobNotFound`].
+///
+/// Reads no item bodies beyond two per job: the totals come from the per-job counters the sink
+/// keeps in step with its items, the oldest and newest from the age and recency indexes. So it
+/// costs O(jobs), whatever the number of items. [`StatsAccumulator`] computes the same answer
+/// from a full scan (the tests compare the two).
 pub fn stats(sink: &SledSink, job_id: Option<&str>) -> Result<Stats, QueryError> {
-    let mut acc = StatsAccumulator::default();
-    for stored in sink.scan_items(job_id) {
-        acc.add(&stored?.item);
+    let jobs = match job_id {
+        Some(job) => {
+            let counters = sink.counters(job)?;
+            if counters.items == 0 {
+                return Err(QueryError::JobNotFound(job.to_owned()));
+            }
+            vec![(job.to_owned(), counters)]
+        }
+        None => sink.jobs()?,
+    };
+    let mut total = JobCounters::default();
+    let mut oldest: Option<ItemAt> = None;
+    let mut newest: Option<ItemAt> = None;
+    let mut per_job = BTreeMap::new();
+    for (job, counters) in &jobs {
+        total.merge(counters);
+        per_job.insert(job.clone(), counters.items);
+        if let Some((at, item_id)) = sink.oldest_of_job(job)? {
+            let candidate = ItemAt {
+                item: ItemRef {
+                    job_id: job.clone(),
+                    item_id,
+                },
+                at,
+            };
+            // Jobs come in id order: a strictly older item replaces, a tie keeps the first.
+            if oldest.as_ref().is_none_or(|o| candidate.at < o.at) {
+                oldest = Some(candidate);
+            }
+        }
+        if let Some((at, item_id)) = sink.newest_of_job(job)? {
+            let candidate = ItemAt {
+                item: ItemRef {
+                    job_id: job.clone(),
+                    item_id,
+                },
+                at,
+            };
+            if newest.as_ref().is_none_or(|n| candidate.at > n.at) {
+                newest = Some(candidate);
+            }
+        }
     }
-    if let Some(job) = job_id.filter(|_| acc.total_items == 0) {
-        return Err(QueryError::JobNotFound(job.to_owned()));
-    }
+    let by_error_type = ErrorType::NAMES
+        .iter()
+        .zip(total.by_error_type)
+        .filter(|(_, count)| *count > 0)
+        .map(|(name, count)| ((*name).to_owned(), count))
+        .collect();
     let backlog = sink.backlog()?;
-    let mut stats = acc.finish(job_id.map(str::to_owned));
-    stats.unpublished = backlog.count;
-    stats.oldest_unpublished = backlog.oldest;
-    Ok(stats)
+    Ok(Stats {
+        job_id: job_id.map(str::to_owned),
+        total_items: total.items,
+        jobs: per_job,
+        by_error_type,
+        total_failures: total.failures,
+        average_failure_count: average(total.failures, total.items),
+        reprocess_eligible: total.eligible,
+        manual_review_required: total.manual_review,
+        oldest,
+        newest,
+        unpublished: backlog.count,
+        oldest_unpublished: backlog.oldest,
+    })
+}
+
+/// `failures / items` rounded to two decimals (0 when empty).
+fn average(failures: u64, items: u64) -> f64 {
+    if items == 0 {
+        return 0.0;
+    }
+    ((failures as f64 / items as f64) * 100.0).round() / 100.0
 }

@@ -138,6 +138,9 @@ pub fn list_path(args: &ListArgs, format: Format) -> String {
     if args.eligible {
         pairs.push(("eligible", "true".into()));
     }
+    if args.count {
+        pairs.push(("count", "true".into()));
+    }
     pairs.push(("limit", args.limit.to_string()));
     pairs.push(("offset", args.offset.to_string()));
     pairs.push(("format", format_name(format)));
@@ -160,6 +163,7 @@ pub fn list_args(mut params: Params) -> Result<(ListArgs, Format), CliError> {
         offset: params.parsed("offset", "a number")?.unwrap_or(0),
         after: params.take("after")?,
         filter: params.take("filter")?,
+        count: params.parsed("count", "true or false")?.unwrap_or(false),
     };
     let format = params.format()?;
     params.finish("/v1/items")?;
@@ -255,6 +259,7 @@ mod tests {
             filter: Some(
                 r#"item.priority >= 5 && error_type == "Timeout" || job_id.contains("&=%")"#.into(),
             ),
+            count: true,
         };
         let path = list_path(&args, Format::Csv);
         assert!(path.starts_with("/v1/items?"), "{path}");

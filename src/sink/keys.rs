@@ -4,6 +4,11 @@
 //! and every projection index atomically (sled batches are crash-atomic within one tree). Ids
 //! never contain NUL (see [`crate::decide::validate_id`]), so NUL separates key parts; numbers are
 //! big-endian so byte order is numeric order.
+//!
+//! Every index is per job (the job id comes first): a job-scoped query is one prefix seek, and
+//! a query over all jobs merges the jobs' index walks (jobs are few; items are many).
+
+use chrono::{DateTime, Utc};
 
 /// Prefix of the event log: `l` + seq → event JSON.
 pub const LOG: &[u8] = b"l";
@@ -13,17 +18,24 @@ pub const UNPUBLISHED: &[u8] = b"u";
 pub const ITEM: &[u8] = b"i";
 /// Prefix of the signature index: `s` + signature + NUL + job + NUL + item → empty.
 pub const BY_SIGNATURE: &[u8] = b"s";
-/// Prefix of the age index: `a` + first-failure ms + job + NUL + item → empty.
+/// Prefix of the age index: `a` + job + NUL + first-failure ms + item → empty.
 pub const BY_AGE: &[u8] = b"a";
+/// Prefix of the recency index: `r` + job + NUL + last failure (newest first) + item → empty.
+pub const BY_RECENCY: &[u8] = b"r";
 /// Prefix of the FIFO index: `f` + job + NUL + created seq + item → empty.
 pub const FIFO: &[u8] = b"f";
-/// Prefix of per-job counts: `c` + job → count (big-endian u64).
+/// Prefix of per-job counters: `c` + job → [`super::counters::JobCounters`].
 pub const JOB_COUNT: &[u8] = b"c";
 /// The node id this database belongs to.
 pub const NODE_ID: &[u8] = b"m/node_id";
+/// The projection layout version this database's projection was built with.
+pub const PROJECTION_FORMAT: &[u8] = b"m/projection_format";
+/// The current projection layout: a database built with another is rebuilt from its log.
+pub const CURRENT_PROJECTION_FORMAT: u64 = 2;
 
 /// Every projection prefix: what a rebuild clears and replays.
-pub const PROJECTION_PREFIXES: [&[u8]; 5] = [ITEM, BY_SIGNATURE, BY_AGE, FIFO, JOB_COUNT];
+pub const PROJECTION_PREFIXES: [&[u8]; 6] =
+    [ITEM, BY_SIGNATURE, BY_AGE, BY_RECENCY, FIFO, JOB_COUNT];
 
 fn join(parts: &[&[u8]]) -> Vec<u8> {
     let mut key = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
@@ -65,22 +77,94 @@ pub fn by_signature(signature: &str, job_id: &str, item_id: &str) -> Vec<u8> {
     ])
 }
 
-/// `a` + first-failure ms + job + NUL + item. Negative times (before 1970) sort as 0.
-pub fn by_age(first_attempt_ms: i64, job_id: &str, item_id: &str) -> Vec<u8> {
+/// `a` + job + NUL + first-failure ms + item. Negative times (before 1970) sort as 0.
+pub fn by_age(job_id: &str, first_attempt_ms: i64, item_id: &str) -> Vec<u8> {
     let ms = u64::try_from(first_attempt_ms).unwrap_or(0);
     join(&[
         BY_AGE,
-        &ms.to_be_bytes(),
         job_id.as_bytes(),
         b"\0",
+        &ms.to_be_bytes(),
         item_id.as_bytes(),
     ])
 }
 
-/// Exclusive upper bound of ages before `cutoff_ms`.
-pub fn age_bound(cutoff_ms: i64) -> Vec<u8> {
+/// Prefix of one job's age index.
+pub fn ages_of_job(job_id: &str) -> Vec<u8> {
+    join(&[BY_AGE, job_id.as_bytes(), b"\0"])
+}
+
+/// Exclusive upper bound of the job's ages before `cutoff_ms`.
+pub fn age_bound(job_id: &str, cutoff_ms: i64) -> Vec<u8> {
     let ms = u64::try_from(cutoff_ms).unwrap_or(0);
-    join(&[BY_AGE, &ms.to_be_bytes()])
+    join(&[BY_AGE, job_id.as_bytes(), b"\0", &ms.to_be_bytes()])
+}
+
+/// `(ms, item)` at the end of an age key of the job whose prefix is `job_prefix_len` long.
+pub fn ms_item_of_age(key: &[u8], job_prefix_len: usize) -> Option<(i64, String)> {
+    let ms = key
+        .get(job_prefix_len..job_prefix_len + 8)
+        .and_then(decode_u64)
+        .and_then(|ms| i64::try_from(ms).ok())?;
+    let item = String::from_utf8(key.get(job_prefix_len + 8..)?.to_vec()).ok()?;
+    Some((ms, item))
+}
+
+/// A time as 12 bytes that sort **newest first**: seconds (sign-flipped, inverted) then
+/// nanoseconds (inverted).
+pub fn newest_first(time: DateTime<Utc>) -> [u8; 12] {
+    let secs = (time.timestamp() as u64) ^ (1 << 63);
+    let mut bytes = [0u8; 12];
+    bytes[..8].copy_from_slice(&(!secs).to_be_bytes());
+    bytes[8..].copy_from_slice(&(!time.timestamp_subsec_nanos()).to_be_bytes());
+    bytes
+}
+
+/// Reads [`newest_first`]'s bytes back.
+pub fn time_of_newest_first(bytes: &[u8]) -> Option<DateTime<Utc>> {
+    let secs = !decode_u64(bytes.get(..8)?)? ^ (1 << 63);
+    let nanos = !u32::from_be_bytes(<[u8; 4]>::try_from(bytes.get(8..12)?).ok()?);
+    DateTime::from_timestamp(secs as i64, nanos)
+}
+
+/// `r` + job + NUL + last failure ([`newest_first`]) + item: a job's items, most recently failed
+/// first, ties by item id.
+pub fn by_recency(job_id: &str, last_attempt: DateTime<Utc>, item_id: &str) -> Vec<u8> {
+    join(&[
+        BY_RECENCY,
+        job_id.as_bytes(),
+        b"\0",
+        &newest_first(last_attempt),
+        item_id.as_bytes(),
+    ])
+}
+
+/// Prefix of one job's recency index.
+pub fn recency_of_job(job_id: &str) -> Vec<u8> {
+    join(&[BY_RECENCY, job_id.as_bytes(), b"\0"])
+}
+
+/// Exclusive upper bound of one job's recency index.
+pub fn recency_end(job_id: &str) -> Vec<u8> {
+    join(&[BY_RECENCY, job_id.as_bytes(), b"\x01"])
+}
+
+/// The job's recency keys from `time` on (that time included, older ones after it).
+pub fn recency_from(job_id: &str, time: DateTime<Utc>) -> Vec<u8> {
+    join(&[BY_RECENCY, job_id.as_bytes(), b"\0", &newest_first(time)])
+}
+
+/// `(last failure, item)` at the end of a recency key of the job whose prefix is
+/// `job_prefix_len` long.
+pub fn time_item_of_recency(key: &[u8], job_prefix_len: usize) -> Option<(DateTime<Utc>, String)> {
+    let time = time_of_newest_first(key.get(job_prefix_len..job_prefix_len + 12)?)?;
+    let item = String::from_utf8(key.get(job_prefix_len + 12..)?.to_vec()).ok()?;
+    Some((time, item))
+}
+
+/// The job id of a `c` key.
+pub fn job_of_count(key: &[u8]) -> Option<String> {
+    String::from_utf8(key.get(JOB_COUNT.len()..)?.to_vec()).ok()
 }
 
 /// `f` + job + NUL + created seq + item.
@@ -120,15 +204,6 @@ pub fn item_of_fifo(key: &[u8], job_prefix_len: usize) -> Option<String> {
     String::from_utf8(rest.to_vec()).ok()
 }
 
-/// `(job, item)` at the end of an age key.
-pub fn job_item_of_age(key: &[u8]) -> Option<(String, String)> {
-    let rest = key.get(1 + 8..)?;
-    let split = rest.iter().position(|b| *b == 0)?;
-    let job = String::from_utf8(rest.get(..split)?.to_vec()).ok()?;
-    let item = String::from_utf8(rest.get(split + 1..)?.to_vec()).ok()?;
-    Some((job, item))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,17 +221,40 @@ mod tests {
         let key = fifo("job-1", 7, "item-x");
         assert!(key.starts_with(&prefix));
         assert_eq!(item_of_fifo(&key, prefix.len()).as_deref(), Some("item-x"));
-        let age = by_age(1_700_000_000_000, "job-1", "item-x");
+        let age = by_age("job-1", 1_700_000_000_000, "item-x");
+        let ages = ages_of_job("job-1");
+        assert!(age.starts_with(&ages));
         assert_eq!(
-            job_item_of_age(&age),
-            Some(("job-1".into(), "item-x".into()))
+            ms_item_of_age(&age, ages.len()),
+            Some((1_700_000_000_000, "item-x".into()))
         );
-        assert!(age < age_bound(1_700_000_000_001));
-        assert!(age >= age_bound(1_700_000_000_000));
+        assert!(age < age_bound("job-1", 1_700_000_000_001));
+        assert!(age >= age_bound("job-1", 1_700_000_000_000));
     }
 
     #[test]
     fn job_prefix_does_not_match_longer_job_names() {
         assert!(!item("job-10", "a").starts_with(&items_of_job("job-1")));
+    }
+
+    proptest::proptest! {
+        /// Recency keys sort newest first (ties by item id) and decode to the exact time.
+        #[test]
+        fn recency_keys_sort_newest_first(
+            a in -4_000_000_000i64..8_000_000_000, an in 0u32..1_000_000_000,
+            b in -4_000_000_000i64..8_000_000_000, bn in 0u32..1_000_000_000,
+        ) {
+            let ta = DateTime::from_timestamp(a, an).unwrap();
+            let tb = DateTime::from_timestamp(b, bn).unwrap();
+            let (ka, kb) = (by_recency("j", ta, "x"), by_recency("j", tb, "y"));
+            let prefix = recency_of_job("j").len();
+            proptest::prop_assert_eq!(time_item_of_recency(&ka, prefix), Some((ta, "x".to_owned())));
+            if ta != tb {
+                proptest::prop_assert_eq!(ka < kb, ta > tb);
+            } else {
+                proptest::prop_assert!(ka < kb);
+            }
+            proptest::prop_assert!(ka >= recency_from("j", ta));
+        }
     }
 }

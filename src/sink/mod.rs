@@ -22,7 +22,9 @@
 //! # Layout
 //!
 //! One tree; see [`keys`]. Log `l/seq`, unpublished `u/seq`, items `i/job\0item`, indexes by
-//! signature, by age and in FIFO order, and per-job counts. The next sequence is the last log
+//! signature, by age, by recency and in FIFO order (all per job), and per-job counters
+//! ([`counters`]). A database whose projection has another layout is rebuilt from its log when
+//! opened. The next sequence is the last log
 //! key's plus one (or the sequence floor, if higher).
 //!
 //! # Ids are never reused
@@ -37,6 +39,7 @@
 //! [`SinkError::Open`] with what to do (see the README, "Recovering a data directory"); the
 //! projection can always be rebuilt from the log with [`SledSink::rebuild_projection`].
 
+pub mod counters;
 pub mod faults;
 pub mod keys;
 mod reads;
@@ -56,6 +59,7 @@ use thiserror::Error;
 use crate::decide::Command;
 use crate::event::Event;
 
+pub use counters::JobCounters;
 pub use faults::Faults;
 pub use sled_sink::{KeyValue, SinkConfig, SledSink};
 

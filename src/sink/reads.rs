@@ -4,6 +4,7 @@
 //! Reads need no lock: sled gives every reader a consistent view of each key, and the writer
 //! thread is the only one that changes projections.
 
+use super::counters::JobCounters;
 use super::{keys, show_key, SinkError};
 use crate::event::Event;
 use crate::projection::StoredItem;
@@ -37,11 +38,42 @@ impl TreeView<'_> {
 
     /// How many items the job holds.
     pub(crate) fn job_len(&self, job_id: &str) -> Result<u64, SinkError> {
-        Ok(self
-            .tree
-            .get(keys::job_count(job_id))?
-            .and_then(|v| keys::decode_u64(&v))
-            .unwrap_or(0))
+        Ok(self.counters(job_id)?.items)
+    }
+
+    /// The job's running counters (all zero for a job without items).
+    pub(crate) fn counters(&self, job_id: &str) -> Result<JobCounters, SinkError> {
+        let key = keys::job_count(job_id);
+        match self.tree.get(&key)? {
+            None => Ok(JobCounters::default()),
+            Some(bytes) => JobCounters::decode(&bytes).ok_or_else(|| SinkError::Corrupt {
+                key: show_key(&key),
+                reason: "malformed job counters".into(),
+            }),
+        }
+    }
+
+    /// Every job holding at least one item, in job-id order, with its counters.
+    pub(crate) fn jobs_with_counters(
+        &self,
+    ) -> impl Iterator<Item = Result<(String, JobCounters), SinkError>> + '_ {
+        self.tree.scan_prefix(keys::JOB_COUNT).map(|entry| {
+            let (key, value) = entry?;
+            let corrupt = |reason: &str| SinkError::Corrupt {
+                key: show_key(&key),
+                reason: reason.into(),
+            };
+            let job = keys::job_of_count(&key).ok_or_else(|| corrupt("malformed job key"))?;
+            let counters =
+                JobCounters::decode(&value).ok_or_else(|| corrupt("malformed job counters"))?;
+            Ok((job, counters))
+        })
+    }
+
+    /// Every job holding at least one item, in job-id order.
+    pub(crate) fn jobs(&self) -> impl Iterator<Item = Result<String, SinkError>> + '_ {
+        self.jobs_with_counters()
+            .map(|entry| entry.map(|(job, _)| job))
     }
 
     /// The event stored at log sequence `seq`.

@@ -1,58 +1,194 @@
 //! Streaming read scans of the items, for operator queries (`dlq list`, `stats`, `analyze`,
-//! `export`) and a future admin API.
+//! `export`) and the admin API.
 //!
-//! Every scan is an iterator over sled's own iterator: it holds one item at a time, never the
-//! whole queue. Items come in key order (job id, then item id), so the items of one job are
-//! contiguous and a job-scoped scan stops as soon as it has passed them. A record that does not
-//! decode ends the scan with [`SinkError::Corrupt`] naming its key.
-//!
-//! These scans go through [`SledSink::items`] (the tree itself is private to `sled_sink`), so a
-//! job-scoped scan decodes the items of the jobs before it too; with access to the tree it
-//! could seek to the job's key prefix, and `dlq list` could walk the age index instead.
+//! Every scan is an iterator over sled's own iterators: it holds one item (or one index key per
+//! job) at a time, never the whole queue. A job-scoped scan is one prefix seek. A record that
+//! does not decode ends the scan with [`SinkError::Corrupt`] naming its key.
 
-use super::{SinkError, SledSink};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use chrono::{DateTime, Utc};
+
+use super::{keys, show_key, SinkError, SledSink};
 use crate::projection::StoredItem;
+
+/// An entry of the recency index: when the item last failed, its job and its id.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Recent {
+    /// Newest first.
+    pub last_attempt: Reverse<DateTime<Utc>>,
+    /// Then by job id.
+    pub job_id: String,
+    /// Then by item id.
+    pub item_id: String,
+}
+
+/// One job's walk of the recency index.
+struct JobWalk {
+    prefix_len: usize,
+    job_id: String,
+    iter: sled::Iter,
+}
+
+impl JobWalk {
+    fn next(&mut self) -> Option<Result<Recent, SinkError>> {
+        let entry = self.iter.next()?;
+        Some(entry.map_err(SinkError::from).and_then(|(key, _)| {
+            let (time, item_id) =
+                keys::time_item_of_recency(&key, self.prefix_len).ok_or_else(|| {
+                    SinkError::Corrupt {
+                        key: show_key(&key),
+                        reason: "malformed recency index key".into(),
+                    }
+                })?;
+            Ok(Recent {
+                last_attempt: Reverse(time),
+                job_id: self.job_id.clone(),
+                item_id,
+            })
+        }))
+    }
+}
+
+/// The merge of every job's recency walk: items most recently failed first, ties by job then
+/// item id. Holds one pending entry per job.
+pub struct NewestFirst {
+    walks: Vec<JobWalk>,
+    heads: BinaryHeap<Reverse<(Recent, usize)>>,
+    pending_error: Option<SinkError>,
+    started: bool,
+}
+
+impl NewestFirst {
+    fn pull(&mut self, index: usize) {
+        let Some(walk) = self.walks.get_mut(index) else {
+            return;
+        };
+        match walk.next() {
+            Some(Ok(recent)) => self.heads.push(Reverse((recent, index))),
+            Some(Err(err)) => self.pending_error = Some(err),
+            None => {}
+        }
+    }
+}
+
+impl Iterator for NewestFirst {
+    type Item = Result<Recent, SinkError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if !self.started {
+            self.started = true;
+            for index in 0..self.walks.len() {
+                self.pull(index);
+            }
+        }
+        if let Some(err) = self.pending_error.take() {
+            return Some(Err(err));
+        }
+        let Reverse((recent, index)) = self.heads.pop()?;
+        self.pull(index);
+        Some(Ok(recent))
+    }
+}
 
 impl SledSink {
     /// Every item, or only those of `job_id`, in key order (job id, then item id).
     pub fn scan_items<'a>(
         &'a self,
         job_id: Option<&'a str>,
-    ) -> impl Iterator<Item = Result<StoredItem, SinkError>> + 'a {
-        let mut inside = false;
-        let mut done = false;
-        self.items()
-            .filter_map(move |entry| {
-                if done {
-                    return None;
-                }
-                let Some(job) = job_id else {
-                    return Some(Some(entry));
-                };
-                match entry {
-                    Ok(stored) if stored.item.job_id == job => {
-                        inside = true;
-                        Some(Some(Ok(stored)))
-                    }
-                    Ok(_) if inside => {
-                        // Past the job's contiguous key range: nothing more can match.
-                        done = true;
-                        Some(None)
-                    }
-                    Ok(_) => None,
-                    Err(err) => Some(Some(Err(err))),
-                }
-            })
-            .map_while(|entry| entry)
+    ) -> Box<dyn Iterator<Item = Result<StoredItem, SinkError>> + 'a> {
+        match job_id {
+            Some(job) => Box::new(self.job_items(job)),
+            None => Box::new(self.items()),
+        }
     }
 
-    /// The jobs that hold an item with id `item_id`, in job order (one entry per job).
+    /// The recency index of every job (or of `job_id`): items most recently failed first, ties
+    /// by job then item id, starting at items that last failed at `from` (inclusive) or earlier.
+    pub fn newest_first(
+        &self,
+        job_id: Option<&str>,
+        from: Option<DateTime<Utc>>,
+    ) -> Result<NewestFirst, SinkError> {
+        let jobs: Vec<String> = match job_id {
+            Some(job) => vec![job.to_owned()],
+            None => self.jobs()?.into_iter().map(|(job, _)| job).collect(),
+        };
+        let walks = jobs
+            .into_iter()
+            .map(|job| {
+                let start = match from {
+                    Some(time) => keys::recency_from(&job, time),
+                    None => keys::recency_of_job(&job),
+                };
+                JobWalk {
+                    prefix_len: keys::recency_of_job(&job).len(),
+                    iter: self.tree().range(start..keys::recency_end(&job)),
+                    job_id: job,
+                }
+            })
+            .collect();
+        Ok(NewestFirst {
+            walks,
+            heads: BinaryHeap::new(),
+            pending_error: None,
+            started: false,
+        })
+    }
+
+    /// The job's item that first failed longest ago, as `(first_attempt, item_id)`; ties go to
+    /// the smaller item id. Reads the age index's first millisecond only.
+    pub fn oldest_of_job(
+        &self,
+        job_id: &str,
+    ) -> Result<Option<(DateTime<Utc>, String)>, SinkError> {
+        let prefix = keys::ages_of_job(job_id);
+        let mut bucket: Option<i64> = None;
+        let mut best: Option<(DateTime<Utc>, String)> = None;
+        for entry in self.tree().scan_prefix(&prefix) {
+            let (key, _) = entry?;
+            let (ms, item_id) =
+                keys::ms_item_of_age(&key, prefix.len()).ok_or_else(|| SinkError::Corrupt {
+                    key: show_key(&key),
+                    reason: "malformed age index key".into(),
+                })?;
+            if bucket.is_some_and(|first| first != ms) {
+                break;
+            }
+            bucket = Some(ms);
+            if let Some(stored) = self.item(job_id, &item_id)? {
+                let candidate = (stored.item.first_attempt, item_id);
+                if best.as_ref().is_none_or(|b| candidate < *b) {
+                    best = Some(candidate);
+                }
+            }
+        }
+        Ok(best)
+    }
+
+    /// The job's most recently failed item, as `(last_attempt, item_id)`; ties go to the
+    /// smaller item id.
+    pub fn newest_of_job(
+        &self,
+        job_id: &str,
+    ) -> Result<Option<(DateTime<Utc>, String)>, SinkError> {
+        match self.newest_first(Some(job_id), None)?.next() {
+            Some(recent) => {
+                let recent = recent?;
+                Ok(Some((recent.last_attempt.0, recent.item_id)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The jobs that hold an item with id `item_id`, in job order (one entry per job): a point
+    /// read per job.
     pub fn jobs_with_item(&self, item_id: &str) -> Result<Vec<String>, SinkError> {
         let mut jobs = Vec::new();
-        for stored in self.items() {
-            let stored = stored?;
-            if stored.item.item_id == item_id {
-                jobs.push(stored.item.job_id);
+        for (job, _) in self.jobs()? {
+            if self.item(&job, item_id)?.is_some() {
+                jobs.push(job);
             }
         }
         Ok(jobs)

@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
+use super::counters::JobCounters;
 use super::reads::TreeView;
 use super::seq_floor::SeqFloor;
 use super::writer::{Request, Writer};
@@ -131,7 +132,7 @@ impl SledSink {
         let marks_dirty = Arc::new(AtomicBool::new(false));
         let faults = Faults::default();
         let (requests, rx) = mpsc::channel(config.queue_depth.max(1));
-        let writer = Writer {
+        let mut writer = Writer {
             db,
             log_file,
             blobs_dir: config.path.join("blobs"),
@@ -150,6 +151,7 @@ impl SledSink {
             unpublished: unpublished.clone(),
             marks_dirty: marks_dirty.clone(),
         };
+        writer.ensure_projection_format()?;
         let handle = std::thread::Builder::new()
             .name("dlq-sink-writer".into())
             .spawn(move || writer.run(rx))
@@ -182,6 +184,16 @@ impl SledSink {
     /// How many items a job holds.
     pub fn job_len(&self, job_id: &str) -> Result<u64, SinkError> {
         self.view().job_len(job_id)
+    }
+
+    /// Every job holding items, in job-id order, with its running counters.
+    pub fn jobs(&self) -> Result<Vec<(String, JobCounters)>, SinkError> {
+        self.view().jobs_with_counters().collect()
+    }
+
+    /// One job's running counters (all zero when it holds no items).
+    pub fn counters(&self, job_id: &str) -> Result<JobCounters, SinkError> {
+        self.view().counters(job_id)
     }
 
     /// Every item of every job, in key order (job, then item id).
@@ -243,6 +255,11 @@ impl SledSink {
             }
         }
         Ok(all)
+    }
+
+    /// The tree, for the read scans of sibling modules.
+    pub(super) fn tree(&self) -> &sled::Tree {
+        &self.inner.tree
     }
 
     fn view(&self) -> TreeView<'_> {

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 
+use super::counters::JobCounters;
 use super::reads::TreeView;
 use super::sled_sink::MAX_VALUE_BYTES;
 use super::{keys, SinkError};
@@ -26,8 +27,8 @@ pub(crate) struct Layer {
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// Items changed: `None` means deleted.
     items: HashMap<ItemKey, Option<StoredItem>>,
-    /// Item counts of the jobs touched.
-    counts: HashMap<String, u64>,
+    /// Counters of the jobs touched.
+    counts: HashMap<String, JobCounters>,
 }
 
 /// The group's staged writes over the tree.
@@ -100,25 +101,25 @@ impl<'a> Staged<'a> {
         self.view.item(&key.0, &key.1)
     }
 
-    fn count(&self, layer: &Layer, job_id: &str) -> Result<u64, SinkError> {
+    fn count(&self, layer: &Layer, job_id: &str) -> Result<JobCounters, SinkError> {
         match layer
             .counts
             .get(job_id)
             .or_else(|| self.group.counts.get(job_id))
         {
             Some(count) => Ok(*count),
-            None => self.view.job_len(job_id),
+            None => self.view.counters(job_id),
         }
     }
 
-    /// Folds one event into `layer`: item value, indexes and job count.
+    /// Folds one event into `layer`: item value, indexes and job counters.
     fn stage_projection(&self, layer: &mut Layer, event: &Event) -> Result<(), SinkError> {
         let Some(item_id) = event.kind.item_id() else {
             return Ok(());
         };
         let key = (event.job_id.clone(), item_id.to_owned());
         let previous = self.current(layer, &key)?;
-        let count = self.count(layer, &event.job_id)?;
+        let mut count = self.count(layer, &event.job_id)?;
         match apply(previous.as_ref(), event) {
             Change::Put { item, previous } => {
                 let value =
@@ -131,12 +132,12 @@ impl<'a> Staged<'a> {
                         value.len()
                     )));
                 }
-                match &previous {
-                    Some(previous) => unindex(&mut layer.writes, previous),
-                    None => {
-                        layer.counts.insert(event.job_id.clone(), count + 1);
-                    }
+                if let Some(previous) = &previous {
+                    unindex(&mut layer.writes, previous);
+                    count.remove(&previous.item);
                 }
+                count.add(&item.item);
+                layer.counts.insert(event.job_id.clone(), count);
                 layer.writes.insert(keys::item(&key.0, &key.1), Some(value));
                 index(&mut layer.writes, &item);
                 layer.items.insert(key, Some(*item));
@@ -144,9 +145,8 @@ impl<'a> Staged<'a> {
             Change::Delete { previous } => {
                 unindex(&mut layer.writes, &previous);
                 layer.writes.insert(keys::item(&key.0, &key.1), None);
-                layer
-                    .counts
-                    .insert(event.job_id.clone(), count.saturating_sub(1));
+                count.remove(&previous.item);
+                layer.counts.insert(event.job_id.clone(), count);
                 layer.items.insert(key, None);
             }
             Change::Unchanged => {}
@@ -164,10 +164,10 @@ impl<'a> Staged<'a> {
             }
         }
         for (job, count) in self.group.counts {
-            if count == 0 {
+            if count.items == 0 {
                 batch.remove(keys::job_count(&job));
             } else {
-                batch.insert(keys::job_count(&job), &count.to_be_bytes());
+                batch.insert(keys::job_count(&job), count.encode());
             }
         }
         batch
@@ -201,7 +201,11 @@ fn index(writes: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, stored: &StoredItem) {
         keys::by_signature(&item.error_signature, job, id),
         Some(Vec::new()),
     );
-    writes.insert(keys::by_age(ms, job, id), Some(Vec::new()));
+    writes.insert(keys::by_age(job, ms, id), Some(Vec::new()));
+    writes.insert(
+        keys::by_recency(job, item.last_attempt, id),
+        Some(Vec::new()),
+    );
     writes.insert(keys::fifo(job, stored.created_seq, id), Some(Vec::new()));
 }
 
@@ -210,7 +214,8 @@ fn unindex(writes: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, stored: &StoredItem)
     let (job, id) = (&item.job_id, &item.item_id);
     let ms = item.first_attempt.timestamp_millis();
     writes.insert(keys::by_signature(&item.error_signature, job, id), None);
-    writes.insert(keys::by_age(ms, job, id), None);
+    writes.insert(keys::by_age(job, ms, id), None);
+    writes.insert(keys::by_recency(job, item.last_attempt, id), None);
     writes.insert(keys::fifo(job, stored.created_seq, id), None);
 }
 
@@ -223,7 +228,7 @@ impl StateView for Staged<'_> {
     }
 
     fn job_len(&self, job_id: &str) -> Result<u64, SinkError> {
-        self.count(&Layer::default(), job_id)
+        Ok(self.count(&Layer::default(), job_id)?.items)
     }
 
     fn oldest_in_job(&self, job_id: &str, limit: usize) -> Result<Vec<String>, SinkError> {
@@ -266,27 +271,36 @@ impl StateView for Staged<'_> {
         limit: usize,
     ) -> Result<Vec<(String, String)>, SinkError> {
         let cutoff_ms = cutoff.timestamp_millis();
+        let jobs = match job_id {
+            Some(job) => vec![job.to_owned()],
+            None => self.view.jobs().collect::<Result<_, _>>()?,
+        };
         let mut hits: Vec<(i64, String, String)> = Vec::new();
-        let range = keys::BY_AGE.to_vec()..keys::age_bound(cutoff_ms);
-        for entry in self.view.tree.range(range) {
-            if hits.len() >= limit {
-                break;
-            }
-            let (key, _) = entry?;
-            let (job, item) = keys::job_item_of_age(&key).ok_or_else(|| SinkError::Corrupt {
-                key: super::show_key(&key),
-                reason: "malformed age index key".into(),
-            })?;
-            let ms = key
-                .get(1..9)
-                .and_then(keys::decode_u64)
-                .and_then(|ms| i64::try_from(ms).ok())
-                .unwrap_or(0);
-            let item_key = (job, item);
-            let current = self
-                .tree_entry_current(&item_key, |s| s.item.first_attempt.timestamp_millis() == ms);
-            if current && job_id.is_none_or(|wanted| wanted == item_key.0) {
-                hits.push((ms, item_key.0, item_key.1));
+        for job in jobs {
+            // Each job's first `limit` hits: the `limit` overall are among them.
+            let prefix = keys::ages_of_job(&job);
+            let mut taken = 0;
+            for entry in self
+                .view
+                .tree
+                .range(prefix.clone()..keys::age_bound(&job, cutoff_ms))
+            {
+                if taken >= limit {
+                    break;
+                }
+                let (key, _) = entry?;
+                let (ms, item) =
+                    keys::ms_item_of_age(&key, prefix.len()).ok_or_else(|| SinkError::Corrupt {
+                        key: super::show_key(&key),
+                        reason: "malformed age index key".into(),
+                    })?;
+                let item_key = (job.clone(), item);
+                if self.tree_entry_current(&item_key, |s| {
+                    s.item.first_attempt.timestamp_millis() == ms
+                }) {
+                    taken += 1;
+                    hits.push((ms, item_key.0, item_key.1));
+                }
             }
         }
         for stored in self.created_here() {

@@ -269,7 +269,32 @@ impl Writer {
             .map_err(|err| err.to_string())
     }
 
-    /// Clears every projection key and replays the whole log through the projection.
+    /// Rebuilds the projection from the log if it was built with another layout than
+    /// [`keys::CURRENT_PROJECTION_FORMAT`] (or never built: a new database); the log is the
+    /// source of truth, so an upgrade never loses anything. Returns the events replayed.
+    pub(crate) fn ensure_projection_format(&mut self) -> Result<u64, SinkError> {
+        let stored = self
+            .tree
+            .get(keys::PROJECTION_FORMAT)?
+            .and_then(|bytes| keys::decode_u64(&bytes));
+        if stored == Some(keys::CURRENT_PROJECTION_FORMAT) {
+            return Ok(0);
+        }
+        let replayed = self.rebuild()?;
+        if replayed > 0 {
+            tracing::info!(
+                replayed,
+                from = ?stored,
+                to = keys::CURRENT_PROJECTION_FORMAT,
+                "rebuilt the projection from the log for the new layout"
+            );
+        }
+        self.flush().map_err(SinkError::Io)?;
+        Ok(replayed)
+    }
+
+    /// Clears every projection key and replays the whole log through the projection, then
+    /// records the projection layout.
     fn rebuild(&mut self) -> Result<u64, SinkError> {
         for prefix in keys::PROJECTION_PREFIXES {
             let mut batch = sled::Batch::default();
@@ -291,6 +316,10 @@ impl Writer {
             }
         }
         replayed += self.replay(&chunk)?;
+        self.tree.insert(
+            keys::PROJECTION_FORMAT,
+            &keys::CURRENT_PROJECTION_FORMAT.to_be_bytes(),
+        )?;
         Ok(replayed)
     }
 
