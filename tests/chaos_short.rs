@@ -2,7 +2,9 @@
 //! `dlq-chaos` binary, which starts its own nats-server, two emitter processes and a
 //! subscriber. Fails if our emitter loses anything it acknowledged or the subscriber sees a
 //! duplicate after dedup by id; for bus-kill the baseline (reference 003) runs too and its loss
-//! must be reported. The full drills (`--duration 5m`) are described in `chaos/README.md`.
+//! must be reported. The cluster drill runs 20 s against a private three-node JetStream cluster
+//! (`deploy/nats-cluster/`), with the baseline. The full drills (`--duration 5m`) are described
+//! in `chaos/README.md`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
@@ -13,6 +15,9 @@ use serde_json::Value;
 
 /// Longest a single drill may take before it is killed and the test fails.
 const DRILL_TIMEOUT: Duration = Duration::from_secs(150);
+/// The same for the cluster drill: two modes, each starting three nodes and waiting for them to
+/// recover after a 20 s fault.
+const CLUSTER_DRILL_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// A running drill; killed on drop (its guard then kills nats-server and the emitters stop
 /// when their stdin closes), so a failing test leaves no process behind.
@@ -25,9 +30,15 @@ impl Drop for Drill {
     }
 }
 
-/// Runs `dlq-chaos drill --fault FAULT` with the short settings plus `extra`, returns
+/// Runs `dlq-chaos drill --fault FAULT` with the short settings (10 s) plus `extra`, returns
 /// result.json.
 fn drill(fault: &str, extra: &[&str]) -> Value {
+    drill_for(fault, "10s", DRILL_TIMEOUT, extra)
+}
+
+/// Runs `dlq-chaos drill --fault FAULT --duration DURATION` plus `extra`, killed after
+/// `timeout`; returns result.json.
+fn drill_for(fault: &str, duration: &str, timeout: Duration, extra: &[&str]) -> Value {
     let out = tempfile::Builder::new()
         .prefix("dlq-chaos-test-")
         .tempdir()
@@ -39,7 +50,7 @@ fn drill(fault: &str, extra: &[&str]) -> Value {
         "--fault",
         fault,
         "--duration",
-        "10s",
+        duration,
         "--rate",
         "100",
     ])
@@ -61,8 +72,8 @@ fn drill(fault: &str, extra: &[&str]) -> Value {
         if let Some(status) = run.0.try_wait().unwrap() {
             break status;
         }
-        if started.elapsed() > DRILL_TIMEOUT {
-            panic!("dlq-chaos drill --fault {fault} still running after {DRILL_TIMEOUT:?}");
+        if started.elapsed() > timeout {
+            panic!("dlq-chaos drill --fault {fault} still running after {timeout:?}");
         }
         std::thread::sleep(Duration::from_millis(100));
     };
@@ -169,4 +180,43 @@ fn failing_sink_loses_nothing_acknowledged() {
     // While the disk fails, emits are refused as not stored and published without a copy.
     let ours = &result["ours"];
     assert!(n(ours, "not_stored") > 0, "the sink never failed: {ours}");
+}
+
+#[test]
+fn cluster_losing_one_node_then_two_loses_nothing_and_the_baseline_loss_is_reported() {
+    let result = drill_for(
+        "cluster-kill",
+        "20s",
+        CLUSTER_DRILL_TIMEOUT,
+        &["--baseline-too"],
+    );
+    assert_ours_lossless(&result);
+    let ours = &result["ours"];
+    // Two of three nodes down: JetStream has no quorum, publishes fail, a backlog builds up.
+    assert!(n(ours, "peak_backlog") > 0, "the outage left no backlog");
+    let marks = ours["marks"].to_string();
+    assert!(
+        marks.contains("(the stream leader) SIGKILLed") && marks.contains("no quorum"),
+        "{marks}"
+    );
+    assert!(marks.contains("cluster recovered"), "{marks}");
+    assert!(
+        ours["latency"]["degraded"].is_object(),
+        "{}",
+        ours["latency"]
+    );
+    // The subscriber sits on the node that is never killed: it received every acknowledged
+    // event (each reached the stream, so it was routed to the subscriber's node too).
+    assert_eq!(n(ours, "acked_not_seen_by_subscriber"), 0);
+    let baseline = &result["baseline"];
+    assert_eq!(baseline["reconciler"], Value::Bool(false));
+    let lost = n(baseline, "lost");
+    assert_eq!(
+        lost + n(baseline, "acked_in_stream"),
+        n(baseline, "acknowledged")
+    );
+    eprintln!(
+        "cluster baseline lost {lost} of {}",
+        n(baseline, "acknowledged")
+    );
 }

@@ -4,8 +4,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::cluster::{NatsCluster, NODES};
 use crate::emit::unix_ms;
-use crate::faults::{self, Mark, Rig};
+use crate::faults::{self, Mark, Rig, Servers};
 use crate::fleet::{copy_tail, Fleet, FleetConfig, SharedTally};
 use crate::observe::{read_stream, Seen, Subscriber};
 use crate::procs::NatsProc;
@@ -115,13 +116,13 @@ async fn run_mode(args: &DrillArgs, baseline: bool, work: &Path, out: &Path) -> 
     let mode = if baseline { "baseline" } else { "ours" };
     eprintln!("dlq-chaos: === {} / {mode} ===", args.fault.name());
     std::fs::create_dir_all(work)?;
-    let mut server = NatsProc::start(work).await?;
-    let proxy = match args.fault {
-        Fault::NetCut => Some(Proxy::start(server.port()).await?),
+    let mut servers = start_servers(args, work).await?;
+    let proxy = match (&servers, args.fault) {
+        (Servers::Single(server), Fault::NetCut) => Some(Proxy::start(server.port()).await?),
         _ => None,
     };
-    let emit_url = proxy.as_ref().map_or_else(|| server.url(), Proxy::url);
-    let subscriber = Subscriber::start(&server.url(), SUBJECT).await?;
+    let emit_url = proxy.as_ref().map_or_else(|| servers.url(), Proxy::url);
+    let subscriber = Subscriber::start(&servers.subscriber_url(), SUBJECT).await?;
     let (t0, t0_ms) = (Instant::now(), unix_ms());
     let fleet_config = FleetConfig {
         work: work.to_path_buf(),
@@ -129,6 +130,11 @@ async fn run_mode(args: &DrillArgs, baseline: bool, work: &Path, out: &Path) -> 
         rate_each: args.rate / args.emitters as f64,
         baseline,
         publish_timeout: args.publish_timeout,
+        replicas: if matches!(servers, Servers::Cluster { .. }) {
+            3
+        } else {
+            1
+        },
         drain_timeout: if baseline {
             Duration::ZERO
         } else {
@@ -150,9 +156,9 @@ async fn run_mode(args: &DrillArgs, baseline: bool, work: &Path, out: &Path) -> 
     }];
 
     tokio::time::sleep(args.warmup).await;
-    let (fault_start, fault_end) = {
+    let window = {
         let mut rig = Rig {
-            server: &mut server,
+            servers: &mut servers,
             proxy: proxy.as_ref(),
             fleet: &mut fleet,
             t0,
@@ -168,7 +174,7 @@ async fn run_mode(args: &DrillArgs, baseline: bool, work: &Path, out: &Path) -> 
         .await?
     };
     let ms_at = |i: Instant| t0_ms + u64::try_from((i - t0).as_millis()).unwrap_or(0);
-    let fault_end_ms = ms_at(fault_end);
+    let fault_end_ms = ms_at(window.end);
     let after_deadline = Instant::now() + args.after;
     let mut drained_at = None;
     while Instant::now() < after_deadline {
@@ -187,11 +193,13 @@ async fn run_mode(args: &DrillArgs, baseline: bool, work: &Path, out: &Path) -> 
     marks.push(mark(t0, "emitters exited"));
     sampler.abort();
     let seen_by_subscriber = subscriber.finish(Duration::from_secs(2)).await;
-    let stream = read_stream(&server.url(), STREAM).await?;
-    let verify = run_verify(args, &fleet.data_dirs(), &server.url()).await;
+    let stream = read_stream(&servers.url(), STREAM).await?;
+    let verify = run_verify(args, &fleet.data_dirs(), &servers.url()).await;
     let logs = out.join("logs").join(mode);
     std::fs::create_dir_all(&logs)?;
-    copy_tail(server.log_path(), &logs.join("nats-server.log"), 32 * 1024);
+    for (name, log) in servers.logs() {
+        copy_tail(&log, &logs.join(format!("{name}.log")), 32 * 1024);
+    }
     for (node, _) in fleet.data_dirs() {
         copy_tail(
             &fleet.log_path(&node),
@@ -199,15 +207,16 @@ async fn run_mode(args: &DrillArgs, baseline: bool, work: &Path, out: &Path) -> 
             32 * 1024,
         );
     }
-    server.kill().await;
+    servers.kill().await;
     drop(proxy);
 
     let samples = samples.lock().map(|s| s.clone()).unwrap_or_default();
     let times = Times {
         t0,
         t0_ms,
-        fault_start,
-        fault_end,
+        fault_start: window.start,
+        outage_start: window.outage_start,
+        fault_end: window.end,
         stop,
         drained_at,
     };
@@ -227,6 +236,47 @@ async fn run_mode(args: &DrillArgs, baseline: bool, work: &Path, out: &Path) -> 
         result.acknowledged, result.acked_in_stream, result.lost
     );
     Ok(result)
+}
+
+/// The single server, or for `cluster-kill` the three-node cluster with the `DLQ` stream
+/// created with three replicas (by the library, as the emitters would) and the node the drill
+/// never kills: one that does not lead the stream, so the subscriber keeps its connection.
+async fn start_servers(args: &DrillArgs, work: &Path) -> Res<Servers> {
+    if args.fault != Fault::ClusterKill {
+        return Ok(Servers::Single(Box::new(NatsProc::start(work).await?)));
+    }
+    let script = crate::cluster::script(args.cluster_script.as_deref())?;
+    let cluster = NatsCluster::start(&work.join("cluster"), &script).await?;
+    let config = dlq::bus::BusConfig {
+        url: cluster.urls(),
+        replicas: 3,
+        publish_timeout: Duration::from_secs(5),
+        ..dlq::bus::BusConfig::default()
+    };
+    let bus = dlq::bus::NatsBus::connect(config).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Err(e) = bus.ensure_stream().await {
+        if Instant::now() > deadline {
+            return Err(err(format!(
+                "cannot create stream {STREAM} with 3 replicas: {e}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    drop(bus);
+    let leader = cluster
+        .wait_stream_leader(STREAM, Duration::from_secs(60))
+        .await?;
+    let survivor = (0..NODES.len())
+        .rev()
+        .find(|&i| NODES.get(i).copied() != Some(leader.as_str()))
+        .unwrap_or(0);
+    eprintln!(
+        "dlq-chaos: cluster up ({}), stream {STREAM} (3 replicas) led by {leader}; the subscriber uses {}",
+        cluster.urls(),
+        NODES.get(survivor).copied().unwrap_or("?")
+    );
+    Ok(Servers::Cluster { cluster, survivor })
 }
 
 fn mark(t0: Instant, what: &str) -> Mark {

@@ -45,9 +45,12 @@ pub struct EmitArgs {
     /// Node id of the sink.
     #[arg(long)]
     pub node_id: String,
-    /// NATS URL.
+    /// NATS URL, or a cluster's URLs separated by commas.
     #[arg(long)]
     pub nats_url: String,
+    /// Replicas of the stream (3 on a three-node cluster).
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
     /// Emits per second.
     #[arg(long)]
     pub rate: f64,
@@ -98,6 +101,7 @@ pub async fn run(args: EmitArgs) -> Res<u8> {
     let bus_config = BusConfig {
         url: args.nats_url.clone(),
         publish_timeout: args.publish_timeout,
+        replicas: args.replicas,
         ..BusConfig::default()
     };
     let bus = match NatsBus::connect(bus_config).await {

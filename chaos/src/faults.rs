@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::cluster::{NatsCluster, NODES};
 use crate::fleet::Fleet;
 use crate::procs::NatsProc;
 use crate::proxy::{Proxy, ProxyMode};
@@ -18,10 +19,83 @@ pub struct Mark {
     pub what: String,
 }
 
+/// The bus of a drill: one server, or the three-node cluster.
+pub enum Servers {
+    /// One `nats-server -js`.
+    Single(Box<NatsProc>),
+    /// Three nodes; `survivor` is never killed (the subscriber is connected to it).
+    Cluster {
+        /// The nodes.
+        cluster: NatsCluster,
+        /// Index of the node the drill never kills.
+        survivor: usize,
+    },
+}
+
+impl Servers {
+    /// The URL the emitters use: the server's, or every node's, comma-separated.
+    pub fn url(&self) -> String {
+        match self {
+            Servers::Single(server) => server.url(),
+            Servers::Cluster { cluster, .. } => cluster.urls(),
+        }
+    }
+
+    /// The URL of the independent subscriber: the server, or the node never killed.
+    pub fn subscriber_url(&self) -> String {
+        match self {
+            Servers::Single(server) => server.url(),
+            Servers::Cluster { cluster, survivor } => cluster.url(*survivor),
+        }
+    }
+
+    /// `(name, log file)` of every server.
+    pub fn logs(&self) -> Vec<(String, std::path::PathBuf)> {
+        match self {
+            Servers::Single(server) => {
+                vec![("nats-server".into(), server.log_path().to_path_buf())]
+            }
+            Servers::Cluster { cluster, .. } => NODES
+                .iter()
+                .enumerate()
+                .map(|(i, name)| (format!("nats-{name}"), cluster.log_path(i)))
+                .collect(),
+        }
+    }
+
+    /// SIGKILLs every server.
+    pub async fn kill(&mut self) {
+        match self {
+            Servers::Single(server) => server.kill().await,
+            Servers::Cluster { cluster, .. } => cluster.kill_all().await,
+        }
+    }
+
+    fn single(&mut self) -> Res<&mut NatsProc> {
+        match self {
+            Servers::Single(server) => Ok(server),
+            Servers::Cluster { .. } => Err(err("this fault needs a single server")),
+        }
+    }
+}
+
+/// When a fault began, when the outage proper began (for `cluster-kill` the second node's
+/// kill, which takes the quorum away; for the others the same as `start`) and when the fault
+/// ended (restored and healthy).
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    /// The fault began.
+    pub start: Instant,
+    /// The outage began.
+    pub outage_start: Instant,
+    /// Restored and healthy.
+    pub end: Instant,
+}
+
 /// The parts a fault acts on.
 pub struct Rig<'a> {
-    /// The server.
-    pub server: &'a mut NatsProc,
+    /// The server or cluster.
+    pub servers: &'a mut Servers,
     /// The proxy (net-cut only).
     pub proxy: Option<&'a Proxy>,
     /// The emitters.
@@ -34,16 +108,15 @@ pub struct Rig<'a> {
 
 impl Rig<'_> {
     fn mark(&mut self, what: impl Into<String>) {
-        let what = what.into();
-        eprintln!(
-            "dlq-chaos: [{:7.1}s] {what}",
-            self.t0.elapsed().as_secs_f64()
-        );
-        self.marks.push(Mark {
-            t: self.t0.elapsed().as_secs_f64(),
-            what,
-        });
+        push_mark(self.t0, self.marks, what.into());
     }
+}
+
+/// Prints `what` with its time since `t0` and adds it to the timeline.
+fn push_mark(t0: Instant, marks: &mut Vec<Mark>, what: String) {
+    let t = t0.elapsed().as_secs_f64();
+    eprintln!("dlq-chaos: [{t:7.1}s] {what}");
+    marks.push(Mark { t, what });
 }
 
 fn switch(mode: SinkMode) -> &'static str {
@@ -53,29 +126,30 @@ fn switch(mode: SinkMode) -> &'static str {
     }
 }
 
-/// Injects `fault`, keeps it for `duration`, restores. Returns the instants the fault began
-/// and ended (the bus or network is back and healthy).
+/// Injects `fault`, keeps it for `duration`, restores. Returns when the fault began, when
+/// the outage proper began and when the fault ended (the bus or network is back and healthy).
 pub async fn run(
     rig: &mut Rig<'_>,
     fault: Fault,
     duration: Duration,
     cut: CutMode,
     sink_mode: SinkMode,
-) -> Res<(Instant, Instant)> {
+) -> Res<Window> {
     let start = Instant::now();
+    let mut outage_start = start;
     match fault {
         Fault::BusKill => {
-            rig.server.kill().await;
+            rig.servers.single()?.kill().await;
             rig.mark("nats-server SIGKILLed");
             tokio::time::sleep(duration).await;
-            rig.server.restart().await?;
+            rig.servers.single()?.restart().await?;
             rig.mark("nats-server restarted (same port and store)");
         }
         Fault::BusFreeze => {
-            rig.server.freeze().await?;
+            rig.servers.single()?.freeze().await?;
             rig.mark("nats-server SIGSTOPped");
             tokio::time::sleep(duration).await;
-            rig.server.thaw().await?;
+            rig.servers.single()?.thaw().await?;
             rig.mark("nats-server SIGCONTed and healthy");
         }
         Fault::NetCut => {
@@ -91,7 +165,7 @@ pub async fn run(
             rig.mark("network restored: the proxy forwards again");
         }
         Fault::EmitterKill => {
-            rig.server.kill().await;
+            rig.servers.single()?.kill().await;
             rig.mark("nats-server SIGKILLed");
             tokio::time::sleep(duration / 3).await;
             rig.fleet.kill(0).await?;
@@ -101,7 +175,7 @@ pub async fn run(
             rig.mark("emitter chaos-0 restarted on its data dir");
             let left = duration.saturating_sub(start.elapsed());
             tokio::time::sleep(left).await;
-            rig.server.restart().await?;
+            rig.servers.single()?.restart().await?;
             rig.mark("nats-server restarted (same port and store)");
         }
         Fault::SinkFail => {
@@ -114,6 +188,97 @@ pub async fn run(
             tokio::time::sleep(Duration::from_millis(200)).await;
             rig.mark("sinks healthy again");
         }
+        Fault::ClusterKill => {
+            let Servers::Cluster { cluster, survivor } = &mut *rig.servers else {
+                return Err(err("cluster-kill needs the cluster"));
+            };
+            let (t0, marks) = (rig.t0, &mut *rig.marks);
+            let mut note = |what: String| push_mark(t0, marks, what);
+            outage_start = cluster_kill(cluster, *survivor, &mut note, start, duration).await?;
+        }
     }
-    Ok((start, Instant::now()))
+    Ok(Window {
+        start,
+        outage_start,
+        end: Instant::now(),
+    })
+}
+
+/// `cluster-kill`: SIGKILLs the stream's leader, waits for the two others to elect a new one;
+/// at half the duration SIGKILLs a second node (one of three left: no quorum, publishes fail);
+/// at the end restarts both and waits until every node is healthy and the stream has a leader.
+/// The `survivor` is never killed. Returns when the second kill happened.
+async fn cluster_kill(
+    cluster: &mut NatsCluster,
+    survivor: usize,
+    note: &mut impl FnMut(String),
+    start: Instant,
+    duration: Duration,
+) -> Res<Instant> {
+    const STREAM: &str = "DLQ";
+    let name = |i: usize| NODES.get(i).copied().unwrap_or("?");
+    let others: Vec<usize> = (0..NODES.len()).filter(|&i| i != survivor).collect();
+    let (Some(&a), Some(&b)) = (others.first(), others.get(1)) else {
+        return Err(err("the cluster has fewer than three nodes"));
+    };
+    let leader = cluster
+        .wait_stream_leader(STREAM, Duration::from_secs(10))
+        .await?;
+    let first = NatsCluster::index_of(&leader)
+        .filter(|&i| i != survivor)
+        .unwrap_or(a);
+    let second = if first == a { b } else { a };
+    let role = if name(first) == leader {
+        "the stream leader"
+    } else {
+        "a stream replica"
+    };
+    cluster.kill(first).await?;
+    note(format!(
+        "{} ({role}) SIGKILLed: two of three nodes left",
+        name(first)
+    ));
+    // The survivors elect a new stream leader (bounded by the first half).
+    let half = start + duration / 2;
+    let elected = async {
+        loop {
+            let left = half.saturating_duration_since(Instant::now());
+            if let Ok(now) = cluster.wait_stream_leader(STREAM, left).await {
+                if now != name(first) {
+                    return now;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    if let Ok(leader) = tokio::time::timeout_at(half.into(), elected).await {
+        note(format!("stream leader now {leader}"));
+    }
+    tokio::time::sleep_until(half.into()).await;
+    cluster.kill(second).await?;
+    let outage_start = Instant::now();
+    note(format!(
+        "{} SIGKILLed: only {} left, JetStream has no quorum (publishes fail)",
+        name(second),
+        name(survivor)
+    ));
+    tokio::time::sleep_until((start + duration).into()).await;
+    cluster.restart(first).await?;
+    cluster.restart(second).await?;
+    note(format!(
+        "{} and {} restarted (same ports and stores)",
+        name(first),
+        name(second)
+    ));
+    cluster.wait_healthy(&[0, 1, 2]).await?;
+    let group = cluster
+        .wait_stream_group(STREAM, Duration::from_secs(60))
+        .await?;
+    note(format!(
+        "cluster recovered: every node healthy, stream leader {}, {} of {} other replicas current",
+        group.leader.as_deref().unwrap_or("?"),
+        group.current_replicas,
+        group.replicas.saturating_sub(1)
+    ));
+    Ok(outage_start)
 }

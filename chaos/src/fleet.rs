@@ -89,6 +89,8 @@ pub struct FleetConfig {
     pub publish_timeout: Duration,
     /// Drain wait after stopping.
     pub drain_timeout: Duration,
+    /// Replicas of the stream the emitters create (3 on the cluster).
+    pub replicas: usize,
 }
 
 /// The emitter processes.
@@ -161,6 +163,7 @@ impl Fleet {
             .args(["--node-id", &member.node, "--nats-url", &config.url])
             .args(["--rate", &config.rate_each.to_string()])
             .args(["--incarnation", &member.incarnation.to_string()])
+            .args(["--replicas", &config.replicas.to_string()])
             .arg("--publish-timeout")
             .arg(humantime::format_duration(config.publish_timeout).to_string())
             .arg("--drain-timeout")

@@ -7,6 +7,7 @@
 //! one retry after 500 ms, then give up) so both loss figures sit in one table.
 //! See `chaos/README.md`.
 
+mod cluster;
 mod drill;
 mod emit;
 mod emit_side;
@@ -70,6 +71,9 @@ pub enum Fault {
     EmitterKill,
     /// The bus stays up; the emitters' sinks refuse every write for the duration.
     SinkFail,
+    /// A three-node cluster and a stream with three replicas: the stream leader SIGKILLed,
+    /// at half the duration a second node (no quorum); both restart after the duration.
+    ClusterKill,
 }
 
 impl Fault {
@@ -81,6 +85,7 @@ impl Fault {
             Fault::NetCut => "net-cut",
             Fault::EmitterKill => "emitter-kill",
             Fault::SinkFail => "sink-fail",
+            Fault::ClusterKill => "cluster-kill",
         }
     }
 }
@@ -150,6 +155,10 @@ pub struct DrillArgs {
     /// Per-attempt publish timeout of the emitters.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub publish_timeout: Duration,
+    /// cluster-kill: `deploy/nats-cluster/cluster.sh`, which renders the node configs (default:
+    /// under the current directory, else under the source tree of this build).
+    #[arg(long)]
+    pub cluster_script: Option<PathBuf>,
     /// Keep the temporary data directories (printed) instead of deleting them.
     #[arg(long)]
     pub keep: bool,

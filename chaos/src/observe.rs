@@ -32,6 +32,13 @@ pub struct Seen {
     pub malformed: u64,
     /// Distinct dead-lettered items (`dead_lettered` events, deduplicated logically).
     pub items: u64,
+    /// Stream reader only: the lowest and highest stream sequence read (0 if none).
+    pub first_seq: u64,
+    /// See `first_seq`.
+    pub last_seq: u64,
+    /// Stream reader only: distinct stream sequences read.
+    pub distinct_seqs: u64,
+    seqs: std::collections::HashSet<u64>,
 }
 
 impl Seen {
@@ -107,7 +114,7 @@ impl Subscriber {
             .max_reconnects(None)
             .reconnect_delay_callback(|_| Duration::from_millis(50))
             .subscription_capacity(1 << 20)
-            .connect(url)
+            .connect(dlq::bus::server_list(url))
             .await?;
         let mut subscription = client.subscribe(subject.to_owned()).await?;
         tokio::time::timeout(Duration::from_secs(10), client.flush())
@@ -148,7 +155,7 @@ impl Subscriber {
 pub async fn read_stream(url: &str, stream: &str) -> Res<Seen> {
     let client = async_nats::ConnectOptions::new()
         .connection_timeout(Duration::from_secs(5))
-        .connect(url)
+        .connect(dlq::bus::server_list(url))
         .await?;
     let js = jetstream::new(client);
     let mut handle = js.get_stream(stream).await?;
@@ -178,6 +185,13 @@ pub async fn read_stream(url: &str, stream: &str) -> Res<Seen> {
             let message = message?;
             if let Ok(info) = message.info() {
                 at = at.max(info.stream_sequence);
+                seen.last_seq = seen.last_seq.max(info.stream_sequence);
+                if seen.seqs.insert(info.stream_sequence) {
+                    seen.distinct_seqs += 1;
+                }
+                if seen.first_seq == 0 || info.stream_sequence < seen.first_seq {
+                    seen.first_seq = info.stream_sequence;
+                }
             }
             seen.add(&msg_id(message.headers.as_ref()), &message.payload);
         }

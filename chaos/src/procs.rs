@@ -150,20 +150,31 @@ pub fn free_port(avoid: u16) -> Res<u16> {
     }
 }
 
-/// `GET /healthz` on the monitoring port answered 200 within a second.
-pub async fn healthz(port: u16) -> bool {
+/// `GET PATH` on a loopback monitoring port: the status code and the body, bounded to a
+/// second; `None` if there was no answer.
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let probe = async {
         let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-        let request = format!("GET /healthz HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+        let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
         stream.write_all(request.as_bytes()).await.ok()?;
         let mut response = Vec::new();
         stream.read_to_end(&mut response).await.ok()?;
-        Some(response.starts_with(b"HTTP/1.0 200") || response.starts_with(b"HTTP/1.1 200"))
+        let text = String::from_utf8_lossy(&response).into_owned();
+        let status = text.split_whitespace().nth(1)?.parse().ok()?;
+        let body = text
+            .split_once("\r\n\r\n")
+            .map_or(String::new(), |(_, body)| body.to_owned());
+        Some((status, body))
     };
-    matches!(
-        tokio::time::timeout(Duration::from_secs(1), probe).await,
-        Ok(Some(true))
-    )
+    tokio::time::timeout(Duration::from_secs(1), probe)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// `GET /healthz` on the monitoring port answered 200 within a second.
+pub async fn healthz(port: u16) -> bool {
+    matches!(http_get(port, "/healthz").await, Some((200, _)))
 }
 
 /// `NATS_SERVER_BIN`, else `nats-server` on PATH, else `/usr/sbin/nats-server`.
@@ -182,9 +193,11 @@ pub fn nats_server_bin() -> Res<PathBuf> {
 }
 
 /// One `nats-server -js` on a fixed loopback port and store, which can be killed, frozen,
-/// thawed and restarted.
+/// thawed and restarted; or one node of a cluster, started from its config file.
 pub struct NatsProc {
     bin: PathBuf,
+    /// A cluster node's rendered config (ports and store are in it); `None`: standalone.
+    conf: Option<PathBuf>,
     port: u16,
     monitor_port: u16,
     store: PathBuf,
@@ -202,6 +215,7 @@ impl NatsProc {
         std::fs::create_dir_all(&store)?;
         let mut server = NatsProc {
             bin: nats_server_bin()?,
+            conf: None,
             port: 0,
             monitor_port: 0,
             store,
@@ -213,6 +227,38 @@ impl NatsProc {
         };
         server.boot(true).await?;
         Ok(server)
+    }
+
+    /// Starts one node of a cluster from its rendered config `conf`, which fixes its client
+    /// port `port`, its monitoring port `monitor_port` and its store; it logs to `log`. Returns
+    /// once the node listens: its health depends on the other nodes (see `crate::cluster`).
+    pub async fn start_node(
+        conf: &Path,
+        port: u16,
+        monitor_port: u16,
+        log: &Path,
+    ) -> Res<NatsProc> {
+        let mut stderr = log.as_os_str().to_owned();
+        stderr.push(".stderr");
+        let mut server = NatsProc {
+            bin: nats_server_bin()?,
+            conf: Some(conf.to_path_buf()),
+            port,
+            monitor_port,
+            store: PathBuf::new(),
+            log: log.to_path_buf(),
+            stderr: PathBuf::from(stderr),
+            guard: None,
+            pid: None,
+            frozen: false,
+        };
+        server.boot(false).await?;
+        Ok(server)
+    }
+
+    /// Whether the server process runs (it was started and not killed).
+    pub fn is_running(&self) -> bool {
+        self.pid.is_some()
     }
 
     /// `nats://127.0.0.1:PORT`.
@@ -282,14 +328,16 @@ impl NatsProc {
     }
 
     /// Launches on a new port (up to 8 tries) or the same one (retrying for 10 s while the port
-    /// is still held).
+    /// is still held). A cluster node keeps the ports of its config.
     async fn boot(&mut self, new_port: bool) -> Res<()> {
         let deadline = Instant::now() + Duration::from_secs(10);
         for attempt in 1.. {
             if new_port {
                 self.port = free_port(0)?;
             }
-            self.monitor_port = free_port(self.port)?;
+            if self.conf.is_none() {
+                self.monitor_port = free_port(self.port)?;
+            }
             match self.launch().await {
                 Ok(()) => return Ok(()),
                 Err(Launch::PortTaken) => {}
@@ -310,14 +358,21 @@ impl NatsProc {
         let offset = std::fs::metadata(&self.log).map_or(0, |m| m.len());
         let stderr = std::fs::File::create(&self.stderr).map_err(|e| Launch::Failed(e.into()))?;
         let exe = exe().map_err(Launch::Failed)?;
-        let mut guard = Command::new(exe)
-            .arg("guard")
-            .arg("--")
-            .arg(&self.bin)
-            .args(["-js", "-a", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(["-m", &self.monitor_port.to_string()])
-            .arg("-sd")
-            .arg(&self.store)
+        let mut command = Command::new(exe);
+        command.arg("guard").arg("--").arg(&self.bin);
+        match &self.conf {
+            Some(conf) => {
+                command.arg("-c").arg(conf);
+            }
+            None => {
+                command
+                    .args(["-js", "-a", "127.0.0.1", "-p", &self.port.to_string()])
+                    .args(["-m", &self.monitor_port.to_string()])
+                    .arg("-sd")
+                    .arg(&self.store);
+            }
+        }
+        let mut guard = command
             .arg("-l")
             .arg(&self.log)
             .stdin(Stdio::piped())
@@ -349,9 +404,10 @@ impl NatsProc {
                     tail(&log, 20)
                 ))));
             }
+            // A cluster node is healthy only once it has found the others: its caller waits.
             let ready = read_from(&self.log, offset).contains("Server is ready")
                 && TcpStream::connect(("127.0.0.1", self.port)).await.is_ok()
-                && healthz(self.monitor_port).await;
+                && (self.conf.is_some() || healthz(self.monitor_port).await);
             if ready {
                 self.guard = Some(guard);
                 self.pid = Some(pid);

@@ -45,7 +45,11 @@ impl Latency {
 pub struct Phases {
     /// Before the fault.
     pub before: Latency,
-    /// While the fault lasted (the outage).
+    /// `cluster-kill` only: one node of three down, before the second kill.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<Latency>,
+    /// During the outage: the whole fault, or for `cluster-kill` from the second kill (no
+    /// quorum) until the cluster recovered.
     pub during: Latency,
     /// After restoring, until the load stopped.
     pub after: Latency,
@@ -125,6 +129,12 @@ pub struct ModeResult {
     pub stream_duplicates_before_dedup: u64,
     /// Logical duplicates in the stream after dropping repeated ids.
     pub stream_duplicates_after_dedup: u64,
+    /// Stream sequences between the first and the last message read that hold no message
+    /// (nothing is ever deleted from the stream, so 0 unless the server skipped sequences).
+    pub stream_sequence_gaps: u64,
+    /// Messages the stream reader got more than once (same stream sequence): 0, else the
+    /// reader's figures are suspect.
+    pub stream_reader_repeats: u64,
     /// Acknowledged ids found in the stream.
     pub acked_in_stream: u64,
     /// LOST: acknowledged ids never in the stream.
@@ -147,6 +157,9 @@ pub struct ModeResult {
     pub verify: Vec<Verify>,
     /// Seconds after the load started: fault start, fault end, load stop.
     pub fault_start_s: f64,
+    /// Seconds after the load started: the outage proper began (`cluster-kill`: the second
+    /// node's kill; else equal to `fault_start_s`).
+    pub outage_start_s: f64,
     /// See `fault_start_s`.
     pub fault_end_s: f64,
     /// See `fault_start_s`.
@@ -203,6 +216,9 @@ fn drain(r: &ModeResult) -> String {
     }
 }
 
+/// The row shown only when a mode has a degraded phase (`cluster-kill`).
+const DEGRADED_ROW: &str = "emit latency p50 / p99 with one cluster node down";
+
 /// The rows of the comparison table: label and value for a mode.
 type Row = (&'static str, fn(&ModeResult) -> String);
 
@@ -225,6 +241,10 @@ const ROWS: &[Row] = &[
     ("in the stream: distinct ids (items)", |r| {
         format!("{} ({})", r.stream_unique, r.stream_items)
     }),
+    (
+        "stream sequence gaps / messages read twice by the reader",
+        |r| format!("{} / {}", r.stream_sequence_gaps, r.stream_reader_repeats),
+    ),
     ("**LOST** (acknowledged, never in the stream)", |r| {
         format!("**{}**", r.lost)
     }),
@@ -250,6 +270,10 @@ const ROWS: &[Row] = &[
             "{:.1} / {:.1} ms",
             r.latency.before.p50_ms, r.latency.before.p99_ms
         )
+    }),
+    (DEGRADED_ROW, |r| match &r.latency.degraded {
+        Some(l) => format!("{:.1} / {:.1} ms", l.p50_ms, l.p99_ms),
+        None => "–".into(),
     }),
     ("emit latency p50 / p99 during the outage", |r| {
         format!(
@@ -298,6 +322,12 @@ pub fn markdown(d: &DrillResult) -> String {
     if let Some(mode) = d.sink_mode {
         detail = format!(" (sink mode {mode:?})");
     }
+    if d.fault == crate::Fault::ClusterKill {
+        detail = " (three-node JetStream cluster, stream `DLQ` with 3 replicas, emitters given \
+                  all three URLs: the stream leader SIGKILLed, a second node at half the \
+                  duration, both restarted at the end; the subscriber is on the third node)"
+            .into();
+    }
     let _ = writeln!(
         s,
         "Started {}. Fault `{fault}`{detail} for {} s after {} s of load; load continued {} s after \
@@ -319,6 +349,9 @@ pub fn markdown(d: &DrillResult) -> String {
     }
     s.push('\n');
     for (label, value) in ROWS {
+        if *label == DEGRADED_ROW && modes.iter().all(|m| m.latency.degraded.is_none()) {
+            continue;
+        }
         let _ = write!(s, "| {label} |");
         for m in &modes {
             let _ = write!(s, " {} |", value(m));

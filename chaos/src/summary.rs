@@ -17,6 +17,8 @@ pub struct Times {
     pub t0_ms: u64,
     /// The fault began.
     pub fault_start: Instant,
+    /// The outage proper began (`cluster-kill`: the second node's kill; else `fault_start`).
+    pub outage_start: Instant,
     /// The fault ended (restored and healthy).
     pub fault_end: Instant,
     /// The load stopped.
@@ -43,7 +45,12 @@ pub fn summarise(
     let t = guard.as_deref().unwrap_or(&empty);
     let secs = |i: Instant| (i - times.t0).as_secs_f64();
     let ms = |i: Instant| times.t0_ms + u64::try_from((i - times.t0).as_millis()).unwrap_or(0);
-    let (fs, fe, st) = (ms(times.fault_start), ms(times.fault_end), ms(times.stop));
+    let (fs, os, fe, st) = (
+        ms(times.fault_start),
+        ms(times.outage_start),
+        ms(times.fault_end),
+        ms(times.stop),
+    );
     let phase = |from: u64, to: u64| {
         Latency::of(
             t.emits
@@ -106,6 +113,12 @@ pub fn summarise(
         stream_items: stream.items,
         stream_duplicates_before_dedup: stream.duplicates_by_id(),
         stream_duplicates_after_dedup: stream.logical_duplicates,
+        stream_sequence_gaps: if stream.last_seq == 0 {
+            0
+        } else {
+            (stream.last_seq - stream.first_seq + 1).saturating_sub(stream.distinct_seqs)
+        },
+        stream_reader_repeats: stream.messages.saturating_sub(stream.distinct_seqs),
         acked_in_stream: t.acked.len() as u64 - lost.len() as u64,
         lost: lost.len() as u64,
         lost_sample: lost.into_iter().take(20).collect(),
@@ -114,13 +127,15 @@ pub fn summarise(
         peak_backlog: samples.iter().map(|s| s.backlog).max().unwrap_or(0),
         latency: Phases {
             before: phase(times.t0_ms, fs),
-            during: phase(fs, fe),
+            degraded: (os > fs).then(|| phase(fs, os)),
+            during: phase(os, fe),
             after: phase(fe, st),
         },
         emitter_rss_max_kb: t.max_rss_kb,
         emitter_hwm_max_kb: t.max_hwm_kb,
         verify,
         fault_start_s: secs(times.fault_start),
+        outage_start_s: secs(times.outage_start),
         fault_end_s: secs(times.fault_end),
         stop_s: secs(times.stop),
         marks,

@@ -77,18 +77,44 @@ fn panel(s: &mut String, d: &DrillResult, m: &ModeResult, y0: f64, t_max: f64, c
         m.lost,
         m.peak_backlog
     );
+    // A degraded phase before the outage proper (cluster-kill: one node down) is lighter.
+    let outage_start = m.outage_start_s.max(m.fault_start_s);
+    if outage_start > m.fault_start_s {
+        let _ = writeln!(
+            s,
+            r##"<rect x="{:.1}" y="{top}" width="{:.1}" height="{:.1}" fill="#fce5cd" opacity="0.6"/>"##,
+            x(m.fault_start_s),
+            (x(outage_start) - x(m.fault_start_s)).max(1.0),
+            bottom - top
+        );
+        let _ = writeln!(
+            s,
+            r##"<text x="{:.1}" y="{}" fill="#b45f06">1 node down</text>"##,
+            x(m.fault_start_s) + 4.0,
+            top + 14.0
+        );
+    }
     let _ = writeln!(
         s,
         r##"<rect x="{:.1}" y="{top}" width="{:.1}" height="{:.1}" fill="#f4cccc" opacity="0.6"/>"##,
-        x(m.fault_start_s),
-        (x(m.fault_end_s) - x(m.fault_start_s)).max(1.0),
+        x(outage_start),
+        (x(m.fault_end_s) - x(outage_start)).max(1.0),
         bottom - top
     );
+    let label = if outage_start > m.fault_start_s {
+        "no quorum"
+    } else {
+        "fault"
+    };
     let _ = writeln!(
         s,
-        r##"<text x="{:.1}" y="{}" fill="#990000">fault</text>"##,
-        x(m.fault_start_s) + 4.0,
-        top + 14.0
+        r##"<text x="{:.1}" y="{}" fill="#990000">{label}</text>"##,
+        x(outage_start) + 4.0,
+        top + if outage_start > m.fault_start_s {
+            28.0
+        } else {
+            14.0
+        }
     );
     let _ = writeln!(
         s,
