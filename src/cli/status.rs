@@ -22,7 +22,11 @@ pub async fn status(cli: &Cli) -> Result<u8, CliError> {
     let config = open::config(cli)?;
     let sink = open::sink(cli, &config)?;
     // From the per-job counters: no item is read.
-    let items: u64 = sink.jobs()?.iter().map(|(_, counters)| counters.items).sum();
+    let items: u64 = sink
+        .jobs()?
+        .iter()
+        .map(|(_, counters)| counters.items)
+        .sum();
     let backlog = sink.backlog()?;
     let report = json!({
         "node_id": sink.node_id(),

@@ -140,27 +140,20 @@ pub fn stats(sink: &SledSink, job_id: Option<&str>) -> Result<Stats, QueryError>
     for (job, counters) in &jobs {
         total.merge(counters);
         per_job.insert(job.clone(), counters.items);
-        if let Some((at, item_id)) = sink.oldest_of_job(job)? {
-            let candidate = ItemAt {
-                item: ItemRef {
-                    job_id: job.clone(),
-                    item_id,
-                },
-                at,
-            };
-            // Jobs come in id order: a strictly older item replaces, a tie keeps the first.
+        let at = |(at, item_id): (DateTime<Utc>, String)| ItemAt {
+            item: ItemRef {
+                job_id: job.clone(),
+                item_id,
+            },
+            at,
+        };
+        // Jobs come in id order: a strictly older (newer) item replaces, a tie keeps the first.
+        if let Some(candidate) = sink.oldest_of_job(job)?.map(at) {
             if oldest.as_ref().is_none_or(|o| candidate.at < o.at) {
                 oldest = Some(candidate);
             }
         }
-        if let Some((at, item_id)) = sink.newest_of_job(job)? {
-            let candidate = ItemAt {
-                item: ItemRef {
-                    job_id: job.clone(),
-                    item_id,
-                },
-                at,
-            };
+        if let Some(candidate) = sink.newest_of_job(job)?.map(at) {
             if newest.as_ref().is_none_or(|n| candidate.at > n.at) {
                 newest = Some(candidate);
             }
