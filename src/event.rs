@@ -149,8 +149,104 @@ impl Event {
     }
 
     /// Parses an event from its JSON form.
+    ///
+    /// `#[serde(flatten)]` makes the derived decoder buffer the whole object into an untyped
+    /// tree before decoding the kind from it (every string copied twice); consumers decode
+    /// every event of the stream, so the flat form is decoded directly into [`FlatEvent`]
+    /// first. Anything that does not decode that way goes through the derived decoder, so the
+    /// accepted input and its meaning are the derived ones.
     pub fn from_json(bytes: &[u8]) -> Result<Self, serde_json::Error> {
-        serde_json::from_slice(bytes)
+        match serde_json::from_slice::<FlatEvent>(bytes)
+            .ok()
+            .and_then(FlatEvent::into_event)
+        {
+            Some(event) => Ok(event),
+            None => serde_json::from_slice(bytes),
+        }
+    }
+}
+
+/// The tag of [`EventKind`], as serialised.
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum KindTag {
+    DeadLettered,
+    FailureAppended,
+    ItemRemoved,
+    FlagsUpdated,
+    EmitFailed,
+}
+
+/// An [`Event`]'s JSON object as one flat struct: the envelope and the union of every kind's
+/// fields (fields shared by kinds have one type that fits all of them). Decoded in one pass,
+/// in any field order.
+#[derive(Deserialize)]
+struct FlatEvent {
+    event_id: String,
+    node_id: String,
+    seq: u64,
+    #[serde(default)]
+    prev_seq: Option<u64>,
+    timestamp: DateTime<Utc>,
+    job_id: String,
+    topic: String,
+    kind: KindTag,
+    item: Option<DeadLetteredItem>,
+    item_id: Option<String>,
+    failures: Option<Vec<FailureDetail>>,
+    attempts: Option<u32>,
+    last_attempt: Option<DateTime<Utc>>,
+    error_signature: Option<String>,
+    error_pattern: Option<String>,
+    reprocess_eligible: Option<bool>,
+    manual_review_required: Option<bool>,
+    worktree_artifacts: Option<WorktreeArtifacts>,
+    reason: Option<RemovalReason>,
+    failed_event_id: Option<String>,
+    error: Option<String>,
+}
+
+impl FlatEvent {
+    /// The event, or `None` when a field its kind requires is missing.
+    fn into_event(self) -> Option<Event> {
+        let kind = match self.kind {
+            KindTag::DeadLettered => EventKind::DeadLettered { item: self.item? },
+            KindTag::FailureAppended => EventKind::FailureAppended {
+                item_id: self.item_id?,
+                failures: self.failures?,
+                attempts: self.attempts?,
+                last_attempt: self.last_attempt?,
+                error_signature: self.error_signature?,
+                error_pattern: self.error_pattern?,
+                reprocess_eligible: self.reprocess_eligible?,
+                manual_review_required: self.manual_review_required?,
+                worktree_artifacts: self.worktree_artifacts,
+            },
+            KindTag::ItemRemoved => EventKind::ItemRemoved {
+                item_id: self.item_id?,
+                reason: self.reason?,
+            },
+            KindTag::FlagsUpdated => EventKind::FlagsUpdated {
+                item_id: self.item_id?,
+                reprocess_eligible: self.reprocess_eligible,
+                manual_review_required: self.manual_review_required,
+            },
+            KindTag::EmitFailed => EventKind::EmitFailed {
+                failed_event_id: self.failed_event_id?,
+                attempts: self.attempts?,
+                error: self.error?,
+            },
+        };
+        Some(Event {
+            event_id: self.event_id,
+            node_id: self.node_id,
+            seq: self.seq,
+            prev_seq: self.prev_seq,
+            timestamp: self.timestamp,
+            job_id: self.job_id,
+            topic: self.topic,
+            kind,
+        })
     }
 }
 
@@ -178,5 +274,132 @@ mod tests {
         assert_eq!(json["reason"], "resolved");
         assert_eq!(json["event_id"], "node-a:7");
         assert_eq!(Event::from_json(&event.to_json().unwrap()).unwrap(), event);
+    }
+
+    fn envelope(seq: u64, kind: EventKind) -> Event {
+        Event {
+            event_id: Event::stored_id("node-a", seq),
+            node_id: "node-a".into(),
+            seq,
+            prev_seq: (seq == 9).then_some(4),
+            timestamp: Utc::now(),
+            job_id: "job-1".into(),
+            topic: "mapreduce".into(),
+            kind,
+        }
+    }
+
+    fn one_of_each_kind() -> Vec<Event> {
+        let failure: FailureDetail = serde_json::from_value(serde_json::json!({
+            "attempt_number": 2, "timestamp": Utc::now(), "error_type": {"CommandFailed": {"exit_code": 3}},
+            "error_message": "boom 1.5e-7", "agent_id": "a", "step_failed": "s", "duration_ms": 7 }))
+        .unwrap();
+        let item = crate::failure::dead_lettered_item(
+            "job-1",
+            "item-1",
+            serde_json::json!({"x": 0.1, "nested": [1, null, "y"]}),
+            vec![failure.clone()],
+            None,
+        )
+        .unwrap();
+        let artifacts = WorktreeArtifacts {
+            worktree_path: "/w".into(),
+            branch_name: "b".into(),
+            uncommitted_changes: None,
+            error_logs: Some("log".into()),
+        };
+        vec![
+            envelope(1, EventKind::DeadLettered { item }),
+            envelope(
+                2,
+                EventKind::FailureAppended {
+                    item_id: "item-1".into(),
+                    failures: vec![failure],
+                    attempts: 1,
+                    last_attempt: Utc::now(),
+                    error_signature: "sig".into(),
+                    error_pattern: "pat".into(),
+                    reprocess_eligible: true,
+                    manual_review_required: false,
+                    worktree_artifacts: Some(artifacts),
+                },
+            ),
+            envelope(
+                3,
+                EventKind::FlagsUpdated {
+                    item_id: "item-1".into(),
+                    reprocess_eligible: None,
+                    manual_review_required: Some(true),
+                },
+            ),
+            envelope(
+                9,
+                EventKind::ItemRemoved {
+                    item_id: "item-1".into(),
+                    reason: RemovalReason::Evicted,
+                },
+            ),
+            envelope(
+                0,
+                EventKind::EmitFailed {
+                    failed_event_id: "node-a:1".into(),
+                    attempts: 3,
+                    error: "timed out".into(),
+                },
+            ),
+        ]
+    }
+
+    /// The one-pass decoder gives what the derived one gives, for every kind, in any field order.
+    #[test]
+    fn fast_decode_equals_the_derived_decode() {
+        for event in one_of_each_kind() {
+            let json = event.to_json().unwrap();
+            let derived: Event = serde_json::from_slice(&json).unwrap();
+            assert_eq!(derived, event);
+            assert_eq!(Event::from_json(&json).unwrap(), event);
+            assert!(serde_json::from_slice::<FlatEvent>(&json)
+                .ok()
+                .and_then(FlatEvent::into_event)
+                .is_some());
+            // Kind first, envelope last: same event.
+            let serde_json::Value::Object(map) = serde_json::from_slice(&json).unwrap() else {
+                panic!("an event is an object");
+            };
+            let mut reordered: Vec<_> = map.into_iter().collect();
+            reordered.sort_by_key(|(key, _)| key != "kind");
+            reordered.reverse();
+            let text = format!(
+                "{{{}}}",
+                reordered
+                    .iter()
+                    .map(|(k, v)| format!("{}:{v}", serde_json::Value::from(k.as_str())))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            assert_eq!(Event::from_json(text.as_bytes()).unwrap(), event);
+        }
+    }
+
+    /// What the derived decoder rejects is rejected, and what only it accepts is accepted.
+    #[test]
+    fn fast_decode_falls_back_and_rejects_alike() {
+        let events = one_of_each_kind();
+        let mut value: serde_json::Value =
+            serde_json::from_slice(&events[1].to_json().unwrap()).unwrap();
+        value.as_object_mut().unwrap().remove("attempts");
+        let bytes = serde_json::to_vec(&value).unwrap();
+        assert!(Event::from_json(&bytes).is_err());
+        assert!(serde_json::from_slice::<Event>(&bytes).is_err());
+        assert!(Event::from_json(br#"{"kind":"dead_lettered"}"#).is_err());
+        assert!(Event::from_json(b"not json").is_err());
+        // A field of another kind with a type the union does not expect: ignored by the
+        // derived decoder, so accepted through the fallback.
+        let mut value: serde_json::Value =
+            serde_json::from_slice(&events[3].to_json().unwrap()).unwrap();
+        value["item"] = serde_json::json!("not an item");
+        let bytes = serde_json::to_vec(&value).unwrap();
+        assert!(serde_json::from_slice::<FlatEvent>(&bytes).is_err());
+        assert_eq!(Event::from_json(&bytes).unwrap(), events[3]);
     }
 }

@@ -3,19 +3,20 @@
 //!
 //! The store's checkpoint is the only source of truth for the position: each run (re)creates the
 //! named JetStream consumer to deliver from `checkpoint + 1`, and saves state and checkpoint
-//! together after every batch. Nothing depends on server-side acknowledgements, so a consumer
+//! together after every batch (written while the next batch is fetched, one save at a time). Nothing depends on server-side acknowledgements, so a consumer
 //! killed between fetching and saving simply fetches the same messages again; the fold drops what
 //! it already applied.
 
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::fold::Fold;
 use super::store::{ConsumerStore, StoreError};
-use super::stream::{fetch_into, ReadError};
+use super::stream::{fetch_into, wait_into, ReadError};
 
 /// Consumer-side metric: stream last sequence minus the consumer's checkpoint.
 pub const LAG: &str = "dlq_consumer_lag";
@@ -23,6 +24,10 @@ pub const LAG: &str = "dlq_consumer_lag";
 pub const APPLIED: &str = "dlq_consumer_events_applied_total";
 /// Consumer-side metric: duplicate events dropped.
 pub const DUPLICATES: &str = "dlq_consumer_duplicates_total";
+
+/// How long a caught-up consumer that follows the stream waits for a message before it looks
+/// at the stream again.
+const FOLLOW_WAIT: Duration = Duration::from_secs(1);
 
 /// How a durable consumer runs.
 #[derive(Debug, Clone)]
@@ -96,43 +101,76 @@ pub async fn run_durable(
         .map_err(|e| stream_error(e.to_string()))?;
     info!(name = %config.name, checkpoint, "consumer resuming");
     let mut messages = 0u64;
-    loop {
-        if shutdown.is_cancelled() {
-            break;
-        }
-        let (applied, duplicates) = (fold.stats.applied, fold.stats.duplicates);
-        let batch = fetch_into(&reader, &mut fold, None, &stream_error).await?;
-        messages += batch.messages;
-        if batch.malformed > 0 {
-            warn!(
-                skipped = batch.malformed,
-                "skipped messages that are not dlq events"
-            );
-        }
-        let reached = batch.reached.max(checkpoint);
-        if reached > checkpoint {
-            store.save(&mut fold, reached)?;
-            checkpoint = reached;
-            metrics::counter!(APPLIED).increment(fold.stats.applied - applied);
-            metrics::counter!(DUPLICATES).increment(fold.stats.duplicates - duplicates);
-        }
-        let last = stream
-            .info()
-            .await
-            .map_err(|e| stream_error(e.to_string()))?
-            .state
-            .last_sequence;
-        metrics::gauge!(LAG).set(last.saturating_sub(checkpoint) as f64);
-        if !config.follow && checkpoint >= last {
-            break;
+    let mut caught_up = false;
+    let mut writing: Option<JoinHandle<Result<(), StoreError>>> = None;
+    let outcome: Result<(), ConsumeError> = async {
+        loop {
+            if shutdown.is_cancelled() {
+                return Ok(());
+            }
+            let (applied, duplicates) = (fold.stats.applied, fold.stats.duplicates);
+            // Caught up and following: wait for the next message instead of polling.
+            let batch = if caught_up {
+                tokio::select! {
+                    batch = wait_into(&reader, &mut fold, FOLLOW_WAIT, &stream_error) => batch?,
+                    () = shutdown.cancelled() => return Ok(()),
+                }
+            } else {
+                fetch_into(&reader, &mut fold, None, &stream_error).await?
+            };
+            messages += batch.messages;
+            if batch.malformed > 0 {
+                warn!(
+                    skipped = batch.malformed,
+                    "skipped messages that are not dlq events"
+                );
+            }
+            let reached = batch.reached.max(checkpoint);
+            if reached > checkpoint {
+                // Encode here; write on a blocking thread while the next batch is fetched. One
+                // write at a time, in order.
+                let pending = store.prepare(&mut fold, reached)?;
+                finish(writing.take()).await?;
+                writing = Some(tokio::task::spawn_blocking(move || pending.commit()));
+                checkpoint = reached;
+                metrics::counter!(APPLIED).increment(fold.stats.applied - applied);
+                metrics::counter!(DUPLICATES).increment(fold.stats.duplicates - duplicates);
+            }
+            let last = stream
+                .info()
+                .await
+                .map_err(|e| stream_error(e.to_string()))?
+                .state
+                .last_sequence;
+            metrics::gauge!(LAG).set(last.saturating_sub(checkpoint) as f64);
+            caught_up = checkpoint >= last;
+            if !config.follow && caught_up {
+                return Ok(());
+            }
         }
     }
+    .await;
+    // The last save is written before the run reports, whatever stopped it.
+    let written = finish(writing.take()).await;
+    outcome?;
+    written?;
     Ok(DurableRun {
         applied_this_run: fold.stats.applied - applied_before,
         fold,
         messages,
         checkpoint,
     })
+}
+
+/// Waits for a save being written, if any.
+async fn finish(writing: Option<JoinHandle<Result<(), StoreError>>>) -> Result<(), StoreError> {
+    match writing {
+        None => Ok(()),
+        Some(handle) => handle.await.map_err(|err| StoreError::Io {
+            path: std::path::PathBuf::new(),
+            reason: format!("the task writing a save failed: {err}"),
+        })?,
+    }
 }
 
 /// Why a durable consumer stopped.

@@ -7,12 +7,13 @@
 //! The predecessor of `seq` is `seq - 1`, or `prev_seq` when the node announced a jump. Events the
 //! sink failed to store (`seq == 0`) are applied once, by event id.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::Event;
-use crate::projection::MemoryProjection;
+use crate::event::{Event, EventKind};
+use crate::projection::{MemoryProjection, StoredItem};
 
 /// What became of one offered event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +60,8 @@ pub struct Fold {
     pub stats: FoldStats,
     /// What changed since [`Fold::take_touched`] was last called (for incremental persistence).
     pub touched: Touched,
+    /// Do not record [`Fold::touched`] (nothing persists this fold).
+    untracked: bool,
 }
 
 /// Items and nodes changed by a run of offers.
@@ -73,6 +76,15 @@ pub struct Touched {
 }
 
 impl Fold {
+    /// A fold that does not record what changed: for a rebuild kept only in memory, where
+    /// nobody calls [`Fold::take_touched`].
+    pub fn untracked() -> Self {
+        Fold {
+            untracked: true,
+            ..Fold::default()
+        }
+    }
+
     /// Offers one event, in whatever order it arrived.
     pub fn offer(&mut self, event: Event) -> Offer {
         if event.seq == 0 {
@@ -80,25 +92,37 @@ impl Fold {
                 self.stats.duplicates += 1;
                 return Offer::Duplicate;
             }
-            self.touched.volatile.push(event.event_id.clone());
-            self.apply(&event);
+            if !self.untracked {
+                self.touched.volatile.push(event.event_id.clone());
+            }
+            self.apply(event);
             return Offer::Applied { unblocked: 0 };
         }
-        let cursor = self.nodes.entry(event.node_id.clone()).or_default();
+        // Look up before inserting: no copy of the node id per event.
+        let cursor = match self.nodes.get_mut(&event.node_id) {
+            Some(cursor) => cursor,
+            None => self.nodes.entry(event.node_id.clone()).or_default(),
+        };
         if event.seq <= cursor.applied || cursor.waiting.contains_key(&event.seq) {
             self.stats.duplicates += 1;
             return Offer::Duplicate;
         }
         if predecessor(&event) > cursor.applied {
-            self.touched.nodes.insert(event.node_id.clone());
+            if !self.untracked {
+                self.touched.nodes.insert(event.node_id.clone());
+            }
             cursor.waiting.insert(event.seq, event);
             return Offer::Buffered;
         }
+        if cursor.waiting.is_empty() {
+            self.apply(event);
+            return Offer::Applied { unblocked: 0 };
+        }
         let node = event.node_id.clone();
-        self.apply(&event);
+        self.apply(event);
         let mut unblocked = 0;
         while let Some(next) = self.next_ready(&node) {
-            self.apply(&next);
+            self.apply(next);
             unblocked += 1;
         }
         Offer::Applied { unblocked }
@@ -123,18 +147,75 @@ impl Fold {
         cursor.waiting.remove(&seq)
     }
 
-    fn apply(&mut self, event: &Event) {
-        self.projection.apply(event);
+    fn apply(&mut self, event: Event) {
         self.stats.applied += 1;
-        if let Some(item_id) = event.kind.item_id() {
-            let key = (event.job_id.clone(), item_id.to_owned());
-            self.touched.items.insert(key);
+        if !self.untracked {
+            if let Some(item_id) = event.kind.item_id() {
+                let key = (event.job_id.clone(), item_id.to_owned());
+                self.touched.items.insert(key);
+            }
         }
         if event.seq > 0 {
-            let cursor = self.nodes.entry(event.node_id.clone()).or_default();
-            cursor.applied = cursor.applied.max(event.seq);
-            self.touched.nodes.insert(event.node_id.clone());
+            if let Some(cursor) = self.nodes.get_mut(&event.node_id) {
+                cursor.applied = cursor.applied.max(event.seq);
+            } else {
+                let cursor = NodeCursor {
+                    applied: event.seq,
+                    ..NodeCursor::default()
+                };
+                self.nodes.insert(event.node_id.clone(), cursor);
+            }
+            if !self.untracked && !self.touched.nodes.contains(&event.node_id) {
+                self.touched.nodes.insert(event.node_id.clone());
+            }
         }
+        self.apply_to_projection(event);
+    }
+
+    /// [`MemoryProjection::apply`], except that a dead-lettered item the projection does not
+    /// hold yet is moved in rather than copied (the common case of a rebuild): the same
+    /// [`StoredItem`] that [`crate::projection::apply`] builds for it (the property test below
+    /// compares every fold with `MemoryProjection::apply` in log order).
+    fn apply_to_projection(&mut self, event: Event) {
+        let Event {
+            event_id,
+            node_id,
+            seq,
+            prev_seq,
+            timestamp,
+            job_id,
+            topic,
+            kind,
+        } = event;
+        let kind = match kind {
+            EventKind::DeadLettered { mut item } => {
+                let key = (job_id.clone(), item.item_id.clone());
+                match self.projection.items.entry(key) {
+                    Entry::Vacant(slot) => {
+                        item.job_id = job_id;
+                        slot.insert(StoredItem {
+                            item,
+                            created_seq: seq,
+                            version: 1,
+                            last_event_id: event_id,
+                        });
+                        return;
+                    }
+                    Entry::Occupied(_) => EventKind::DeadLettered { item },
+                }
+            }
+            kind => kind,
+        };
+        self.projection.apply(&Event {
+            event_id,
+            node_id,
+            seq,
+            prev_seq,
+            timestamp,
+            job_id,
+            topic,
+            kind,
+        });
     }
 }
 
@@ -204,6 +285,29 @@ mod tests {
             prop_assert_eq!(&fold.projection, &in_order(&events));
             prop_assert_eq!(fold.stats.applied, events.len() as u64);
         }
+    }
+
+    /// An untracked fold (in-memory rebuilds) gives the same projection and counters and
+    /// records nothing for persistence; a tracked one records every item and the node.
+    #[test]
+    fn an_untracked_fold_folds_alike_and_records_nothing() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let events = runtime.block_on(log());
+        let (mut tracked, mut untracked) = (Fold::default(), Fold::untracked());
+        for event in events.iter().rev().chain(&events) {
+            tracked.offer(event.clone());
+            untracked.offer(event.clone());
+        }
+        assert_eq!(untracked.projection, tracked.projection);
+        assert_eq!(untracked.projection, in_order(&events));
+        assert_eq!(untracked.stats, tracked.stats);
+        assert_eq!(untracked.nodes, tracked.nodes);
+        assert_eq!(untracked.take_touched(), Touched::default());
+        let touched = tracked.take_touched();
+        assert_eq!(touched.items.len(), 5);
+        assert!(touched.nodes.contains("mem"));
     }
 
     #[test]

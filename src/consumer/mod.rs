@@ -13,6 +13,6 @@ pub mod verify;
 
 pub use durable::{run_durable, ConsumeError, DurableConfig, DurableRun};
 pub use fold::{Fold, FoldStats, Offer};
-pub use store::{ConsumerStore, StoreError};
+pub use store::{ConsumerStore, PendingSave, StoreError};
 pub use stream::{read_from_start, ReadError, StreamRead};
 pub use verify::{compare, Difference};

@@ -2,10 +2,11 @@
 //!
 //! After each fetched batch the consumer saves what the batch changed (the fold's
 //! [`Touched`](super::fold::Touched) record) together with the stream sequence it reached, as one
-//! sled batch, flushes, and only then acknowledges the messages to JetStream. So the store is
-//! always at or ahead of the server's acknowledgement floor; if it is ever behind (it lost a
-//! flushed batch), the consumer rebuilds from the start rather than miss events. The store is a
-//! cache of the stream: deleting it only costs a rebuild.
+//! sled batch, and flushes. The batch is encoded on the consumer's task and written on a blocking
+//! thread while the next batch is fetched and folded ([`ConsumerStore::prepare`],
+//! [`PendingSave::commit`]); saves are written one at a time, in order, so the stored state is
+//! always the state at its stored checkpoint. The store is a cache of the stream: deleting it
+//! only costs a rebuild.
 
 use std::path::{Path, PathBuf};
 
@@ -31,6 +32,27 @@ pub enum StoreError {
         /// What failed.
         reason: String,
     },
+}
+
+/// One save, encoded, not yet written: see [`ConsumerStore::prepare`].
+#[must_use = "a prepared save is written only by commit"]
+pub struct PendingSave {
+    db: sled::Db,
+    path: PathBuf,
+    batch: sled::Batch,
+}
+
+impl PendingSave {
+    /// Applies the batch atomically and flushes (blocking).
+    pub fn commit(self) -> Result<(), StoreError> {
+        let io = |err: sled::Error| StoreError::Io {
+            path: self.path.clone(),
+            reason: err.to_string(),
+        };
+        self.db.apply_batch(self.batch).map_err(io)?;
+        self.db.flush().map_err(io)?;
+        Ok(())
+    }
 }
 
 /// A consumer's persisted state.
@@ -111,6 +133,13 @@ impl ConsumerStore {
     /// Saves what changed in `fold` since the last save, with the stream sequence reached,
     /// atomically, and flushes.
     pub fn save(&self, fold: &mut Fold, checkpoint: u64) -> Result<(), StoreError> {
+        self.prepare(fold, checkpoint)?.commit()
+    }
+
+    /// Encodes what changed in `fold` since the last save, with the stream sequence reached, as
+    /// one batch; [`PendingSave::commit`] writes it (on another thread if need be, while the
+    /// fold moves on). Commit pending saves in the order they were prepared.
+    pub fn prepare(&self, fold: &mut Fold, checkpoint: u64) -> Result<PendingSave, StoreError> {
         let touched = fold.take_touched();
         let mut batch = sled::Batch::default();
         for (job, item) in &touched.items {
@@ -134,9 +163,11 @@ impl ConsumerStore {
         let stats = serde_json::to_vec(&fold.stats).map_err(|e| self.io(e))?;
         batch.insert(STATS, stats);
         batch.insert(CHECKPOINT, &checkpoint.to_be_bytes());
-        self.db.apply_batch(batch).map_err(|e| self.io(e))?;
-        self.db.flush().map_err(|e| self.io(e))?;
-        Ok(())
+        Ok(PendingSave {
+            db: self.db.clone(),
+            path: self.path.clone(),
+            batch,
+        })
     }
 
     /// Forgets everything (before a rebuild from the start).

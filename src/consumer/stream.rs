@@ -85,6 +85,8 @@ pub async fn read_from_start(
         .last_sequence;
     let mut read = StreamRead {
         last_stream_seq: last,
+        // Kept in memory only: nothing needs what each batch changed.
+        fold: Fold::untracked(),
         ..StreamRead::default()
     };
     if last == 0 {
@@ -130,21 +132,48 @@ pub(crate) struct Batch {
     pub(crate) malformed: u64,
 }
 
-/// Fetches one batch (up to 5,000 messages, waiting at most a second) and offers every event
-/// in it (optionally only `node`'s) to `fold`.
+/// Fetches one batch (up to 5,000 messages, those available now) and offers every event in it
+/// (optionally only `node`'s) to `fold`.
 pub(crate) async fn fetch_into(
     reader: &consumer::Consumer<consumer::pull::Config>,
     fold: &mut Fold,
     node: Option<&str>,
     stream_error: &impl Fn(String) -> ReadError,
 ) -> Result<Batch, ReadError> {
-    let mut messages = reader
+    let messages = reader
         .fetch()
         .max_messages(5000)
         .expires(Duration::from_secs(1))
         .messages()
         .await
         .map_err(|e| stream_error(e.to_string()))?;
+    offer_all(messages, fold, node, stream_error).await
+}
+
+/// Waits up to `wait` for the next message (a caught-up consumer that follows the stream),
+/// and offers it to `fold`.
+pub(crate) async fn wait_into(
+    reader: &consumer::Consumer<consumer::pull::Config>,
+    fold: &mut Fold,
+    wait: Duration,
+    stream_error: &impl Fn(String) -> ReadError,
+) -> Result<Batch, ReadError> {
+    let messages = reader
+        .batch()
+        .max_messages(1)
+        .expires(wait)
+        .messages()
+        .await
+        .map_err(|e| stream_error(e.to_string()))?;
+    offer_all(messages, fold, None, stream_error).await
+}
+
+async fn offer_all(
+    mut messages: consumer::pull::Batch,
+    fold: &mut Fold,
+    node: Option<&str>,
+    stream_error: &impl Fn(String) -> ReadError,
+) -> Result<Batch, ReadError> {
     let mut batch = Batch::default();
     while let Some(message) = messages.next().await {
         let message = message.map_err(|e| stream_error(e.to_string()))?;
