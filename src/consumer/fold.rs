@@ -7,13 +7,12 @@
 //! The predecessor of `seq` is `seq - 1`, or `prev_seq` when the node announced a jump. Events the
 //! sink failed to store (`seq == 0`) are applied once, by event id.
 
-use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::{Event, EventKind};
-use crate::projection::{MemoryProjection, StoredItem};
+use crate::event::Event;
+use crate::projection::MemoryProjection;
 
 /// What became of one offered event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,53 +168,7 @@ impl Fold {
                 self.touched.nodes.insert(event.node_id.clone());
             }
         }
-        self.apply_to_projection(event);
-    }
-
-    /// [`MemoryProjection::apply`], except that a dead-lettered item the projection does not
-    /// hold yet is moved in rather than copied (the common case of a rebuild): the same
-    /// [`StoredItem`] that [`crate::projection::apply`] builds for it (the property test below
-    /// compares every fold with `MemoryProjection::apply` in log order).
-    fn apply_to_projection(&mut self, event: Event) {
-        let Event {
-            event_id,
-            node_id,
-            seq,
-            prev_seq,
-            timestamp,
-            job_id,
-            topic,
-            kind,
-        } = event;
-        let kind = match kind {
-            EventKind::DeadLettered { mut item } => {
-                let key = (job_id.clone(), item.item_id.clone());
-                match self.projection.items.entry(key) {
-                    Entry::Vacant(slot) => {
-                        item.job_id = job_id;
-                        slot.insert(StoredItem {
-                            item,
-                            created_seq: seq,
-                            version: 1,
-                            last_event_id: event_id,
-                        });
-                        return;
-                    }
-                    Entry::Occupied(_) => EventKind::DeadLettered { item },
-                }
-            }
-            kind => kind,
-        };
-        self.projection.apply(&Event {
-            event_id,
-            node_id,
-            seq,
-            prev_seq,
-            timestamp,
-            job_id,
-            topic,
-            kind,
-        });
+        self.projection.apply(&event);
     }
 }
 
