@@ -22,19 +22,18 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use common::items::template_item;
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
 use common::NatsServer;
 use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::consumer::{run_durable, ConsumerStore, DurableConfig};
 use dlq::emitter::{Emitter, EmitterBuilder};
-use dlq::failure::dead_lettered_item;
-use dlq::model::{DeadLetteredItem, FailureDetail};
 use dlq::reconciler::ReconcilerConfig;
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use tokio_util::sync::CancellationToken;
@@ -44,18 +43,6 @@ const JOBS: usize = 64;
 const EMITTERS: usize = 64;
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 const POLL_EVERY: Duration = Duration::from_millis(2);
-
-fn template_item() -> DeadLetteredItem {
-    let letter = |i: u32| char::from(b'a' + (i * 7 % 26) as u8);
-    let blob: String = (0..1024u32).map(letter).collect();
-    let data = serde_json::json!({ "file": "src/lib.rs", "priority": 5, "blob": blob });
-    let failure: FailureDetail = serde_json::from_value(serde_json::json!({
-        "attempt_number": 1, "timestamp": Utc::now(), "error_type": {"CommandFailed": {"exit_code": 101}},
-        "error_message": "cargo test failed with exit code 101", "agent_id": "agent-1",
-        "step_failed": "shell: cargo test", "duration_ms": 45_000 }))
-    .unwrap();
-    dead_lettered_item("job-0", "item-0", data, vec![failure], None).unwrap()
-}
 
 /// A target rate in events/s; `None` = unpaced (the emitter's maximum).
 type Rate = Option<u64>;

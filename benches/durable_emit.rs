@@ -7,17 +7,17 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use common::items::template_item;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use std::{fs::File, future::Future, io::Write, os::unix::io::AsRawFd, path::Path, path::PathBuf};
 
-use chrono::Utc;
 use common::NatsServer;
 use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::decide::Command;
 use dlq::emitter::{EmitterBuilder, TopicPolicies};
-use dlq::failure::dead_lettered_item;
-use dlq::model::{DeadLetteredItem, FailureDetail};
+use dlq::model::DeadLetteredItem;
 use dlq::reconciler::ReconcilerConfig;
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use hdrhistogram::Histogram;
@@ -223,19 +223,6 @@ const SFR_NOTE: &str = "sled 0.34's own sync: no disk-cache flush, no file size;
 const SLED_NOTE: &str = "sink-like commands (~3.6 KiB, 8 keys); flush + fdatasync(db) per batch";
 
 // ---------------------------------------------------------------- 2-3. durable emit
-
-/// A realistic item with ~1 KiB of `item_data`, built once and cloned per call.
-fn template_item() -> DeadLetteredItem {
-    let letter = |i: u32| char::from(b'a' + (i * 7 % 26) as u8);
-    let blob: String = (0..1024u32).map(letter).collect();
-    let data = serde_json::json!({ "file": "src/lib.rs", "priority": 5, "blob": blob });
-    let failure: FailureDetail = serde_json::from_value(serde_json::json!({
-        "attempt_number": 1, "timestamp": Utc::now(), "error_type": {"CommandFailed": {"exit_code": 101}},
-        "error_message": "cargo test failed with exit code 101", "agent_id": "agent-1",
-        "step_failed": "shell: cargo test", "duration_ms": 45_000 }))
-    .expect("failure detail");
-    dead_lettered_item("job-0", "item-0", data, vec![failure], None).expect("one failure")
-}
 
 /// The template with a new item id (never used before in this process) in one of `JOBS` jobs.
 fn next_item(template: &DeadLetteredItem, job: usize) -> DeadLetteredItem {

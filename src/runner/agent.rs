@@ -44,7 +44,7 @@ use crate::model::WorktreeArtifacts;
 #[path = "agent_output.rs"]
 mod output;
 #[path = "agent_process.rs"]
-mod process;
+pub(crate) mod process;
 #[path = "worktree.rs"]
 mod worktree;
 

@@ -65,6 +65,21 @@ pub async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
+/// The process group a child spawned with `process_group(0)` leads (its pid), if it has one.
+pub fn group_of(child: &tokio::process::Child) -> Option<Pid> {
+    child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw)
+}
+
+/// SIGKILLs the whole group, if there is one; a group already gone is fine.
+pub fn kill_group(group: Option<Pid>) {
+    if let Some(group) = group {
+        let _ = killpg(group, Signal::SIGKILL);
+    }
+}
+
 /// Spawns `cmd` as the leader of a new process group (tracked in `groups`) and waits for it
 /// until `deadline` or `cancel`; then kills the whole group and reaps the leader. `Err` when
 /// the process could not be started.
@@ -75,10 +90,7 @@ pub async fn run(
     groups: &mut Groups,
 ) -> std::io::Result<Ended> {
     let mut child = cmd.process_group(0).kill_on_drop(true).spawn()?;
-    let group = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw);
+    let group = group_of(&child);
     if let Some(group) = group {
         groups.0.push(group);
     }

@@ -10,6 +10,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::{InputError, InputSource, MAX_INPUT_BYTES};
+use crate::runner::agent::process::{group_of, kill_group};
 
 /// How much of a failing command's stderr an error quotes.
 const STDERR_TAIL_BYTES: usize = 2048;
@@ -90,18 +91,9 @@ async fn run_command(
         .kill_on_drop(true)
         .spawn()
         .map_err(spawn_err)?;
-    let group = child.id().and_then(|id| i32::try_from(id).ok());
-    let kill_group = || {
-        if let Some(pgid) = group {
-            // The group may already be gone: nothing to do then.
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pgid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-    };
+    let group = group_of(&child);
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        kill_group();
+        kill_group(group);
         return Err(spawn_err(std::io::Error::other(
             "stdout/stderr not captured",
         )));
@@ -109,13 +101,13 @@ async fn run_command(
     let read_out = async {
         let result = read_bounded(stdout, MAX_INPUT_BYTES).await;
         if matches!(result, Ok((_, true))) {
-            kill_group();
+            kill_group(group);
         }
         result
     };
     let wait = async {
         let status = child.wait().await;
-        kill_group();
+        kill_group(group);
         status
     };
     let (out, err_tail, status) =

@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::process::{group_of, kill_group};
 
 /// Time limit of one git command.
 pub const GIT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -207,19 +207,14 @@ async fn git(dir: &Path, args: &[&OsStr]) -> Result<Vec<u8>, GitError> {
         .kill_on_drop(true)
         .spawn()
         .map_err(GitError::Spawn)?;
-    let group = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw);
+    let group = group_of(&child);
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let run = async { tokio::join!(child.wait(), read_all(stdout), read_all(stderr)) };
     let finished = tokio::time::timeout(GIT_TIMEOUT, run).await;
     // Kill what is left of the group (hooks git started). On timeout the leader is not reaped
     // yet, so the group id is still ours; after a normal exit it was reaped an instant ago, far
     // too soon for the kernel to hand the id to a new group.
-    if let Some(group) = group {
-        let _ = killpg(group, Signal::SIGKILL);
-    }
+    kill_group(group);
     let Ok((status, out, err)) = finished else {
         let _ = child.wait().await;
         let args: Vec<_> = args.iter().map(|a| a.to_string_lossy()).collect();

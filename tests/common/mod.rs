@@ -18,6 +18,7 @@
 
 pub mod cli;
 pub mod cluster;
+pub mod items;
 pub mod nats;
 pub mod stream;
 

@@ -1,0 +1,19 @@
+//! Realistic items for benchmarks and load tests.
+
+use chrono::Utc;
+use dlq::failure::dead_lettered_item;
+use dlq::model::{DeadLetteredItem, FailureDetail};
+
+/// An item with ~1 KiB of `item_data` and one `CommandFailed` failure, built once and cloned
+/// per call (job `job-0`, item `item-0`: callers set their own ids).
+pub fn template_item() -> DeadLetteredItem {
+    let letter = |i: u32| char::from(b'a' + (i * 7 % 26) as u8);
+    let blob: String = (0..1024u32).map(letter).collect();
+    let data = serde_json::json!({ "file": "src/lib.rs", "priority": 5, "blob": blob });
+    let failure: FailureDetail = serde_json::from_value(serde_json::json!({
+        "attempt_number": 1, "timestamp": Utc::now(), "error_type": {"CommandFailed": {"exit_code": 101}},
+        "error_message": "cargo test failed with exit code 101", "agent_id": "agent-1",
+        "step_failed": "shell: cargo test", "duration_ms": 45_000 }))
+    .expect("failure detail");
+    dead_lettered_item("job-0", "item-0", data, vec![failure], None).expect("one failure")
+}
