@@ -16,11 +16,14 @@
 //! last sequence at that sample, i.e. how stale the consumer's projection is. Catch-up: from the
 //! end of the load until the checkpoint reaches the stream's final last sequence. Every run
 //! checks that the consumer applied exactly the events emitted. Figures are reported, never
-//! asserted; full and quick runs write `benches/results/consumer_lag[-quick].md`.
+//! asserted; full and quick runs write `benches/results/consumer_lag[-quick].md`; `--json PATH`
+//! also writes the suite's rows (`benches/common/suite.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "common/suite.rs"]
+mod suite;
 
 use common::items::template_item;
 
@@ -289,14 +292,7 @@ fn report(outcomes: &[Outcome], mode: &str, command: &str, seconds: f64) -> Stri
     )
     .unwrap();
     for o in outcomes {
-        let mut lags: Vec<u64> = o
-            .samples
-            .iter()
-            .map(|s| s.last.saturating_sub(s.checkpoint))
-            .collect();
-        lags.sort_unstable();
-        let mut ms: Vec<f64> = o.lag_ms.iter().copied().filter(|m| m.is_finite()).collect();
-        ms.sort_by(f64::total_cmp);
+        let (lags, ms) = sorted_lags(o);
         let ev = |q| quantile(&lags, q).map_or("-".into(), |v| v.to_string());
         let mss = |q| quantile(&ms, q).map_or("-".into(), |v| format!("{v:.0}"));
         let ok = if o.applied == o.emitted && o.final_last == o.emitted {
@@ -337,11 +333,13 @@ fn main() {
     let (mut quick, mut benching) = (false, false);
     let (mut seconds, mut rates) = (None::<f64>, None::<Vec<Rate>>);
     let mut shown = Vec::new();
+    let mut json = None::<PathBuf>;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--bench" => benching = true,
             "--quick" => quick = true,
+            "--json" => json = Some(args.next().expect("--json PATH").into()),
             "--seconds" => {
                 let v = args.next().expect("--seconds S");
                 seconds = Some(v.parse().expect("--seconds S"));
@@ -373,21 +371,12 @@ fn main() {
     };
     let seconds = seconds.unwrap_or(default_seconds);
     let rates = rates.unwrap_or(default_rates);
-    let mut command = String::from("cargo bench --bench consumer_lag");
-    if quick || !shown.is_empty() {
-        command.push_str(" --");
-        if quick {
-            command.push_str(" --quick");
-        }
-        for a in &shown {
-            command.push(' ');
-            command.push_str(a);
-        }
-    }
+    let command = suite::bench_command("consumer_lag", quick, &shown);
     let base = option_env!("CARGO_TARGET_TMPDIR").map_or_else(std::env::temp_dir, PathBuf::from);
     std::fs::create_dir_all(&base).unwrap();
     let tmp = tempfile::tempdir_in(&base).unwrap();
     let load_before = loadavg();
+    let started = std::time::Instant::now();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -420,4 +409,46 @@ fn main() {
         std::fs::write(&path, &out).unwrap();
         eprintln!("results written to {}", path.display());
     }
+    if let Some(path) = json {
+        let rows: Vec<_> = outcomes.iter().map(|o| suite_row(o, seconds)).collect();
+        suite::write(
+            &path,
+            "consumer_lag",
+            mode,
+            suite::machine(),
+            started.elapsed().as_secs_f64(),
+            &rows,
+        );
+    }
+}
+
+/// A rate's lag samples, sorted: in events (stream last sequence minus checkpoint) and in ms.
+fn sorted_lags(o: &Outcome) -> (Vec<u64>, Vec<f64>) {
+    let mut lags: Vec<u64> = o
+        .samples
+        .iter()
+        .map(|s| s.last.saturating_sub(s.checkpoint))
+        .collect();
+    lags.sort_unstable();
+    let mut ms: Vec<f64> = o.lag_ms.iter().copied().filter(|m| m.is_finite()).collect();
+    ms.sort_by(f64::total_cmp);
+    (lags, ms)
+}
+
+/// One rate's lag in the suite's shape: p99 lag in ms, the rest in the note.
+fn suite_row(o: &Outcome, seconds: f64) -> suite::SuiteRow {
+    let (lags, ms) = sorted_lags(o);
+    let ev = |q| quantile(&lags, q).unwrap_or(0);
+    let p99 = quantile(&ms, 0.99).unwrap_or(f64::NAN);
+    let figure = match o.rate {
+        Some(r) => format!("consumer lag p99, emitting {r} events/s"),
+        None => "consumer lag p99, emitting at the emitter's maximum".to_owned(),
+    };
+    let note = format!(
+        "achieved {:.0} events/s for {seconds} s; lag p50/p99/max {}/{}/{} events, p50/max {:.0}/{:.0} ms; catch-up {} ms; applied {} of {} emitted",
+        o.emitted as f64 / o.load_secs, ev(0.5), ev(0.99), ev(1.0),
+        quantile(&ms, 0.5).unwrap_or(f64::NAN), quantile(&ms, 1.0).unwrap_or(f64::NAN),
+        o.catch_up.as_millis(), o.applied, o.emitted
+    );
+    suite::SuiteRow::new("7 consumers", figure, p99, "ms").note(note)
 }

@@ -4,23 +4,31 @@
 //! dead-letter events (1 KiB `item_data`, 100 jobs), lets the real reconciler publish them into a
 //! private nats-server, then times (1) an in-memory rebuild from the start of the stream
 //! (`dlq::consumer::read_from_start`, what `dlq consume` and `dlq verify` do) and (2) a durable
-//! consumer's first catch-up into its own sled store. Without `--bench` (under `cargo test`) it
+//! consumer's first catch-up into its own sled store; then the two halves of (1) apart: the bus
+//! alone (every message fetched, nothing decoded; the first pass, which also copies the payloads,
+//! is not timed) and our CPU alone (decode and fold of those payloads, no bus). Without `--bench` (under `cargo test`) it
 //! runs with 500 events as a smoke test. Each rebuild runs `--runs` times (default 3; the durable
 //! one into a fresh store each time) and the median is reported. Progress goes
-//! to stderr. Figures are reported, never asserted.
+//! to stderr. Figures are reported, never asserted. `--json PATH` also writes the suite's rows
+//! (`benches/common/suite.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "common/suite.rs"]
+mod suite;
 
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use common::NatsServer;
 use dlq::bus::{Bus, BusConfig, NatsBus};
-use dlq::consumer::{read_from_start, run_durable, ConsumerStore, DurableConfig};
+use dlq::consumer::{
+    for_each_message, read_from_start, run_durable, ConsumerStore, DurableConfig, Fold,
+};
 use dlq::decide::Command;
 use dlq::emitter::EmitterBuilder;
+use dlq::event::Event;
 use dlq::failure::dead_lettered_item;
 use dlq::model::{ErrorType, FailureDetail};
 use dlq::sink::{Sink, SinkConfig, SledSink};
@@ -72,6 +80,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut benching, mut events, mut runs) = (false, 100_000usize, 3usize);
+    let mut json = None::<std::path::PathBuf>;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--bench" => benching = true,
@@ -82,6 +91,7 @@ fn main() {
                     .expect("--events N")
             }
             "--runs" => runs = args.next().and_then(|n| n.parse().ok()).expect("--runs N"),
+            "--json" => json = Some(args.next().expect("--json PATH").into()),
             _ => {}
         }
     }
@@ -89,6 +99,7 @@ fn main() {
         (events, runs) = (500, 1);
     }
     let runs = runs.max(1);
+    let started = Instant::now();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -125,6 +136,36 @@ fn main() {
             assert_eq!(read.fold.stats.applied as usize, events);
         }
 
+        // The two halves of the in-memory rebuild on their own: the bus (messages fetched,
+        // nothing decoded) and our CPU (decode + fold of payloads already in memory).
+        eprintln!("{runs} read-only pass(es) and decode+fold pass(es) ...");
+        let (mut read_only, mut fold_only) = (Vec::new(), Vec::new());
+        let mut payloads: Vec<Vec<u8>> = Vec::with_capacity(events);
+        for run in 0..runs {
+            let started = Instant::now();
+            let mut count = 0usize;
+            for_each_message(&server.url(), "DLQ", |message| {
+                count += 1;
+                if run == 0 {
+                    payloads.push(message.payload.to_vec());
+                }
+            })
+            .await
+            .unwrap();
+            let elapsed = started.elapsed().as_secs_f64();
+            assert_eq!(count, events);
+            if run > 0 || runs == 1 {
+                read_only.push(elapsed);
+            }
+            let started = Instant::now();
+            let mut fold = Fold::untracked();
+            for payload in &payloads {
+                fold.offer(Event::from_json(payload).unwrap());
+            }
+            fold_only.push(started.elapsed().as_secs_f64());
+            assert_eq!(fold.stats.applied as usize, events);
+        }
+
         eprintln!("{runs} durable rebuild(s) ...");
         let config = DurableConfig {
             url: server.url(),
@@ -146,6 +187,7 @@ fn main() {
         }
         eprintln!("done");
         let (in_memory, durable) = (median(in_memory), median(durable));
+        let (read_only, fold_only) = (median(read_only), median(fold_only));
 
         println!(
             "| rebuild from the stream ({events} events, ~1.3 KB each; median of {runs}) | events/s | seconds |"
@@ -159,6 +201,28 @@ fn main() {
             "| durable consumer into its own sled store, first catch-up | {:.0} | {durable:.2} |",
             events as f64 / durable
         );
+        println!(
+            "| the bus alone: fetch every message, decode nothing | {:.0} | {read_only:.2} |",
+            events as f64 / read_only
+        );
+        println!(
+            "| our CPU alone: decode + fold payloads already in memory | {:.0} | {fold_only:.2} |",
+            events as f64 / fold_only
+        );
         println!("\ntarget: >= 100,000 events/s (issue 5); reported, not asserted");
+        if let Some(path) = &json {
+            let note = format!("{events} events of ~1.3 KB from a private nats-server; median of {runs}");
+            let rows = [
+                ("rebuild from the stream, in memory (`dlq consume`, `dlq verify`)", in_memory),
+                ("rebuild from the stream, durable consumer's first catch-up", durable),
+            ]
+            .map(|(figure, secs)| {
+                let rate = events as f64 / secs;
+                let row = suite::SuiteRow::new("7 consumers", figure, rate, "events/s");
+                row.target(">= 100000 events/s (issue 5)", rate >= 100_000.0).note(note.clone())
+            });
+            let mode = if benching { "full" } else { "smoke" };
+            suite::write(path, "consumer_rebuild", mode, suite::machine(), started.elapsed().as_secs_f64(), &rows);
+        }
     });
 }

@@ -1,7 +1,7 @@
 //! Runner-overhead benchmark (issue 3): what `dlq run` costs per item beyond the command itself,
 //! and what dead-lettering costs per failed agent.
 //!
-//! `cargo bench --bench runner_overhead -- [--quick] [--items N] [--failing N] [--runs N]`
+//! `cargo bench --bench runner_overhead -- [--quick] [--items N] [--failing N] [--runs N] [--json PATH]`
 //!
 //! 1. Baselines, in this process (Tokio, at most 16 children in flight, each `sh -c true` in a
 //!    process group of its own with stdin closed, as the runner spawns them): (A) output to
@@ -20,10 +20,13 @@
 //! `cargo test --all-targets` (no `--bench` argument), which writes no results file. Full and
 //! quick write `benches/results/runner_overhead[-quick].md`. Each figure is the median wall time
 //! of `--runs` runs (3 full, 1 otherwise). Item counts in each report are asserted; times never.
+//! `--json PATH` also writes the figures in the suite's shape (`benches/common/suite.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "common/suite.rs"]
+mod suite;
 
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
@@ -339,6 +342,7 @@ fn main() {
     let (mut quick, mut benching) = (false, false);
     let (mut items, mut failing, mut runs) = (None, None, None);
     let mut shown_args = Vec::new();
+    let mut json = None::<PathBuf>;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut number = |flag: &str| -> usize {
@@ -352,6 +356,7 @@ fn main() {
         match arg.as_str() {
             "--bench" => benching = true, // added by `cargo bench` for `harness = false` targets
             "--quick" => quick = true,
+            "--json" => json = Some(args.next().expect("--json PATH").into()),
             "--items" => items = Some(number("--items")),
             "--failing" => failing = Some(number("--failing")),
             "--runs" => runs = Some(number("--runs").max(1)),
@@ -369,17 +374,7 @@ fn main() {
     };
     let (n, m) = (items.unwrap_or(n_default), failing.unwrap_or(m_default));
     let runs = runs.unwrap_or(if benching && !quick { 3 } else { 1 });
-    let mut command = String::from("cargo bench --bench runner_overhead");
-    if quick || !shown_args.is_empty() {
-        command.push_str(" --");
-        if quick {
-            command.push_str(" --quick");
-        }
-        for a in &shown_args {
-            command.push(' ');
-            command.push_str(a);
-        }
-    }
+    let command = suite::bench_command("runner_overhead", quick, &shown_args);
     let base = option_env!("CARGO_TARGET_TMPDIR").map_or_else(std::env::temp_dir, PathBuf::from);
     std::fs::create_dir_all(&base).unwrap();
     let tmp = tempfile::tempdir_in(&base).unwrap(); // removed at exit
@@ -513,9 +508,11 @@ fn main() {
     let dlq_retry0 = ms_per(wall(&fail_m0) - wall(&ok_m), m);
     writeln!(w, "\n| figure | ms | target |").unwrap();
     writeln!(w, "|---|---:|---|").unwrap();
+    let mut figures: Vec<(String, f64, Option<f64>)> = Vec::new();
     let mut fig = |name: &str, v: f64, target: Option<f64>| {
         let t = target.map_or("-".into(), |t| verdict(v, t));
         writeln!(w, "| {name} | {v:.3} | {t} |").unwrap();
+        figures.push((name.to_owned(), v, target));
     };
     fig(
         "runner overhead per item: (dlq run N − baseline B) / N",
@@ -585,5 +582,26 @@ fn main() {
             .join(name);
         std::fs::write(&path, &out).unwrap();
         eprintln!("results written to {}", path.display());
+    }
+    if let Some(path) = json {
+        let note = format!("N = {n}, M = {m} items, max_parallel {PARALLEL}, median of {runs}");
+        let rows: Vec<_> = figures
+            .into_iter()
+            .map(|(name, v, target)| {
+                let row = suite::SuiteRow::new("8 job runner", name, v, "ms").note(note.clone());
+                match target {
+                    Some(t) => row.target(format!("< {t} ms (issue 3)"), v < t),
+                    None => row,
+                }
+            })
+            .collect();
+        suite::write(
+            &path,
+            "runner_overhead",
+            mode,
+            suite::machine(),
+            started.elapsed().as_secs_f64(),
+            &rows,
+        );
     }
 }

@@ -10,8 +10,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{DeadLetteredItem, FailureDetail, WorktreeArtifacts};
 
+mod wire;
+
 /// One change to the dead-letter queue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "wire::WireEvent")]
 pub struct Event {
     /// `"{node_id}:{seq}"` for stored events; see [`Event::volatile_id`] for the others.
     pub event_id: String,

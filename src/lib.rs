@@ -26,3 +26,4 @@ pub mod signature;
 pub mod sink;
 #[cfg(test)]
 mod testing;
+pub mod timefmt;

@@ -454,26 +454,41 @@ fn a_remote_listener_is_refused_and_stale_or_missing_servers_are_handled() {
     assert_eq!(code, Some(2), "{stderr}");
 }
 
-#[test]
-fn a_holder_without_an_api_is_named_in_the_error() {
-    let env = Env::new(DEAD_BUS_URL);
-    env.demo("j1", 2);
-    // `dlq reconcile` holds the directory while it waits for the dead bus.
+/// `dlq reconcile`, which holds the data directory while it waits up to `timeout` for the dead
+/// bus.
+fn reconcile_holder(env: &Env, timeout: &str) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlq"));
     cmd.arg("--data-dir")
         .arg(&env.data)
-        .args(["--nats-url", DEAD_BUS_URL, "reconcile", "--timeout", "300s"])
+        .args([
+            "--nats-url",
+            DEAD_BUS_URL,
+            "reconcile",
+            "--timeout",
+            timeout,
+        ])
         .env("DLQ_CONFIG", env.data.with_extension("yml"))
         .env("RUST_LOG", "error")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let mut holder = spawn_tied_to_test(cmd).unwrap();
-    let held = poll_until(Duration::from_secs(60), || {
-        let out = env.run(&["list"]);
+    spawn_tied_to_test(cmd).unwrap()
+}
+
+/// Polls `dlq --lock-wait 0s list` until it fails because `holder` holds the directory.
+fn held_list(env: &Env) -> std::process::Output {
+    poll_until(Duration::from_secs(60), || {
+        let out = env.run(&["--lock-wait", "0s", "list"]);
         (!out.status.success()).then_some(out)
     })
-    .expect("reconcile never took the data directory");
-    let (code, stderr) = failure(&held);
+    .expect("the holder never took the data directory")
+}
+
+#[test]
+fn a_holder_without_an_api_is_named_in_the_error() {
+    let env = Env::new(DEAD_BUS_URL);
+    env.demo("j1", 2);
+    let mut holder = reconcile_holder(&env, "300s");
+    let (code, stderr) = failure(&held_list(&env));
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains(&format!("pid {}", holder.id())), "{stderr}");
     assert!(
@@ -491,4 +506,33 @@ fn a_holder_without_an_api_is_named_in_the_error() {
         2,
         "free again once it is gone"
     );
+}
+
+/// A command started while a short-lived process holds the directory waits for it (up to
+/// `--lock-wait`) instead of failing: `dlq list` racing `dlq run`'s start must not fail either.
+#[test]
+fn a_command_waits_for_a_directory_held_by_a_short_command() {
+    let env = Env::new(DEAD_BUS_URL);
+    env.demo("j1", 2);
+    let mut holder = reconcile_holder(&env, "4s");
+    held_list(&env);
+    assert!(holder.try_wait().unwrap().is_none(), "still holding");
+    let out = env
+        .command(&["--lock-wait", "120s", "--format", "json", "list"])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("held by pid {}", holder.id()))
+            && stderr.contains("waiting up to 2m"),
+        "says whom it waits for: {stderr}"
+    );
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed["matched"], 2);
 }

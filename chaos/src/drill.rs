@@ -12,7 +12,7 @@ use crate::observe::{read_stream, Seen, Subscriber};
 use crate::procs::NatsProc;
 use crate::proxy::Proxy;
 use crate::report::{self, DrillResult, ModeResult, Sample};
-use crate::summary::{run_verify, summarise, Times};
+use crate::summary::{run_repair, run_verify, summarise, Times};
 use crate::{err, DrillArgs, Fault, Res};
 
 const SUBJECT: &str = "sys.job.dlq";
@@ -192,9 +192,16 @@ async fn run_mode(args: &DrillArgs, baseline: bool, work: &Path, out: &Path) -> 
         .await?;
     marks.push(mark(t0, "emitters exited"));
     sampler.abort();
+    // Our mode repairs what the bus lost after acknowledging it, as an operator would after a
+    // failover; the subscriber is still listening, so it receives the repairs too.
+    let repaired = if baseline {
+        Vec::new()
+    } else {
+        run_repair(args, &fleet.data_dirs(), &servers.url()).await
+    };
     let seen_by_subscriber = subscriber.finish(Duration::from_secs(2)).await;
     let stream = read_stream(&servers.url(), STREAM).await?;
-    let verify = run_verify(args, &fleet.data_dirs(), &servers.url()).await;
+    let verify = run_verify(args, &fleet.data_dirs(), &servers.url(), &repaired).await;
     let logs = out.join("logs").join(mode);
     std::fs::create_dir_all(&logs)?;
     for (name, log) in servers.logs() {

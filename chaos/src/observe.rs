@@ -1,17 +1,17 @@
 //! The independent observers: a core-NATS subscriber that records every event id it receives
 //! during the drill, and a reader of the whole JetStream stream at the end.
 //!
-//! Both count duplicates twice: *before dedup* (the same `Nats-Msg-Id` more than once) and
-//! *after dedup by id* (a message with a new id that is the same logical event as one already
-//! seen: the same `(job, item)` dead-lettered twice, or the same `(node, seq)`). The second
-//! figure is what a consumer that drops repeated ids would still see twice.
+//! Both count duplicates twice: *before dedup* (the same event id more than once: a re-publish,
+//! or a repair by `dlq republish` of an event this observer already had) and *after dedup by id*
+//! (a message with a new event id that is the same logical event as one already seen: the same
+//! `(job, item)` dead-lettered twice, or the same `(node, seq)`). The second figure is what a
+//! consumer that drops repeated event ids would still see twice.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer};
 use dlq::event::{Event, EventKind};
 use futures::StreamExt;
 use tokio::task::JoinHandle;
@@ -23,8 +23,11 @@ use crate::{err, Res};
 pub struct Seen {
     /// Messages received (with repeats).
     pub messages: u64,
-    /// How often each `Nats-Msg-Id` arrived.
+    /// How often each event id arrived (taken from the body; the `Nats-Msg-Id` for a body that
+    /// is not an event). A re-published repair carries a new message id but the same event id.
     pub ids: HashMap<String, u32>,
+    /// Messages whose `Nats-Msg-Id` marks them as a repair by `dlq republish`.
+    pub repairs: u64,
     logical: HashMap<String, String>,
     /// Messages with a new id but an already seen logical event.
     pub logical_duplicates: u64,
@@ -39,31 +42,44 @@ pub struct Seen {
     /// Stream reader only: distinct stream sequences read.
     pub distinct_seqs: u64,
     seqs: std::collections::HashSet<u64>,
+    /// Stream reader only: messages its consumer delivered twice (counted once).
+    pub reader_repeats: u64,
+    /// Stream reader only: messages its consumer skipped, read by sequence instead.
+    pub read_by_sequence: u64,
+    /// Stream reader only: the stream sequences of each event id.
+    seqs_of: HashMap<String, Vec<u64>>,
 }
 
 impl Seen {
-    /// Records one message.
-    pub fn add(&mut self, id: &str, payload: &[u8]) {
+    /// Records one message; returns its event id.
+    pub fn add(&mut self, msg_id: &str, payload: &[u8]) -> String {
         self.messages += 1;
-        let count = self.ids.entry(id.to_owned()).or_insert(0);
+        if msg_id.contains("~republished-") {
+            self.repairs += 1;
+        }
+        let event = Event::from_json(payload).ok();
+        let id = event.as_ref().map_or(msg_id, |e| e.event_id.as_str());
+        let id = id.to_owned();
+        let count = self.ids.entry(id.clone()).or_insert(0);
         *count += 1;
         if *count > 1 {
-            return;
+            return id;
         }
-        let Some(key) = logical_key(payload) else {
+        let Some(key) = event.as_ref().map(logical_key) else {
             self.malformed += 1;
-            return;
+            return id;
         };
         match self.logical.entry(key) {
-            Entry::Occupied(first) if first.get() != id => self.logical_duplicates += 1,
+            Entry::Occupied(first) if *first.get() != id => self.logical_duplicates += 1,
             Entry::Occupied(_) => {}
             Entry::Vacant(slot) => {
                 if slot.key().starts_with("dl|") {
                     self.items += 1;
                 }
-                slot.insert(id.to_owned());
+                slot.insert(id.clone());
             }
         }
+        id
     }
 
     /// Distinct ids.
@@ -71,24 +87,46 @@ impl Seen {
         self.ids.len() as u64
     }
 
-    /// Repeats of an id already seen.
+    /// Repeats of an event id already seen.
     pub fn duplicates_by_id(&self) -> u64 {
         self.messages.saturating_sub(self.unique())
     }
 
-    /// Whether `id` was seen.
+    /// Up to `n` event ids seen more than once, sorted, each with the stream sequences it is
+    /// stored at (stream reader), e.g. `node:12 @ 230, 40551`.
+    pub fn repeated_ids(&self, n: usize) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .ids
+            .iter()
+            .filter(|(_, count)| **count > 1)
+            .map(|(id, _)| match self.seqs_of.get(id) {
+                Some(seqs) => format!(
+                    "{id} @ {}",
+                    seqs.iter()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                None => id.clone(),
+            })
+            .collect();
+        ids.sort();
+        ids.truncate(n);
+        ids
+    }
+
+    /// Whether the event `id` was seen.
     pub fn contains(&self, id: &str) -> bool {
         self.ids.contains_key(id)
     }
 }
 
-fn logical_key(payload: &[u8]) -> Option<String> {
-    let event = Event::from_json(payload).ok()?;
-    Some(match &event.kind {
+fn logical_key(event: &Event) -> String {
+    match &event.kind {
         EventKind::DeadLettered { item } => format!("dl|{}|{}", item.job_id, item.item_id),
         _ if event.seq > 0 => format!("ev|{}|{}", event.node_id, event.seq),
         _ => format!("id|{}", event.event_id),
-    })
+    }
 }
 
 fn msg_id(headers: Option<&async_nats::HeaderMap>) -> String {
@@ -153,58 +191,21 @@ impl Subscriber {
 
 /// Reads every message of `stream` by sequence, from the first to the last at call time.
 pub async fn read_stream(url: &str, stream: &str) -> Res<Seen> {
-    let client = async_nats::ConnectOptions::new()
-        .connection_timeout(Duration::from_secs(5))
-        .connect(dlq::bus::server_list(url))
-        .await?;
-    let js = jetstream::new(client);
-    let mut handle = js.get_stream(stream).await?;
-    let last = handle.info().await?.state.last_sequence;
     let mut seen = Seen::default();
-    if last == 0 {
-        return Ok(seen);
-    }
-    let reader = handle
-        .create_consumer(consumer::pull::Config {
-            deliver_policy: consumer::DeliverPolicy::All,
-            ack_policy: consumer::AckPolicy::None,
-            inactive_threshold: Duration::from_secs(60),
-            ..Default::default()
-        })
-        .await?;
-    let (mut at, mut idle) = (0u64, 0u32);
-    while at < last {
-        let mut batch = reader
-            .fetch()
-            .max_messages(1000)
-            .expires(Duration::from_secs(1))
-            .messages()
-            .await?;
-        let before = at;
-        while let Some(message) = batch.next().await {
-            let message = message?;
-            if let Ok(info) = message.info() {
-                at = at.max(info.stream_sequence);
-                seen.last_seq = seen.last_seq.max(info.stream_sequence);
-                if seen.seqs.insert(info.stream_sequence) {
-                    seen.distinct_seqs += 1;
-                }
-                if seen.first_seq == 0 || info.stream_sequence < seen.first_seq {
-                    seen.first_seq = info.stream_sequence;
-                }
-            }
-            seen.add(&msg_id(message.headers.as_ref()), &message.payload);
+    let span = dlq::consumer::for_each_message(url, stream, |message| {
+        let seq = message.stream_seq;
+        seen.last_seq = seen.last_seq.max(seq);
+        if seen.seqs.insert(seq) {
+            seen.distinct_seqs += 1;
         }
-        if at == before {
-            idle += 1;
-            if idle > 10 {
-                return Err(err(format!(
-                    "reading stream {stream} stalled at sequence {at} of {last}"
-                )));
-            }
-        } else {
-            idle = 0;
+        if seen.first_seq == 0 || seq < seen.first_seq {
+            seen.first_seq = seq;
         }
-    }
+        let id = seen.add(message.msg_id.unwrap_or_default(), message.payload);
+        seen.seqs_of.entry(id).or_default().push(seq);
+    })
+    .await?;
+    seen.reader_repeats = span.repeats;
+    seen.read_by_sequence = span.read_by_sequence;
     Ok(seen)
 }

@@ -70,6 +70,13 @@ pub struct Verify {
     pub diverging: u64,
     /// Events still unpublished in the sink.
     pub unpublished: u64,
+    /// Events the stream lost after acknowledging them, re-published from the sink by
+    /// `dlq republish` before verifying (our mode only; `None` if not run).
+    pub republished: Option<u64>,
+    /// Up to 20 of the re-published event ids.
+    pub republished_ids: Vec<String>,
+    /// Messages in the stream when `dlq republish` read it (`None` if not run).
+    pub repair_read: Option<u64>,
     /// Why it did not run, if so.
     pub note: Option<String>,
 }
@@ -132,15 +139,19 @@ pub struct ModeResult {
     /// Stream sequences between the first and the last message read that hold no message
     /// (nothing is ever deleted from the stream, so 0 unless the server skipped sequences).
     pub stream_sequence_gaps: u64,
-    /// Messages the stream reader got more than once (same stream sequence): 0, else the
-    /// reader's figures are suspect.
+    /// Messages the stream reader's consumer delivered more than once (same stream sequence;
+    /// offered once).
     pub stream_reader_repeats: u64,
+    /// Messages the end-of-drill reader's consumer skipped, read by sequence instead.
+    pub stream_read_by_sequence: u64,
     /// Acknowledged ids found in the stream.
     pub acked_in_stream: u64,
     /// LOST: acknowledged ids never in the stream.
     pub lost: u64,
     /// Up to 20 lost ids.
     pub lost_sample: Vec<String>,
+    /// Up to 20 event ids the stream holds more than once.
+    pub stream_duplicate_sample: Vec<String>,
     /// Events left unpublished in the sinks at the end.
     pub final_unpublished: u64,
     /// Seconds from restoring until the backlog was drained (`None`: never).
@@ -242,8 +253,13 @@ const ROWS: &[Row] = &[
         format!("{} ({})", r.stream_unique, r.stream_items)
     }),
     (
-        "stream sequence gaps / messages read twice by the reader",
-        |r| format!("{} / {}", r.stream_sequence_gaps, r.stream_reader_repeats),
+        "stream sequence gaps / reader's consumer: delivered twice, skipped (read by sequence)",
+        |r| {
+            format!(
+                "{} / {} / {}",
+                r.stream_sequence_gaps, r.stream_reader_repeats, r.stream_read_by_sequence
+            )
+        },
     ),
     ("**LOST** (acknowledged, never in the stream)", |r| {
         format!("**{}**", r.lost)
@@ -294,6 +310,17 @@ const ROWS: &[Row] = &[
             kb(r.emitter_hwm_max_kb)
         )
     }),
+    (
+        "lost by the bus after its ack, re-published by `dlq republish`",
+        |r| {
+            let runs: Vec<u64> = r.verify.iter().filter_map(|v| v.republished).collect();
+            if runs.len() < r.verify.len() || runs.is_empty() {
+                "not run".into()
+            } else {
+                runs.iter().sum::<u64>().to_string()
+            }
+        },
+    ),
     ("`dlq verify` (missing / extra / diverging items)", |r| {
         let sum = |f: fn(&Verify) -> u64| r.verify.iter().map(f).sum::<u64>();
         if r.verify.iter().any(|v| v.exit.is_none()) {
@@ -374,6 +401,25 @@ pub fn markdown(d: &DrillResult) -> String {
         if !m.lost_sample.is_empty() {
             let _ = writeln!(s, "\nSome lost ids: {}", m.lost_sample.join(", "));
         }
+        let repaired: Vec<&str> = m
+            .verify
+            .iter()
+            .flat_map(|v| v.republished_ids.iter().map(String::as_str))
+            .collect();
+        if !repaired.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nRe-published by `dlq republish`: {}",
+                repaired.join(", ")
+            );
+        }
+        if !m.stream_duplicate_sample.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nIn the stream more than once: {}",
+                m.stream_duplicate_sample.join(", ")
+            );
+        }
     }
     s.push_str(READING);
     s
@@ -393,12 +439,14 @@ const READING: &str = "
 
 - **acknowledged**: event ids whose emit returned `Ok` (durable in the sled sink); the scheduler
   believes these are safe. **LOST** counts those never found in the JetStream stream `DLQ` at the
-  end (read by sequence, after the load stopped and the reconcilers drained).
+  end (read by sequence, after the load stopped, the reconcilers drained and, for ours,
+  `dlq republish` re-published what the bus lost after acknowledging it).
 - The baseline keeps events it could not publish in its sink (reference 003 is sink-first too),
   but nothing ever publishes them: every failure during the outage is missing from the bus.
-- **duplicates by id**: the same `Nats-Msg-Id` more than once (re-publishes; JetStream drops
-  them inside its duplicate window, a core subscriber sees them). **after dedup**: the same
-  logical event under two ids; must be 0.
+- **duplicates by id**: the same event id more than once (re-publishes: JetStream drops them
+  inside its duplicate window, a core subscriber sees them; repairs by `dlq republish` carry a
+  new message id, so the stream keeps them). **after dedup**: the same logical event under two
+  event ids; must be 0.
 - **acknowledged, not seen by the subscriber**: the core subscriber misses what is published
   while it is itself reconnecting; the stream is the record.
 - **time to drain**: from the end of the fault until every sink's oldest unpublished event was

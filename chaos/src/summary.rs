@@ -1,6 +1,6 @@
 //! Turning what the drill recorded into a [`ModeResult`], and `dlq verify` per data dir.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::faults::Mark;
@@ -118,10 +118,12 @@ pub fn summarise(
         } else {
             (stream.last_seq - stream.first_seq + 1).saturating_sub(stream.distinct_seqs)
         },
-        stream_reader_repeats: stream.messages.saturating_sub(stream.distinct_seqs),
+        stream_reader_repeats: stream.reader_repeats,
+        stream_read_by_sequence: stream.read_by_sequence,
         acked_in_stream: t.acked.len() as u64 - lost.len() as u64,
         lost: lost.len() as u64,
         lost_sample: lost.into_iter().take(20).collect(),
+        stream_duplicate_sample: stream.repeated_ids(20),
         final_unpublished,
         time_to_drain_s,
         peak_backlog: samples.iter().map(|s| s.backlog).max().unwrap_or(0),
@@ -143,57 +145,137 @@ pub fn summarise(
     }
 }
 
-/// `dlq verify` for each data directory (the emitters have exited, so the dirs are free).
-pub async fn run_verify(args: &DrillArgs, dirs: &[(String, PathBuf)], url: &str) -> Vec<Verify> {
-    let bin = args.dlq_bin.clone().or_else(|| {
-        std::env::current_exe()
-            .ok()
-            .map(|exe| exe.with_file_name("dlq"))
-    });
+/// The `dlq` binary: `--dlq-bin`, else beside this executable.
+fn dlq_bin(args: &DrillArgs) -> Option<PathBuf> {
+    args.dlq_bin
+        .clone()
+        .or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .map(|exe| exe.with_file_name("dlq"))
+        })
+        .filter(|bin| bin.is_file())
+}
+
+/// Runs `dlq --format json COMMAND` on one data directory (the emitters have exited, so the
+/// directories are free); returns its exit code and the last line of its output as JSON, or
+/// why it did not run.
+async fn run_dlq(
+    bin: Option<&Path>,
+    (node, dir): &(String, PathBuf),
+    url: &str,
+    command: &str,
+) -> Result<(Option<i32>, serde_json::Value), String> {
+    let bin = bin.ok_or("dlq binary not found (build it, or pass --dlq-bin)")?;
+    let run = tokio::process::Command::new(bin)
+        .arg("--data-dir")
+        .arg(dir)
+        .args([
+            "--node-id",
+            node,
+            "--nats-url",
+            url,
+            "--format",
+            "json",
+            command,
+        ])
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .map_err(|_| format!("dlq {command} timed out after 120 s"))?
+        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    let json: serde_json::Value = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_default();
+    if json.is_null() {
+        return Err(String::from_utf8_lossy(&output.stderr).trim().into());
+    }
+    Ok((output.status.code(), json))
+}
+
+/// What `dlq republish` did on one data directory.
+#[derive(Debug, Clone, Default)]
+pub struct Repair {
+    /// Events re-published.
+    pub republished: u64,
+    /// Up to 20 of their ids.
+    pub ids: Vec<String>,
+    /// Messages the repair read from the stream (every node's).
+    pub stream_messages: u64,
+}
+
+/// `dlq republish` for each data directory: publishes again what the stream lost after
+/// acknowledging it. Returns what it did per node (`None` where it failed, with the failure
+/// printed).
+pub async fn run_repair(
+    args: &DrillArgs,
+    dirs: &[(String, PathBuf)],
+    url: &str,
+) -> Vec<Option<Repair>> {
+    let bin = dlq_bin(args);
+    let mut repaired = Vec::new();
+    for node_dir in dirs {
+        match run_dlq(bin.as_deref(), node_dir, url, "republish").await {
+            Ok((_, json)) => repaired.push(json["republished"].as_u64().map(|n| {
+                Repair {
+                    republished: n,
+                    stream_messages: json["stream_messages"].as_u64().unwrap_or(0),
+                    ids: json["events"]
+                        .as_array()
+                        .map(|ids| {
+                            ids.iter()
+                                .filter_map(|id| id.as_str().map(str::to_owned))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                }
+            })),
+            Err(note) => {
+                eprintln!("dlq-chaos: dlq republish for {}: {note}", node_dir.0);
+                repaired.push(None);
+            }
+        }
+    }
+    repaired
+}
+
+/// `dlq verify` for each data directory; `repaired` is what [`run_repair`] returned (empty
+/// when the mode has no repair step).
+pub async fn run_verify(
+    args: &DrillArgs,
+    dirs: &[(String, PathBuf)],
+    url: &str,
+    repaired: &[Option<Repair>],
+) -> Vec<Verify> {
+    let bin = dlq_bin(args);
     let mut results = Vec::new();
-    for (node, dir) in dirs {
+    for (i, node_dir) in dirs.iter().enumerate() {
         let mut v = Verify {
-            node_id: node.clone(),
+            node_id: node_dir.0.clone(),
+            republished: repaired
+                .get(i)
+                .and_then(|r| r.as_ref().map(|r| r.republished)),
+            republished_ids: repaired
+                .get(i)
+                .and_then(|r| r.as_ref().map(|r| r.ids.clone()))
+                .unwrap_or_default(),
+            repair_read: repaired
+                .get(i)
+                .and_then(|r| r.as_ref().map(|r| r.stream_messages)),
             ..Verify::default()
         };
-        match &bin {
-            Some(bin) if bin.is_file() => {
-                let run = tokio::process::Command::new(bin)
-                    .arg("--data-dir")
-                    .arg(dir)
-                    .args([
-                        "--node-id",
-                        node,
-                        "--nats-url",
-                        url,
-                        "--format",
-                        "json",
-                        "verify",
-                    ])
-                    .kill_on_drop(true)
-                    .output();
-                match tokio::time::timeout(Duration::from_secs(120), run).await {
-                    Ok(Ok(output)) => {
-                        v.exit = output.status.code();
-                        let text = String::from_utf8_lossy(&output.stdout);
-                        let json: serde_json::Value = text
-                            .lines()
-                            .last()
-                            .and_then(|l| serde_json::from_str(l).ok())
-                            .unwrap_or_default();
-                        v.missing = json["missing"].as_u64().unwrap_or(0);
-                        v.extra = json["extra"].as_u64().unwrap_or(0);
-                        v.diverging = json["diverging"].as_u64().unwrap_or(0);
-                        v.unpublished = json["unpublished"].as_u64().unwrap_or(0);
-                        if json.is_null() {
-                            v.note = Some(String::from_utf8_lossy(&output.stderr).trim().into());
-                        }
-                    }
-                    Ok(Err(e)) => v.note = Some(format!("cannot run {}: {e}", bin.display())),
-                    Err(_) => v.note = Some("timed out after 120 s".into()),
-                }
+        match run_dlq(bin.as_deref(), node_dir, url, "verify").await {
+            Ok((exit, json)) => {
+                v.exit = exit;
+                v.missing = json["missing"].as_u64().unwrap_or(0);
+                v.extra = json["extra"].as_u64().unwrap_or(0);
+                v.diverging = json["diverging"].as_u64().unwrap_or(0);
+                v.unpublished = json["unpublished"].as_u64().unwrap_or(0);
             }
-            _ => v.note = Some("dlq binary not found (build it, or pass --dlq-bin)".into()),
+            Err(note) => v.note = Some(note),
         }
         results.push(v);
     }

@@ -8,7 +8,7 @@ use async_nats::jetstream::{self, message::PublishMessage, stream};
 use async_nats::HeaderMap;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::{Bus, BusError, Published, HEADER_JOB, HEADER_KIND, HEADER_MSG_ID, HEADER_NODE};
 use crate::event::Event;
@@ -155,23 +155,41 @@ impl NatsBus {
         }
     }
 
-    fn headers(event: &Event) -> HeaderMap {
+    fn headers(event: &Event, msg_id: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        headers.insert(HEADER_MSG_ID, event.event_id.as_str());
+        headers.insert(HEADER_MSG_ID, msg_id);
         headers.insert(HEADER_KIND, event.kind.name());
         headers.insert(HEADER_JOB, event.job_id.as_str());
         headers.insert(HEADER_NODE, event.node_id.as_str());
         headers
     }
 
-    async fn publish_jetstream(&self, event: &Event) -> Result<Published, BusError> {
+    /// Publishes `event` to the stream under another `Nats-Msg-Id` than its event id, so that
+    /// the stream's duplicate window cannot drop it: the repair of an event the stream lost
+    /// (`dlq republish`). Consumers still drop it if they hold it, by event id. JetStream only.
+    pub async fn publish_as(&self, event: &Event, msg_id: &str) -> Result<Published, BusError> {
+        if self.config.mode != BusMode::Jetstream {
+            return Err(BusError::Rejected(
+                "re-publishing under a new id needs a JetStream stream (bus mode is core)".into(),
+            ));
+        }
+        if !self.is_healthy() {
+            return Err(BusError::Disconnected);
+        }
+        let timeout = self.config.publish_timeout;
+        tokio::time::timeout(timeout, self.publish_jetstream(event, msg_id))
+            .await
+            .unwrap_or(Err(BusError::Timeout(timeout)))
+    }
+
+    async fn publish_jetstream(&self, event: &Event, msg_id: &str) -> Result<Published, BusError> {
         self.ensure_stream().await?;
         let payload = event
             .to_json()
             .map_err(|e| BusError::Encode(e.to_string()))?;
         let message = PublishMessage::build()
             .payload(payload.into())
-            .headers(Self::headers(event));
+            .headers(Self::headers(event, msg_id));
         let ack = self
             .jetstream
             .send_publish(self.config.subject.clone(), message)
@@ -179,10 +197,21 @@ impl NatsBus {
             .map_err(|err| BusError::Transport(err.to_string()))?
             .await;
         match ack {
-            Ok(ack) => Ok(Published {
-                stream_seq: Some(ack.sequence),
-                duplicate: ack.duplicate,
-            }),
+            Ok(ack) => {
+                if ack.duplicate {
+                    // Expected after a timeout or a crash between publish and mark-published;
+                    // also what a failover that lost the message looks like (`dlq republish`).
+                    debug!(
+                        msg_id,
+                        stream_seq = ack.sequence,
+                        "acknowledged as a duplicate: the stream already had this message id"
+                    );
+                }
+                Ok(Published {
+                    stream_seq: Some(ack.sequence),
+                    duplicate: ack.duplicate,
+                })
+            }
             Err(err) => {
                 use async_nats::jetstream::context::PublishErrorKind as Kind;
                 Err(match err.kind() {
@@ -205,7 +234,7 @@ impl NatsBus {
         self.client
             .publish_with_headers(
                 self.config.subject.clone(),
-                Self::headers(event),
+                Self::headers(event, &event.event_id),
                 payload.into(),
             )
             .await
@@ -229,7 +258,7 @@ impl Bus for NatsBus {
         let timeout = self.config.publish_timeout;
         let attempt = async {
             match self.config.mode {
-                BusMode::Jetstream => self.publish_jetstream(event).await,
+                BusMode::Jetstream => self.publish_jetstream(event, &event.event_id).await,
                 BusMode::Core => self.publish_core(event).await,
             }
         };

@@ -160,7 +160,7 @@ pub async fn consume(cli: &Cli, args: &ConsumeArgs) -> Result<u8, CliError> {
 /// Compares the data directory's sink with the stream's projection of the same node.
 pub async fn verify(cli: &Cli, args: &VerifyArgs) -> Result<u8, CliError> {
     let config = open::config(cli)?;
-    let sink = open::sink(cli, &config)?;
+    let sink = open::sink(cli, &config).await?;
     let node = sink.node_id().to_owned();
     let backlog = sink.backlog()?;
     let read = match &args.consumer_store {

@@ -83,7 +83,7 @@ pub async fn run_import(cli: &Cli, args: &ImportArgs) -> Result<u8, CliError> {
     for warning in &plan.warnings {
         eprintln!("dlq import: warning: {warning}");
     }
-    let sink = open::sink(cli, &config)?;
+    let sink = open::sink(cli, &config).await?;
     let emitter = open::emitter_with_sink(&config, sink, false).await?;
     let outcome = append_all(&emitter, source).await;
     let published = finish_publishing(&emitter, args.drain_timeout).await;

@@ -4,7 +4,8 @@
 //! The rule ([`target`]): `--api URL` always forwards. Otherwise, when `<data_dir>/serve.json`
 //! names a live process whose `/healthz` answers, the command goes to that API (the server holds
 //! the sled lock, so opening the directory could only fail). Otherwise the directory is opened;
-//! if another process holds it, the error names that process and what to do
+//! while another process holds it (a short command, or a job not yet announcing its API) both
+//! are tried again for up to `--lock-wait`, then the error names that process and what to do
 //! ([`super::open::sink`]). A forwarded command asks the server to render its answer in the
 //! command's `--format` with the same code the CLI uses, and prints the body as it is.
 
@@ -54,15 +55,27 @@ pub async fn target(cli: &Cli) -> Result<Target, CliError> {
     if let Some(url) = &cli.api {
         return Ok(Target::Api(client(cli, url)?));
     }
-    if let Some(file) = ServeFile::read_live(&cli.data_dir) {
-        let api = client(cli, &file.url)?;
-        if api.healthy().await {
+    let config = open::config(cli)?;
+    let mut wait = open::LockWait::new(cli);
+    loop {
+        if let Some(api) = announced_api(cli).await? {
             return Ok(Target::Api(api));
         }
+        if let Some(sink) = open::try_sink(cli, &config)? {
+            return Ok(Target::Local(Box::new(Local { config, sink })));
+        }
+        // Held by a short command, or by a job that has not announced its API yet.
+        wait.pause(cli).await?;
     }
-    let config = open::config(cli)?;
-    let sink = open::sink(cli, &config)?;
-    Ok(Target::Local(Box::new(Local { config, sink })))
+}
+
+/// The API announced in `serve.json` by a live process, if it answers.
+async fn announced_api(cli: &Cli) -> Result<Option<ApiClient>, CliError> {
+    let Some(file) = ServeFile::read_live(&cli.data_dir) else {
+        return Ok(None);
+    };
+    let api = client(cli, &file.url)?;
+    Ok(api.healthy().await.then_some(api))
 }
 
 /// A client of `url` with the token of `--token-file` or `DLQ_API_TOKEN`.

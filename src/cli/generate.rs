@@ -42,7 +42,7 @@ pub async fn run(cli: &Cli, args: &GenerateArgs) -> Result<u8, CliError> {
             args.items, config.sink.capacity_per_job
         )));
     }
-    let sink = open::sink(cli, &config)?;
+    let sink = open::sink(cli, &config).await?;
     let now = Utc::now();
     let spread = args.spread_hours.max(1);
     let started = std::time::Instant::now();

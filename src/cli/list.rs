@@ -148,7 +148,7 @@ pub async fn with_sink<T>(
     f: impl FnOnce(&SledSink) -> Result<T, CliError>,
 ) -> Result<T, CliError> {
     let config = open::config(cli)?;
-    let sink = open::sink(cli, &config)?;
+    let sink = open::sink(cli, &config).await?;
     let result = f(&sink);
     sink.close().await?;
     result

@@ -9,6 +9,7 @@ mod generate;
 pub(crate) mod list;
 pub(crate) mod open;
 pub(crate) mod report;
+mod republish;
 pub(crate) mod retry;
 mod run;
 mod serve;
@@ -19,6 +20,7 @@ mod table;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -77,6 +79,13 @@ pub struct Cli {
     /// send it [default: the token in env DLQ_API_TOKEN].
     #[arg(long, global = true, env = "DLQ_API_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
+    /// How long to wait for the data directory when another process without an admin API
+    /// holds it (a short command such as `dlq list`, or a job still starting). A directory
+    /// held by a running `dlq serve` or `dlq run` is not waited for: commands go through its
+    /// API, or fail at once naming it.
+    #[arg(long, global = true, env = "DLQ_LOCK_WAIT", default_value = "10s",
+          value_parser = humantime::parse_duration)]
+    pub lock_wait: Duration,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -112,6 +121,9 @@ pub enum Command {
     Consume(consume::ConsumeArgs),
     /// Compare this data directory's items with those rebuilt from the stream (exit 5 on any difference).
     Verify(consume::VerifyArgs),
+    /// Publish again, under a new message id, this node's stored events that the stream lost
+    /// after acknowledging them (--dry-run: only list them, exit 5 if any).
+    Republish(republish::RepublishArgs),
     /// List items, newest failure first, filtered and paged.
     List(list::ListArgs),
     /// Show one whole item: data, every failure, stack traces, log locations, worktree.
@@ -156,6 +168,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Rebuild => status::rebuild(&cli).await,
         Command::Consume(args) => consume::consume(&cli, args).await,
         Command::Verify(args) => consume::verify(&cli, args).await,
+        Command::Republish(args) => republish::run_republish(&cli, args).await,
         Command::List(args) => list::run_list(&cli, args).await,
         Command::Inspect(args) => list::run_inspect(&cli, args).await,
         Command::Stats(args) => report::run_stats(&cli, args).await,

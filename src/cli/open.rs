@@ -2,10 +2,14 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::{Cli, CliError};
 use crate::bus::{BusConfig, NatsBus};
 use crate::config::Config;
 use crate::emitter::{Emitter, EmitterBuilder};
+use crate::serve::discovery::ServeFile;
+use crate::serve::ServeError;
 use crate::sink::{Sink, SledSink};
 
 /// The emitter type the CLI uses.
@@ -37,16 +41,68 @@ pub fn config(cli: &Cli) -> Result<Config, CliError> {
     Ok(config)
 }
 
-/// Opens the sink of the data directory. When another process holds it, the error names that
-/// process (and its API, if it is a `dlq serve`) and says what to do.
-pub fn sink(cli: &Cli, config: &Config) -> Result<SledSink, CliError> {
-    SledSink::open(config.sink_config(&cli.data_dir)).map_err(|err| {
-        if crate::serve::is_locked(&err) {
-            crate::serve::ServeError::held(&cli.data_dir).into()
-        } else {
-            err.into()
+/// How often a held data directory is tried again while waiting for it.
+const LOCK_RETRY: Duration = Duration::from_millis(50);
+
+/// Opens the sink of the data directory. While another process without an admin API holds
+/// it, tries again for up to `--lock-wait`; then, or at once when the holder announces an API,
+/// the error names that process (and its API) and says what to do.
+pub async fn sink(cli: &Cli, config: &Config) -> Result<SledSink, CliError> {
+    let mut wait = LockWait::new(cli);
+    loop {
+        if let Some(sink) = try_sink(cli, config)? {
+            return Ok(sink);
         }
-    })
+        if ServeFile::read_live(&cli.data_dir).is_some() {
+            return Err(ServeError::held(&cli.data_dir).into());
+        }
+        wait.pause(cli).await?;
+    }
+}
+
+/// Opens the sink of the data directory once: `None` when another process holds it.
+pub fn try_sink(cli: &Cli, config: &Config) -> Result<Option<SledSink>, CliError> {
+    match SledSink::open(config.sink_config(&cli.data_dir)) {
+        Ok(sink) => Ok(Some(sink)),
+        Err(err) if crate::serve::is_locked(&err) => Ok(None),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Waiting for a data directory that another process holds, for up to `--lock-wait`.
+pub struct LockWait {
+    deadline: Instant,
+    said: bool,
+}
+
+impl LockWait {
+    /// Starts waiting now.
+    pub fn new(cli: &Cli) -> Self {
+        LockWait {
+            deadline: Instant::now() + cli.lock_wait,
+            said: false,
+        }
+    }
+
+    /// Waits [`LOCK_RETRY`] before the next try (the first time, says who holds the
+    /// directory), or says the directory stays held once `--lock-wait` has passed.
+    pub async fn pause(&mut self, cli: &Cli) -> Result<(), CliError> {
+        if Instant::now() >= self.deadline {
+            return Err(ServeError::held(&cli.data_dir).into());
+        }
+        if !self.said {
+            self.said = true;
+            let holder = crate::serve::discovery::lock_holder(&cli.data_dir)
+                .map_or_else(|| "another process".to_owned(), |h| h.to_string());
+            tracing::warn!(
+                "{} is held by {holder}; waiting up to {} for it (--lock-wait)",
+                cli.data_dir.display(),
+                humantime::format_duration(cli.lock_wait)
+            );
+        }
+        tokio::time::sleep(LOCK_RETRY).await;
+        Ok(())
+    }
 }
 
 /// Opens sink and bus, starts metrics if asked, and builds an emitter with its reconciler.
@@ -55,7 +111,7 @@ pub async fn emitter(cli: &Cli) -> Result<CliEmitter, CliError> {
     if let Some(addr) = config.metrics_addr {
         crate::metrics::serve_prometheus(addr)?;
     }
-    let sink = sink(cli, &config)?;
+    let sink = sink(cli, &config).await?;
     emitter_with_sink(&config, sink, true).await
 }
 

@@ -94,7 +94,7 @@ async fn open_with_api(cli: &Cli) -> Result<(CliEmitter, JobApi), CliError> {
     let config = open::config(cli)?;
     let token = token_text(cli.token_file.as_deref())?;
     let metrics = install_metrics(config.metrics_addr)?;
-    let sink = open::sink(cli, &config)?;
+    let sink = open::sink(cli, &config).await?;
     let emitter = open::emitter_with_sink(&config, sink, true).await?;
     let stop = CancellationToken::new();
     let listener = match Listener::bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0))).await {

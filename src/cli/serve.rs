@@ -32,7 +32,7 @@ pub async fn run_serve(cli: &Cli, args: &ServeArgs) -> Result<u8, CliError> {
     let config = open::config(cli)?;
     let listener = Listener::bind(args.listen).await?;
     let metrics = install_metrics(config.metrics_addr)?;
-    let sink = open::sink(cli, &config)?;
+    let sink = open::sink(cli, &config).await?;
     let emitter = open::emitter_with_sink(&config, sink, true).await?;
     let url = listener.url().to_owned();
     match cli.format {

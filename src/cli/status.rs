@@ -20,7 +20,7 @@ pub struct ReconcileArgs {
 /// Prints node id, item count and backlog.
 pub async fn status(cli: &Cli) -> Result<u8, CliError> {
     let config = open::config(cli)?;
-    let sink = open::sink(cli, &config)?;
+    let sink = open::sink(cli, &config).await?;
     // From the per-job counters: no item is read.
     let items: u64 = sink
         .jobs()?
@@ -73,7 +73,7 @@ pub async fn reconcile(cli: &Cli, args: &ReconcileArgs) -> Result<u8, CliError> 
 /// Rebuilds the projection from the log.
 pub async fn rebuild(cli: &Cli) -> Result<u8, CliError> {
     let config = open::config(cli)?;
-    let sink = open::sink(cli, &config)?;
+    let sink = open::sink(cli, &config).await?;
     let replayed = sink.rebuild_projection().await?;
     sink.close().await?;
     match cli.format {

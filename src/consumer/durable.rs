@@ -116,7 +116,7 @@ pub async fn run_durable(
                     () = shutdown.cancelled() => return Ok(()),
                 }
             } else {
-                fetch_into(&reader, &mut fold, None, &stream_error).await?
+                fetch_into(&reader, &mut fold, &stream_error).await?
             };
             messages += batch.messages;
             if batch.malformed > 0 {

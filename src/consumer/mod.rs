@@ -2,11 +2,13 @@
 //!
 //! [`fold`] is the pure part (arrival order and duplicates do not matter); [`stream`] reads the
 //! JetStream stream from the start into a fold; [`verify`] compares a fold's projection with an
-//! emitter's sink; [`durable`] keeps a consumer's state in its own [`store`], checkpointed by
+//! emitter's sink; [`repair`] re-publishes what a stream lost; [`durable`] keeps a consumer's state in its own [`store`], checkpointed by
 //! stream sequence.
 
 pub mod durable;
 pub mod fold;
+pub mod repair;
+mod seqset;
 pub mod store;
 pub mod stream;
 pub mod verify;
@@ -14,5 +16,7 @@ pub mod verify;
 pub use durable::{run_durable, ConsumeError, DurableConfig, DurableRun};
 pub use fold::{Fold, FoldStats, Offer};
 pub use store::{ConsumerStore, PendingSave, StoreError};
-pub use stream::{read_from_start, ReadError, StreamRead};
+pub use stream::{
+    for_each_message, read_from_start, ReadError, StreamMessage, StreamRead, StreamSpan,
+};
 pub use verify::{compare, Difference};

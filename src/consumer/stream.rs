@@ -2,11 +2,14 @@
 
 use std::time::Duration;
 
+use async_nats::jetstream::stream::RawMessageErrorKind;
 use async_nats::jetstream::{self, consumer};
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use thiserror::Error;
 
 use super::fold::Fold;
+use super::seqset::SeqSet;
 use crate::event::Event;
 
 /// Why the stream could not be read.
@@ -28,16 +31,6 @@ pub enum ReadError {
         /// What the server said.
         reason: String,
     },
-    /// No progress for too long.
-    #[error("reading stream {stream} stalled at sequence {at} of {last}")]
-    Stalled {
-        /// The stream name.
-        stream: String,
-        /// The last stream sequence read.
-        at: u64,
-        /// The stream's last sequence when reading began.
-        last: u64,
-    },
 }
 
 /// What a read from the start found.
@@ -53,13 +46,43 @@ pub struct StreamRead {
     pub last_stream_seq: u64,
 }
 
-/// Reads every message of `stream` up to its last sequence at the time of the call, offering
-/// each event (optionally only those of `node`) to a fresh [`Fold`].
-pub async fn read_from_start(
+/// One message of the stream, as [`for_each_message`] offers it.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamMessage<'a> {
+    /// Its stream sequence.
+    pub stream_seq: u64,
+    /// Its `Nats-Msg-Id` header, if any.
+    pub msg_id: Option<&'a str>,
+    /// Its body.
+    pub payload: &'a [u8],
+}
+
+/// What the stream held when a read began, and how the read went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamSpan {
+    /// The first sequence still stored (after the stream's limits removed older ones).
+    pub first_seq: u64,
+    /// The last sequence assigned; everything up to it was read.
+    pub last_seq: u64,
+    /// When the first stored message arrived (`None` for an empty stream).
+    pub first_time: Option<DateTime<Utc>>,
+    /// Messages the consumer delivered twice (offered once).
+    pub repeats: u64,
+    /// Messages the consumer did not deliver, read one by one from the stream leader.
+    pub read_by_sequence: u64,
+    /// Sequences in the range with no message (deleted, or never stored).
+    pub absent: u64,
+}
+
+/// Reads every message of `stream` from its first to its last sequence at the time of the
+/// call, offering each to `visit` exactly once: one ephemeral pull consumer without acks, then
+/// each sequence it did not deliver read by sequence from the stream leader (right after a
+/// cluster failover a consumer was seen to skip a message, or to stall before the last one).
+pub async fn for_each_message(
     url: &str,
     stream: &str,
-    node: Option<&str>,
-) -> Result<StreamRead, ReadError> {
+    mut visit: impl FnMut(StreamMessage<'_>),
+) -> Result<StreamSpan, ReadError> {
     let stream_error = |reason: String| ReadError::Stream {
         stream: stream.to_owned(),
         reason,
@@ -77,20 +100,23 @@ pub async fn read_from_start(
         .get_stream(stream)
         .await
         .map_err(|e| stream_error(e.to_string()))?;
-    let last = handle
+    let state = handle
         .info()
         .await
         .map_err(|e| stream_error(e.to_string()))?
         .state
-        .last_sequence;
-    let mut read = StreamRead {
-        last_stream_seq: last,
-        // Kept in memory only: nothing needs what each batch changed.
-        fold: Fold::untracked(),
-        ..StreamRead::default()
+        .clone();
+    let mut span = StreamSpan {
+        first_seq: state.first_sequence,
+        last_seq: state.last_sequence,
+        first_time: (state.messages > 0)
+            .then(|| i64::try_from(state.first_timestamp.unix_timestamp_nanos()).ok())
+            .flatten()
+            .map(DateTime::from_timestamp_nanos),
+        ..StreamSpan::default()
     };
-    if last == 0 {
-        return Ok(read);
+    if state.messages == 0 {
+        return Ok(span);
     }
     let reader = handle
         .create_consumer(consumer::pull::Config {
@@ -101,24 +127,85 @@ pub async fn read_from_start(
         })
         .await
         .map_err(|e| stream_error(e.to_string()))?;
-    let mut at = 0;
-    let mut idle_rounds = 0;
-    while at < last {
+    let mut seen = SeqSet::new(span.first_seq, span.last_seq);
+    let (mut at, mut delivered, mut idle_rounds) = (0, 0u64, 0);
+    while at < span.last_seq && delivered < state.messages && idle_rounds < 3 {
+        let mut messages = fetch_batch(&reader, &stream_error).await?;
         let before = at;
-        let batch = fetch_into(&reader, &mut read.fold, node, &stream_error).await?;
-        at = at.max(batch.reached);
-        read.messages += batch.messages;
-        read.malformed += batch.malformed;
-        idle_rounds = if at == before { idle_rounds + 1 } else { 0 };
-        if idle_rounds >= 10 {
-            return Err(ReadError::Stalled {
-                stream: stream.to_owned(),
-                at,
-                last,
+        while let Some(message) = messages.next().await {
+            let message = message.map_err(|e| stream_error(e.to_string()))?;
+            let stream_seq = message.info().map_or(0, |info| info.stream_sequence);
+            at = at.max(stream_seq);
+            if stream_seq > span.last_seq {
+                continue; // stored after the read began
+            }
+            if !seen.insert(stream_seq) {
+                span.repeats += 1;
+                continue;
+            }
+            delivered += 1;
+            visit(StreamMessage {
+                stream_seq,
+                msg_id: message
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(crate::bus::HEADER_MSG_ID))
+                    .map(|v| v.as_str()),
+                payload: &message.payload,
             });
         }
+        idle_rounds = if at == before { idle_rounds + 1 } else { 0 };
     }
-    Ok(read)
+    let holes: Vec<u64> = seen.missing().collect();
+    for seq in holes {
+        match handle.get_raw_message(seq).await {
+            Ok(message) => {
+                span.read_by_sequence += 1;
+                visit(StreamMessage {
+                    stream_seq: seq,
+                    msg_id: message
+                        .headers
+                        .get(crate::bus::HEADER_MSG_ID)
+                        .map(|v| v.as_str()),
+                    payload: &message.payload,
+                });
+            }
+            Err(err) if matches!(err.kind(), RawMessageErrorKind::NoMessageFound) => {
+                span.absent += 1;
+            }
+            Err(err) => return Err(stream_error(format!("reading sequence {seq}: {err}"))),
+        }
+    }
+    Ok(span)
+}
+
+/// Reads every message of `stream` up to its last sequence at the time of the call, offering
+/// each event (optionally only those of `node`) to a fresh [`Fold`].
+pub async fn read_from_start(
+    url: &str,
+    stream: &str,
+    node: Option<&str>,
+) -> Result<StreamRead, ReadError> {
+    // Kept in memory only: nothing needs what each batch changed.
+    let mut fold = Fold::untracked();
+    let (mut messages, mut malformed) = (0, 0);
+    let span = for_each_message(url, stream, |message| {
+        messages += 1;
+        match Event::from_json(message.payload) {
+            Ok(event) if node.is_none_or(|n| n == event.node_id) => {
+                fold.offer(event);
+            }
+            Ok(_) => {}
+            Err(_) => malformed += 1,
+        }
+    })
+    .await?;
+    Ok(StreamRead {
+        fold,
+        messages,
+        malformed,
+        last_stream_seq: span.last_seq,
+    })
 }
 
 /// What one fetched batch held.
@@ -132,22 +219,28 @@ pub(crate) struct Batch {
     pub(crate) malformed: u64,
 }
 
-/// Fetches one batch (up to 5,000 messages, those available now) and offers every event in it
-/// (optionally only `node`'s) to `fold`.
-pub(crate) async fn fetch_into(
+/// Fetches one batch: up to 5,000 messages, those available now.
+async fn fetch_batch(
     reader: &consumer::Consumer<consumer::pull::Config>,
-    fold: &mut Fold,
-    node: Option<&str>,
     stream_error: &impl Fn(String) -> ReadError,
-) -> Result<Batch, ReadError> {
-    let messages = reader
+) -> Result<consumer::pull::Batch, ReadError> {
+    reader
         .fetch()
         .max_messages(5000)
         .expires(Duration::from_secs(1))
         .messages()
         .await
-        .map_err(|e| stream_error(e.to_string()))?;
-    offer_all(messages, fold, node, stream_error).await
+        .map_err(|e| stream_error(e.to_string()))
+}
+
+/// Fetches one batch and offers every event in it to `fold`.
+pub(crate) async fn fetch_into(
+    reader: &consumer::Consumer<consumer::pull::Config>,
+    fold: &mut Fold,
+    stream_error: &impl Fn(String) -> ReadError,
+) -> Result<Batch, ReadError> {
+    let messages = fetch_batch(reader, stream_error).await?;
+    offer_all(messages, fold, stream_error).await
 }
 
 /// Waits up to `wait` for the next message (a caught-up consumer that follows the stream),
@@ -165,13 +258,12 @@ pub(crate) async fn wait_into(
         .messages()
         .await
         .map_err(|e| stream_error(e.to_string()))?;
-    offer_all(messages, fold, None, stream_error).await
+    offer_all(messages, fold, stream_error).await
 }
 
 async fn offer_all(
     mut messages: consumer::pull::Batch,
     fold: &mut Fold,
-    node: Option<&str>,
     stream_error: &impl Fn(String) -> ReadError,
 ) -> Result<Batch, ReadError> {
     let mut batch = Batch::default();
@@ -182,10 +274,9 @@ async fn offer_all(
         }
         batch.messages += 1;
         match Event::from_json(&message.payload) {
-            Ok(event) if node.is_none_or(|n| n == event.node_id) => {
+            Ok(event) => {
                 fold.offer(event);
             }
-            Ok(_) => {}
             Err(_) => batch.malformed += 1,
         }
     }

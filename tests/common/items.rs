@@ -7,8 +7,14 @@ use dlq::model::{DeadLetteredItem, FailureDetail};
 /// An item with ~1 KiB of `item_data` and one `CommandFailed` failure, built once and cloned
 /// per call (job `job-0`, item `item-0`: callers set their own ids).
 pub fn template_item() -> DeadLetteredItem {
-    let letter = |i: u32| char::from(b'a' + (i * 7 % 26) as u8);
-    let blob: String = (0..1024u32).map(letter).collect();
+    template_item_sized(1024)
+}
+
+/// [`template_item`] with a `blob` of `blob_bytes` letters in its `item_data` (1024 there;
+/// 65,536 for the 64 KiB payload of `durable_emit`).
+pub fn template_item_sized(blob_bytes: usize) -> DeadLetteredItem {
+    let letter = |i: usize| char::from(b'a' + (i * 7 % 26) as u8);
+    let blob: String = (0..blob_bytes).map(letter).collect();
     let data = serde_json::json!({ "file": "src/lib.rs", "priority": 5, "blob": blob });
     let failure: FailureDetail = serde_json::from_value(serde_json::json!({
         "attempt_number": 1, "timestamp": Utc::now(), "error_type": {"CommandFailed": {"exit_code": 101}},

@@ -44,11 +44,11 @@ impl Env {
         self.work.path().join(name)
     }
 
-    /// Runs `dlq --format json <args>` (unless `args` has its own `--format`) on this data
-    /// directory, stdin closed.
-    pub fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_dlq"))
-            .arg("--data-dir")
+    /// `dlq --format json <args>` (unless `args` has its own `--format`) on this data
+    /// directory, stdin closed, logging errors only.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlq"));
+        cmd.arg("--data-dir")
             .arg(&self.data)
             .args(["--nats-url", &self.url])
             .args(if args.contains(&"--format") {
@@ -59,9 +59,13 @@ impl Env {
             .args(args)
             .env("DLQ_CONFIG", self.data.with_extension("yml"))
             .env("RUST_LOG", "error")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs [`Env::command`].
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
     }
 
     /// Runs and parses stdout as one JSON document; panics with stderr on failure.

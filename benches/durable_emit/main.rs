@@ -1,0 +1,262 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Durable-emit benchmark:
+//! `cargo bench --bench durable_emit -- [--quick] [--json PATH] [--dir DIR] [--drain N,N]`.
+//!
+//! Measures (1) this disk's fsync and group-commit limits, (2) `dead_letter` with a real
+//! nats-server up and (3) killed, at K = 1, 8, 64, 256 concurrent emitters with ~1 KiB and
+//! 64 KiB of `item_data`, and (4) the reconciler draining backlogs. It reports and never
+//! asserts; see `benches/README.md`.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+#[path = "../common/suite.rs"]
+mod suite;
+
+mod drain;
+mod emit;
+mod flushes;
+mod limit;
+mod run;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::NatsServer;
+use emit::{Payload, LIMIT_SHARE};
+use run::Row;
+use suite::SuiteRow;
+
+/// What one run measures.
+struct Sizes {
+    /// Serial fsyncs of each kind.
+    fsyncs: usize,
+    /// Group commits per batch size (fewer for big records).
+    rounds: usize,
+    /// Emits per K with the ~1 KiB and the 64 KiB payload.
+    emits: [usize; 2],
+    /// Backlogs drained.
+    drains: Vec<usize>,
+}
+
+fn sizes(benching: bool, quick: bool) -> Sizes {
+    let (fsyncs, rounds, emits, drains) = match (benching, quick) {
+        // Without `--bench` (under `cargo test --all-targets`): a seconds-long smoke run of
+        // every section, so CI proves the benchmark still works.
+        (false, _) => (20, 3, [200, 30], vec![500]),
+        (true, true) => (300, 30, [3_000, 300], vec![10_000]),
+        (true, false) => (2_000, 200, [20_000, 4_000], vec![100_000]),
+    };
+    Sizes {
+        fsyncs,
+        rounds,
+        emits,
+        drains,
+    }
+}
+
+fn payloads(emits: [usize; 2]) -> [Payload; 2] {
+    [
+        Payload {
+            name: "1 KiB",
+            blob: 1024,
+            ks: &[1, 8, 64, 256],
+            emits: emits[0],
+        },
+        Payload {
+            name: "64 KiB",
+            blob: 65_536,
+            ks: &[1, 64, 256],
+            emits: emits[1],
+        },
+    ]
+}
+
+fn print_table(rows: &[Row]) {
+    let rate = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.0}"));
+    let ms = |v: Option<u64>| v.map_or_else(|| "-".into(), |us| format!("{:.3}", us as f64 / 1e3));
+    println!("| section | measurement | n | calls/s | durable events/s | p50 ms | p99 ms | p999 ms | of plain-file limit (target >= 50 %) | other target | notes |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---|---|---|");
+    for r in rows {
+        let target = match (&r.target, r.target_met) {
+            (Some(t), Some(met)) => format!("{t}: {}", if met { "met" } else { "**NOT met**" }),
+            _ => "-".into(),
+        };
+        let limit = match (&r.limit, r.events_per_sec) {
+            (Some((limit, against)), Some(rate)) if *limit > 0.0 => {
+                let share = rate / limit;
+                let met = if share >= LIMIT_SHARE {
+                    "met"
+                } else {
+                    "**NOT met**"
+                };
+                format!("{:.1} % of {limit:.0} ({against}): {met}", share * 100.0)
+            }
+            _ => "-".into(),
+        };
+        let rates = [r.calls_per_sec, r.events_per_sec].map(rate).join(" | ");
+        let latency = [r.p50_us, r.p99_us, r.p999_us].map(ms).join(" | ");
+        let (section, name, n, note) = (r.section, &r.name, r.count, &r.note);
+        println!(
+            "| {section} | {name} | {n} | {rates} | {latency} | {limit} | {target} | {note} |"
+        );
+    }
+}
+
+/// The rows in the suite's common shape.
+fn suite_rows(rows: &[Row]) -> Vec<SuiteRow> {
+    let mut out = Vec::new();
+    for r in rows {
+        let latency = |row: SuiteRow| match (r.p50_us, r.p99_us, r.p999_us) {
+            (Some(a), Some(b), Some(c)) => row.latency_us(a, b, c),
+            _ => row,
+        };
+        let row = match r.section {
+            "1 limit" => {
+                let (value, unit) = match r.events_per_sec {
+                    Some(v) => (v, "events/s"),
+                    None => (r.calls_per_sec.unwrap_or(0.0), "fsyncs/s"),
+                };
+                let figure = match r.note.split(';').next() {
+                    Some(batch) if batch.starts_with("batch") => format!("{}, {batch}", r.name),
+                    _ => r.name.clone(),
+                };
+                SuiteRow::new("2 physical limit", figure, value, unit).note(r.note.clone())
+            }
+            "2 bus up" | "3 bus down" => {
+                let bus = if r.section == "2 bus up" {
+                    "bus up"
+                } else {
+                    "bus down"
+                };
+                let figure = format!("{bus}, {}", r.name.trim_start_matches("durable emit, "));
+                let mut row = SuiteRow::new(
+                    "1 durable emit",
+                    figure,
+                    r.events_per_sec.unwrap_or(0.0),
+                    "events/s",
+                );
+                let mut note = r.note.clone();
+                if let (Some(t), Some(met)) = (&r.target, r.target_met) {
+                    note += &format!(
+                        "; earlier target {t}: {}",
+                        if met { "met" } else { "NOT met" }
+                    );
+                }
+                if let Some((limit, against)) = &r.limit {
+                    row = row.against(*limit, against.clone());
+                    let met = row.ratio.is_some_and(|share| share >= LIMIT_SHARE);
+                    row = row.target(">= 50 % of the plain-file limit", met);
+                }
+                row.note(note)
+            }
+            _ => {
+                let value = r.events_per_sec.unwrap_or(0.0);
+                let mut row =
+                    SuiteRow::new("4 reconciler drain", r.name.clone(), value, "events/s");
+                if let (Some(t), Some(met)) = (&r.target, r.target_met) {
+                    row = row.target(t.clone(), met);
+                }
+                row.note(r.note.clone())
+            }
+        };
+        out.push(latency(row));
+    }
+    out
+}
+
+fn main() {
+    let (mut quick, mut json, mut dir) = (false, None::<PathBuf>, None::<PathBuf>);
+    let (mut benching, mut drains) = (false, None::<Vec<usize>>);
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--quick" => quick = true,
+            "--json" => json = Some(args.next().expect("--json needs a path").into()),
+            "--dir" => dir = Some(args.next().expect("--dir needs a directory").into()),
+            "--drain" => {
+                let list = args.next().expect("--drain N[,N...]");
+                let sizes = list
+                    .split(',')
+                    .map(|n| n.trim().replace('_', "").parse().expect("--drain N[,N...]"));
+                drains = Some(sizes.collect());
+            }
+            "--bench" => benching = true, // added by `cargo bench` for `harness = false` targets
+            other => eprintln!("ignoring unknown argument {other:?}"),
+        }
+    }
+    let mut sizes = sizes(benching, quick);
+    if let Some(drains) = drains {
+        sizes.drains = drains;
+    }
+    let payloads = payloads(sizes.emits);
+    let (base, location) = match (dir, option_env!("CARGO_TARGET_TMPDIR")) {
+        (Some(dir), _) => (dir, "--dir"),
+        (None, Some(tmp)) => (PathBuf::from(tmp), "the target dir (CARGO_TARGET_TMPDIR)"),
+        (None, None) => (std::env::temp_dir(), "the system temp dir"),
+    };
+    std::fs::create_dir_all(&base).expect("create bench base dir");
+    let tmp = tempfile::tempdir_in(&base).expect("temp dir"); // removed at exit
+    let dir = tmp.path();
+    let fs = suite::filesystem_of(dir);
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mode = match (benching, quick) {
+        (false, _) => "smoke (run by cargo test; use cargo bench for figures)",
+        (true, true) => "quick",
+        (true, false) => "full",
+    };
+    let records: Vec<(usize, usize)> = payloads.iter().map(|p| (p.blob, p.event_bytes())).collect();
+    println!("# dlq durable_emit benchmark ({mode})\n");
+    let shown = dir.display();
+    println!("- temp dir: `{shown}` (under {location}); filesystem: {fs}");
+    println!("- cores: {cores}; a private `nats-server -js` per bus section (its store under the system temp dir)");
+    for (p, (_, record)) in payloads.iter().zip(&records) {
+        let ks: Vec<String> = p.ks.iter().map(|k| k.to_string()).collect();
+        println!(
+            "- payload {}: `item_data` with a {}-letter blob, stored event {record} B; {} emits per K (K = {}), a distinct item id each over {} jobs, capacity_per_job 10,000,000",
+            p.name, p.blob, p.emits, ks.join(", "), run::JOBS
+        );
+    }
+    println!();
+
+    flushes::install();
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    eprintln!("1/4 physical limit ...");
+    let limits = limit::physical_limit(dir, sizes.fsyncs, sizes.rounds, &records, &mut rows);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime"); // one worker per core
+    runtime.block_on(async {
+        let mut server = NatsServer::start();
+        eprintln!("2/4 durable emit, bus up ...");
+        for payload in &payloads {
+            emit::emit_scenarios(dir, &server.url(), true, payload, &limits, &mut rows).await;
+        }
+        server.kill();
+        eprintln!("3/4 durable emit, bus down ...");
+        for payload in &payloads {
+            emit::emit_scenarios(dir, &server.url(), false, payload, &limits, &mut rows).await;
+        }
+        drop(server);
+        for &n in &sizes.drains {
+            eprintln!("4/4 backlog of {n} and reconciler drain ...");
+            drain::drain(dir, n, &mut rows).await;
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    let elapsed = started.elapsed().as_secs_f64();
+
+    print_table(&rows);
+    println!("\nTargets (reported, never asserted): durable emit >= 50 % of the plain-file group-commit limit at the same batch size (issue 7); p99 emit <= 5 ms and >= 20,000 durable events/s at K=64 (earlier target); drain >= 50,000 events/s (issue 7).");
+    println!("Total bench time: {elapsed:.1} s");
+    if let Some(path) = json {
+        let mut machine = suite::machine();
+        machine.push(("durable_emit dir".into(), fs));
+        suite::write(
+            &path,
+            "durable_emit",
+            mode,
+            machine,
+            elapsed,
+            &suite_rows(&rows),
+        );
+    }
+}

@@ -1,0 +1,153 @@
+//! What every section shares: the results row, histograms, the sink, the bus, concurrent calls.
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use dlq::bus::{Bus, BusConfig, NatsBus};
+use dlq::model::DeadLetteredItem;
+use dlq::sink::{SinkConfig, SledSink};
+use hdrhistogram::Histogram;
+
+pub const TOPIC: &str = "bench";
+pub const JOBS: usize = 64;
+pub const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One line of the bench's own table.
+#[derive(Default)]
+pub struct Row {
+    pub section: &'static str,
+    pub name: String,
+    pub count: u64,
+    pub calls_per_sec: Option<f64>,
+    pub events_per_sec: Option<f64>,
+    pub p50_us: Option<u64>,
+    pub p99_us: Option<u64>,
+    pub p999_us: Option<u64>,
+    /// Durable events/s of the plain-file limit this row is read against, and what it is.
+    pub limit: Option<(f64, String)>,
+    pub target: Option<String>,
+    pub target_met: Option<bool>,
+    pub note: String,
+}
+
+impl Row {
+    pub fn new(section: &'static str, name: impl Into<String>, count: usize) -> Row {
+        let mut row = Row::default();
+        (row.section, row.name, row.count) = (section, name.into(), count as u64);
+        row
+    }
+    pub fn latency(mut self, h: &Histogram<u64>) -> Row {
+        self.p50_us = Some(h.value_at_quantile(0.50));
+        self.p99_us = Some(h.value_at_quantile(0.99));
+        self.p999_us = Some(h.value_at_quantile(0.999));
+        self
+    }
+    pub fn rates(mut self, calls: Option<f64>, events: Option<f64>) -> Row {
+        (self.calls_per_sec, self.events_per_sec) = (calls, events);
+        self
+    }
+    pub fn target(mut self, text: &str, met: bool) -> Row {
+        (self.target, self.target_met) = (Some(text.into()), Some(met));
+        self
+    }
+    pub fn note(mut self, note: impl Into<String>) -> Row {
+        self.note = note.into();
+        self
+    }
+}
+
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds")
+}
+
+/// Bytes this process sent towards storage (`write_bytes` of /proc/self/io: pages dirtied).
+pub fn disk_bytes_written() -> u64 {
+    let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+    io.lines()
+        .find_map(|l| l.strip_prefix("write_bytes: ")?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The template with a new item id (never used before in this process) in one of `JOBS` jobs.
+pub fn next_item(template: &DeadLetteredItem, job: usize) -> DeadLetteredItem {
+    static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+    let mut item = template.clone();
+    item.job_id = format!("job-{}", job % JOBS);
+    item.item_id = format!("item-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
+    item
+}
+
+pub fn open_sink(dir: &Path) -> SledSink {
+    let mut config = SinkConfig::new(dir);
+    config.capacity_per_job = 10_000_000; // distinct ids and no FIFO eviction
+    SledSink::open(config).expect("open sink")
+}
+
+/// A bus for `url`. `up`: the server is expected, so its first connection may take up to the
+/// publish timeout; a bus that must stay down is given 100 ms instead (the connect waits that
+/// long for a first connection, and publishes fail at once while disconnected either way).
+pub async fn connect_bus(url: String, up: bool) -> NatsBus {
+    let mut config = BusConfig::default();
+    let wait = if up {
+        PUBLISH_TIMEOUT
+    } else {
+        Duration::from_millis(100)
+    };
+    (config.url, config.publish_timeout) = (url, wait);
+    NatsBus::connect(config).await.expect("connect bus")
+}
+
+pub async fn wait_healthy<B: Bus>(bus: &B) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !bus.is_healthy() {
+        assert!(Instant::now() < deadline, "bus not connected within 20 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Per-call latencies, seconds taken, calls that returned `Ok(true)`, errors.
+pub type Run = (Histogram<u64>, f64, u64, Vec<String>);
+
+/// `total` calls of `call(task, i)` spread over `k` concurrent tasks. The closure's own
+/// (synchronous) part, building the item, runs before the clock starts.
+pub async fn run_concurrent<F, Fut>(k: usize, total: usize, call: F) -> Run
+where
+    F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<bool, String>> + Send,
+{
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..k)
+        .map(|task| {
+            let call = call.clone();
+            let calls = total / k + usize::from(task < total % k);
+            tokio::spawn(async move {
+                let (mut hist, mut ok, mut errors) = (histogram(), 0, Vec::new());
+                for i in 0..calls {
+                    let pending = call(task, i);
+                    let t = Instant::now();
+                    let result = pending.await;
+                    hist.saturating_record(t.elapsed().as_micros() as u64);
+                    match result {
+                        Ok(flag) => ok += u64::from(flag),
+                        Err(err) => errors.push(err),
+                    }
+                }
+                (hist, ok, errors)
+            })
+        })
+        .collect();
+    let mut run = (histogram(), 0.0, 0, Vec::new());
+    for task in tasks {
+        let (hist, ok, errors) = task.await.expect("bench task");
+        run.0.add(&hist).unwrap();
+        run.2 += ok;
+        run.3.extend(errors);
+    }
+    run.1 = started.elapsed().as_secs_f64();
+    if let Some(first) = run.3.first() {
+        eprintln!("{} calls failed; the first: {first}", run.3.len());
+    }
+    run
+}

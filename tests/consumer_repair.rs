@@ -1,0 +1,205 @@
+//! `dlq republish`: a stream that lost acknowledged events is repaired from the sink, with a
+//! real nats-server and the real binary. The loss is made by deleting messages from the stream
+//! (what a server that loses an acknowledged message leaves behind: a gap, and the message id
+//! still inside the duplicate window).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use async_nats::jetstream;
+use common::NatsServer;
+use dlq::bus::{Bus, BusConfig, NatsBus};
+use dlq::event::Event;
+use serde_json::Value;
+
+/// Runs the binary with a config beside the data directory that keeps failures short.
+fn dlq(data_dir: &Path, url: &str, args: &[&str]) -> Output {
+    let config = data_dir.with_extension("yml");
+    if !config.exists() {
+        std::fs::write(
+            &config,
+            "topics:\n  default:\n    retry_attempts: 0\nbus:\n  publish_timeout: 500ms\n",
+        )
+        .unwrap();
+    }
+    common::cli::dlq_output(data_dir, url, args)
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+        panic!(
+            "not JSON: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+async fn stream_messages(url: &str) -> u64 {
+    let client = async_nats::connect(url).await.unwrap();
+    let mut stream = jetstream::new(client).get_stream("DLQ").await.unwrap();
+    stream.info().await.unwrap().state.messages
+}
+
+/// Deletes the messages at `seqs` and returns their events.
+async fn delete_from_stream(url: &str, seqs: &[u64]) -> Vec<Event> {
+    let client = async_nats::connect(url).await.unwrap();
+    let stream = jetstream::new(client).get_stream("DLQ").await.unwrap();
+    let mut events = Vec::new();
+    for &seq in seqs {
+        let message = stream.get_raw_message(seq).await.unwrap();
+        events.push(Event::from_json(&message.payload).unwrap());
+        assert!(stream.delete_message(seq).await.unwrap());
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_events_are_found_and_republished_once_and_verify_agrees_afterwards() {
+    let server = NatsServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let demo = dlq(&data, &url, &["demo", "--count", "12", "--job-id", "job-r"]);
+    assert!(
+        demo.status.success(),
+        "{}",
+        String::from_utf8_lossy(&demo.stderr)
+    );
+    let before = stream_messages(&url).await;
+    assert_eq!(before, 12);
+
+    // Nothing missing yet.
+    let clean = dlq(&data, &url, &["republish", "--dry-run"]);
+    assert_eq!(clean.status.code(), Some(0));
+    assert_eq!(json(&clean)["missing"], 0);
+
+    let lost = delete_from_stream(&url, &[3, 7]).await;
+    let verify = dlq(&data, &url, &["verify"]);
+    assert_eq!(verify.status.code(), Some(5), "verify must see the loss");
+
+    // The original id is still inside the duplicate window: publishing the event as it was
+    // is acknowledged as a duplicate and stores nothing. This is why the repair uses new ids.
+    let bus = NatsBus::connect(BusConfig {
+        url: url.clone(),
+        ..BusConfig::default()
+    })
+    .await
+    .unwrap();
+    let again = bus.publish(&lost[0]).await.unwrap();
+    assert!(again.duplicate);
+    assert_eq!(stream_messages(&url).await, before - 2);
+
+    // --dry-run lists them and changes nothing.
+    let dry = dlq(&data, &url, &["republish", "--dry-run"]);
+    assert_eq!(dry.status.code(), Some(5));
+    let report = json(&dry);
+    assert_eq!(report["missing"], 2);
+    assert_eq!(report["republished"], 0);
+    let ids: Vec<&str> = lost.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(report["events"], serde_json::json!(ids));
+    assert_eq!(stream_messages(&url).await, before - 2);
+
+    let repair = dlq(&data, &url, &["republish"]);
+    assert_eq!(
+        repair.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&repair.stderr)
+    );
+    assert_eq!(json(&repair)["republished"], 2);
+    assert_eq!(stream_messages(&url).await, before);
+
+    let verify = dlq(&data, &url, &["verify"]);
+    assert_eq!(
+        verify.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+    // A second repair finds nothing: the repaired events count as held.
+    let second = dlq(&data, &url, &["republish"]);
+    assert_eq!(json(&second)["missing"], 0);
+    assert_eq!(json(&second)["republished"], 0);
+    assert_eq!(stream_messages(&url).await, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repaired_event_already_held_by_a_consumer_is_not_counted_twice() {
+    let server = NatsServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    assert!(
+        dlq(&data, &url, &["demo", "--count", "5", "--job-id", "job-d"])
+            .status
+            .success()
+    );
+    // A durable consumer applies everything first, then the stream loses an event.
+    let store = dir.path().join("consumer");
+    let store_arg = store.to_str().unwrap();
+    let consume = || {
+        let out = dlq(
+            &data,
+            &url,
+            &["consume", "--durable", "c1", "--store", store_arg],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    consume();
+    delete_from_stream(&url, &[2]).await;
+    assert_eq!(json(&dlq(&data, &url, &["republish"]))["republished"], 1);
+    // The consumer receives the repaired copy and drops it as a duplicate.
+    consume();
+    let verify = dlq(&data, &url, &["verify", "--consumer-store", store_arg]);
+    assert_eq!(verify.status.code(), Some(0));
+    let report = json(&verify);
+    assert_eq!(report["events_applied"], 5);
+    assert_eq!(report["duplicates_dropped"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_bus_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = common::free_port(0);
+    let url = format!("nats://127.0.0.1:{port}");
+    let out = dlq(&data, &url, &["republish", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot connect"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_reader_offers_each_stored_message_once_and_counts_deleted_ones() {
+    let server = NatsServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    assert!(
+        dlq(&data, &url, &["demo", "--count", "10", "--job-id", "job-s"])
+            .status
+            .success()
+    );
+    // Deleted in the middle and at the end: the end one leaves last_seq pointing at nothing.
+    delete_from_stream(&url, &[4, 10]).await;
+    let mut seqs = Vec::new();
+    let span = dlq::consumer::for_each_message(&url, "DLQ", |message| {
+        Event::from_json(message.payload).unwrap();
+        assert!(message.msg_id.is_some_and(|id| !id.is_empty()));
+        seqs.push(message.stream_seq);
+    })
+    .await
+    .unwrap();
+    assert_eq!(seqs, vec![1, 2, 3, 5, 6, 7, 8, 9]);
+    assert_eq!((span.first_seq, span.last_seq), (1, 10));
+    assert_eq!((span.absent, span.repeats), (2, 0));
+    assert!(span.first_time.is_some());
+}
