@@ -10,7 +10,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{DeadLetteredItem, FailureDetail, WorktreeArtifacts};
 
+mod encoded;
 mod wire;
+
+pub use encoded::EncodedEvent;
 
 /// One change to the dead-letter queue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

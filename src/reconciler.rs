@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use futures::future::join_all;
+use futures::stream::{FuturesOrdered, StreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -19,7 +19,7 @@ use tracing::{debug, info, warn};
 
 use crate::bus::Bus;
 use crate::emitter::InFlight;
-use crate::event::Event;
+use crate::event::EncodedEvent;
 use crate::metrics as m;
 use crate::sink::{Sink, SinkError};
 
@@ -101,49 +101,41 @@ impl<S: Sink, B: Bus> Reconciler<S, B> {
     }
 
     /// Publishes unpublished events in order until the set is empty or a publish fails.
+    ///
+    /// Publishes are pipelined: up to `max_in_flight` await their acks while the next events
+    /// are read from the sink, and each ack frees a slot for the next event at once.
     pub(crate) async fn pass(&self) -> Result<PassReport, SinkError> {
         let window = self.config.max_in_flight.max(1);
         let mut report = PassReport::default();
-        let mut after = 0;
-        let started = Instant::now();
+        let mut source = Unpublished::new(window);
+        let mut pending = FuturesOrdered::new();
+        let (started, mut sent) = (Instant::now(), 0u64);
         loop {
-            if self.shutdown.is_cancelled() {
-                return Ok(report);
+            while pending.len() < window && !report.interrupted && !self.shutdown.is_cancelled() {
+                let Some(event) = source.next(self.sink.as_ref(), &self.in_flight)? else {
+                    break;
+                };
+                sent += 1;
+                self.pace(started, sent).await;
+                let bus = self.bus.as_ref();
+                pending.push_back(async move {
+                    let result = bus.publish_encoded(&event).await;
+                    (event, result)
+                });
             }
-            let batch = self.sink.unpublished(after, window)?;
-            let Some(last) = batch.last() else {
+            let Some((event, result)) = pending.next().await else {
                 return Ok(report);
             };
-            after = last.seq;
-            let todo: Vec<Event> = {
-                let busy = self
-                    .in_flight
-                    .lock()
-                    .map(|set| set.clone())
-                    .unwrap_or_default();
-                batch
-                    .into_iter()
-                    .filter(|e| !busy.contains(&e.seq))
-                    .collect()
-            };
-            self.pace(started, report.published + todo.len() as u64)
-                .await;
-            let results = join_all(todo.iter().map(|event| self.bus.publish(event))).await;
-            for (event, result) in todo.iter().zip(results) {
-                match result {
-                    Ok(_) => {
-                        self.sink.mark_published(event.seq)?;
-                        metrics::counter!(m::RECONCILED).increment(1);
-                        report.published += 1;
-                    }
-                    Err(err) => {
-                        debug!(event_id = %event.event_id, error = %err, "reconcile publish failed");
-                        report.interrupted = true;
-                    }
+            match result {
+                Ok(_) => {
+                    self.sink.mark_published(event.seq)?;
+                    metrics::counter!(m::RECONCILED).increment(1);
+                    report.published += 1;
                 }
-            }
-            if report.interrupted {
-                return Ok(report);
+                Err(err) => {
+                    debug!(event_id = %event.event_id, error = %err, "reconcile publish failed");
+                    report.interrupted = true;
+                }
             }
         }
     }
@@ -175,6 +167,46 @@ impl<S: Sink, B: Bus> Reconciler<S, B> {
             }
             Err(err) => warn!(error = %err, "cannot read the unpublished backlog"),
         }
+    }
+}
+
+/// The sink's unpublished events in sequence order, read `chunk` at a time, without those the
+/// emitter is publishing itself.
+struct Unpublished {
+    chunk: usize,
+    after: u64,
+    buffered: std::collections::VecDeque<EncodedEvent>,
+    exhausted: bool,
+}
+
+impl Unpublished {
+    fn new(chunk: usize) -> Self {
+        Unpublished {
+            chunk,
+            after: 0,
+            buffered: Default::default(),
+            exhausted: false,
+        }
+    }
+
+    /// The next event to publish; `None` once the set is read to its end.
+    fn next<S: Sink>(
+        &mut self,
+        sink: &S,
+        busy: &InFlight,
+    ) -> Result<Option<EncodedEvent>, SinkError> {
+        while self.buffered.is_empty() && !self.exhausted {
+            let batch = sink.unpublished(self.after, self.chunk)?;
+            let Some(last) = batch.last() else {
+                self.exhausted = true;
+                break;
+            };
+            self.after = last.seq;
+            let busy = busy.lock().map(|set| set.clone()).unwrap_or_default();
+            self.buffered
+                .extend(batch.into_iter().filter(|e| !busy.contains(&e.seq)));
+        }
+        Ok(self.buffered.pop_front())
     }
 }
 

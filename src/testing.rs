@@ -10,7 +10,7 @@ use chrono::Utc;
 
 use crate::bus::{Bus, BusError, Published};
 use crate::decide::{decide, Command, DecideError, Limits};
-use crate::event::Event;
+use crate::event::{EncodedEvent, Event};
 use crate::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use crate::projection::MemoryProjection;
 use crate::sink::{Backlog, Sink, SinkError};
@@ -71,13 +71,13 @@ impl Sink for MemorySink {
         Ok(())
     }
 
-    fn unpublished(&self, after: u64, limit: usize) -> Result<Vec<Event>, SinkError> {
+    fn unpublished(&self, after: u64, limit: usize) -> Result<Vec<EncodedEvent>, SinkError> {
         let state = self.state.lock().unwrap();
         Ok(state
             .unpublished
             .range(after + 1..)
             .take(limit)
-            .map(|seq| state.log[*seq as usize - 1].clone())
+            .map(|seq| EncodedEvent::encode(&state.log[*seq as usize - 1]).unwrap())
             .collect())
     }
 
@@ -125,7 +125,7 @@ pub struct FakeBus {
 }
 
 impl Bus for FakeBus {
-    async fn publish(&self, event: &Event) -> Result<Published, BusError> {
+    async fn publish_encoded(&self, event: &EncodedEvent) -> Result<Published, BusError> {
         self.attempts.lock().unwrap().push(event.event_id.clone());
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(now, Ordering::SeqCst);

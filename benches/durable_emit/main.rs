@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Durable-emit benchmark:
-//! `cargo bench --bench durable_emit -- [--quick] [--json PATH] [--dir DIR] [--drain N,N]`.
+//! `cargo bench --bench durable_emit -- [--quick] [--json PATH] [--dir DIR] [--drain N,N]
+//! [--only-drain]`.
 //!
 //! Measures (1) this disk's fsync and group-commit limits, (2) `dead_letter` with a real
 //! nats-server up and (3) killed, at K = 1, 8, 64, 256 concurrent emitters with ~1 KiB and
@@ -166,7 +167,7 @@ fn suite_rows(rows: &[Row]) -> Vec<SuiteRow> {
 
 fn main() {
     let (mut quick, mut json, mut dir) = (false, None::<PathBuf>, None::<PathBuf>);
-    let (mut benching, mut drains) = (false, None::<Vec<usize>>);
+    let (mut benching, mut drains, mut only_drain) = (false, None::<Vec<usize>>, false);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -180,6 +181,7 @@ fn main() {
                     .map(|n| n.trim().replace('_', "").parse().expect("--drain N[,N...]"));
                 drains = Some(sizes.collect());
             }
+            "--only-drain" => only_drain = true,
             "--bench" => benching = true, // added by `cargo bench` for `harness = false` targets
             other => eprintln!("ignoring unknown argument {other:?}"),
         }
@@ -221,21 +223,23 @@ fn main() {
     flushes::install();
     let started = Instant::now();
     let mut rows = Vec::new();
-    eprintln!("1/4 physical limit ...");
-    let limits = limit::physical_limit(dir, sizes.fsyncs, sizes.rounds, &records, &mut rows);
     let runtime = tokio::runtime::Runtime::new().expect("runtime"); // one worker per core
     runtime.block_on(async {
-        let mut server = NatsServer::start();
-        eprintln!("2/4 durable emit, bus up ...");
-        for payload in &payloads {
-            emit::emit_scenarios(dir, &server.url(), true, payload, &limits, &mut rows).await;
+        if !only_drain {
+            eprintln!("1/4 physical limit ...");
+            let limits =
+                limit::physical_limit(dir, sizes.fsyncs, sizes.rounds, &records, &mut rows);
+            let mut server = NatsServer::start();
+            eprintln!("2/4 durable emit, bus up ...");
+            for payload in &payloads {
+                emit::emit_scenarios(dir, &server.url(), true, payload, &limits, &mut rows).await;
+            }
+            server.kill();
+            eprintln!("3/4 durable emit, bus down ...");
+            for payload in &payloads {
+                emit::emit_scenarios(dir, &server.url(), false, payload, &limits, &mut rows).await;
+            }
         }
-        server.kill();
-        eprintln!("3/4 durable emit, bus down ...");
-        for payload in &payloads {
-            emit::emit_scenarios(dir, &server.url(), false, payload, &limits, &mut rows).await;
-        }
-        drop(server);
         for &n in &sizes.drains {
             eprintln!("4/4 backlog of {n} and reconciler drain ...");
             drain::drain(dir, n, &mut rows).await;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::event::Event;
+use crate::event::{EncodedEvent, Event};
 
 pub use nats::{BusConfig, BusMode, NatsBus};
 
@@ -45,8 +45,17 @@ pub struct Published {
 
 /// Something events can be published on.
 pub trait Bus: Send + Sync + 'static {
-    /// Publishes one event; `Ok` only once the bus acknowledged it.
-    fn publish(&self, event: &Event) -> impl Future<Output = Result<Published, BusError>> + Send;
+    /// Publishes one encoded event; `Ok` only once the bus acknowledged it.
+    fn publish_encoded(
+        &self,
+        event: &EncodedEvent,
+    ) -> impl Future<Output = Result<Published, BusError>> + Send;
+
+    /// Encodes and publishes one event; `Ok` only once the bus acknowledged it.
+    fn publish(&self, event: &Event) -> impl Future<Output = Result<Published, BusError>> + Send {
+        let encoded = EncodedEvent::encode(event).map_err(|err| BusError::Encode(err.to_string()));
+        async move { self.publish_encoded(&encoded?).await }
+    }
 
     /// Whether the connection is up right now (the reconciler waits for this).
     fn is_healthy(&self) -> bool;

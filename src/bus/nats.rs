@@ -11,7 +11,7 @@ use tokio::sync::Mutex;
 use tracing::{debug, info, warn};
 
 use super::{Bus, BusError, Published, HEADER_JOB, HEADER_KIND, HEADER_MSG_ID, HEADER_NODE};
-use crate::event::Event;
+use crate::event::{EncodedEvent, Event};
 
 /// How events are published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
@@ -155,10 +155,10 @@ impl NatsBus {
         }
     }
 
-    fn headers(event: &Event, msg_id: &str) -> HeaderMap {
+    fn headers(event: &EncodedEvent, msg_id: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();
         headers.insert(HEADER_MSG_ID, msg_id);
-        headers.insert(HEADER_KIND, event.kind.name());
+        headers.insert(HEADER_KIND, event.kind);
         headers.insert(HEADER_JOB, event.job_id.as_str());
         headers.insert(HEADER_NODE, event.node_id.as_str());
         headers
@@ -176,19 +176,21 @@ impl NatsBus {
         if !self.is_healthy() {
             return Err(BusError::Disconnected);
         }
+        let encoded = EncodedEvent::encode(event).map_err(|e| BusError::Encode(e.to_string()))?;
         let timeout = self.config.publish_timeout;
-        tokio::time::timeout(timeout, self.publish_jetstream(event, msg_id))
+        tokio::time::timeout(timeout, self.publish_jetstream(&encoded, msg_id))
             .await
             .unwrap_or(Err(BusError::Timeout(timeout)))
     }
 
-    async fn publish_jetstream(&self, event: &Event, msg_id: &str) -> Result<Published, BusError> {
+    async fn publish_jetstream(
+        &self,
+        event: &EncodedEvent,
+        msg_id: &str,
+    ) -> Result<Published, BusError> {
         self.ensure_stream().await?;
-        let payload = event
-            .to_json()
-            .map_err(|e| BusError::Encode(e.to_string()))?;
         let message = PublishMessage::build()
-            .payload(payload.into())
+            .payload(event.json.clone())
             .headers(Self::headers(event, msg_id));
         let ack = self
             .jetstream
@@ -227,15 +229,12 @@ impl NatsBus {
         }
     }
 
-    async fn publish_core(&self, event: &Event) -> Result<Published, BusError> {
-        let payload = event
-            .to_json()
-            .map_err(|e| BusError::Encode(e.to_string()))?;
+    async fn publish_core(&self, event: &EncodedEvent) -> Result<Published, BusError> {
         self.client
             .publish_with_headers(
                 self.config.subject.clone(),
                 Self::headers(event, &event.event_id),
-                payload.into(),
+                event.json.clone(),
             )
             .await
             .map_err(|err| BusError::Transport(err.to_string()))?;
@@ -251,7 +250,7 @@ impl NatsBus {
 }
 
 impl Bus for NatsBus {
-    async fn publish(&self, event: &Event) -> Result<Published, BusError> {
+    async fn publish_encoded(&self, event: &EncodedEvent) -> Result<Published, BusError> {
         if !self.is_healthy() {
             return Err(BusError::Disconnected);
         }

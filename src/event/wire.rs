@@ -15,12 +15,25 @@ use crate::model::{DeadLetteredItem, FailureDetail, WorktreeArtifacts};
 /// The `kind` tag.
 #[derive(Deserialize)]
 #[serde(rename_all = "snake_case")]
-enum Tag {
+pub(super) enum Tag {
     DeadLettered,
     FailureAppended,
     ItemRemoved,
     FlagsUpdated,
     EmitFailed,
+}
+
+impl Tag {
+    /// The tag as written ([`EventKind::name`]).
+    pub(super) fn name(&self) -> &'static str {
+        match self {
+            Tag::DeadLettered => "dead_lettered",
+            Tag::FailureAppended => "failure_appended",
+            Tag::ItemRemoved => "item_removed",
+            Tag::FlagsUpdated => "flags_updated",
+            Tag::EmitFailed => "emit_failed",
+        }
+    }
 }
 
 /// Every field of every kind; which are required depends on `kind`.
@@ -191,6 +204,10 @@ mod tests {
             let event = envelope(kind);
             let json = event.to_json().unwrap();
             assert_eq!(Event::from_json(&json).unwrap(), event);
+            // What the reconciler reads from the log: the header fields, the bytes untouched.
+            let stored = crate::event::EncodedEvent::stored(json).unwrap();
+            assert_eq!(stored, crate::event::EncodedEvent::encode(&event).unwrap());
+            assert_eq!(stored.kind, event.kind.name());
         }
     }
 

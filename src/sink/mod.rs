@@ -57,7 +57,7 @@ use chrono::{DateTime, Utc};
 use thiserror::Error;
 
 use crate::decide::Command;
-use crate::event::Event;
+use crate::event::{EncodedEvent, Event};
 
 pub use counters::JobCounters;
 pub use faults::Faults;
@@ -83,8 +83,9 @@ pub trait Sink: Send + Sync + 'static {
     /// Records that the bus acknowledged the event with log sequence `seq`.
     fn mark_published(&self, seq: u64) -> Result<(), SinkError>;
 
-    /// Up to `limit` unpublished events with a sequence above `after`, in sequence order.
-    fn unpublished(&self, after: u64, limit: usize) -> Result<Vec<Event>, SinkError>;
+    /// Up to `limit` unpublished events with a sequence above `after`, in sequence order, as
+    /// stored (ready to publish, decoded only as far as the headers need).
+    fn unpublished(&self, after: u64, limit: usize) -> Result<Vec<EncodedEvent>, SinkError>;
 
     /// Size and age of the unpublished backlog.
     fn backlog(&self) -> Result<Backlog, SinkError>;

@@ -6,7 +6,7 @@
 
 use super::counters::JobCounters;
 use super::{keys, show_key, SinkError};
-use crate::event::Event;
+use crate::event::{EncodedEvent, Event};
 use crate::projection::StoredItem;
 
 /// Current state as stored in one sled tree.
@@ -77,6 +77,20 @@ impl TreeView<'_> {
     }
 
     /// The event stored at log sequence `seq`.
+    /// The stored event `seq`, read only as far as publishing needs.
+    pub(crate) fn encoded_event(&self, seq: u64) -> Result<Option<EncodedEvent>, SinkError> {
+        let key = keys::log(seq);
+        match self.tree.get(&key)? {
+            None => Ok(None),
+            Some(bytes) => EncodedEvent::stored(bytes.to_vec())
+                .map(Some)
+                .map_err(|err| SinkError::Corrupt {
+                    key: show_key(&key),
+                    reason: err.to_string(),
+                }),
+        }
+    }
+
     pub(crate) fn event(&self, seq: u64) -> Result<Option<Event>, SinkError> {
         let key = keys::log(seq);
         match self.tree.get(&key)? {

@@ -18,7 +18,7 @@ use super::seq_floor::SeqFloor;
 use super::writer::{Request, Writer};
 use super::{keys, show_key, Backlog, Faults, Sink, SinkError};
 use crate::decide::{Command, Limits};
-use crate::event::Event;
+use crate::event::{EncodedEvent, Event};
 use crate::projection::StoredItem;
 
 /// sled segment size. sled 0.34 stores values larger than a quarter segment as separate blob
@@ -299,7 +299,7 @@ impl Sink for SledSink {
         Ok(())
     }
 
-    fn unpublished(&self, after: u64, limit: usize) -> Result<Vec<Event>, SinkError> {
+    fn unpublished(&self, after: u64, limit: usize) -> Result<Vec<EncodedEvent>, SinkError> {
         let start = keys::unpublished(after.saturating_add(1));
         let end = keys::unpublished(u64::MAX);
         let view = self.view();
@@ -309,7 +309,7 @@ impl Sink for SledSink {
             let Some(seq) = keys::seq_of(&key) else {
                 continue;
             };
-            match view.event(seq)? {
+            match view.encoded_event(seq)? {
                 Some(event) => events.push(event),
                 None => {
                     return Err(SinkError::Corrupt {
