@@ -4,30 +4,14 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use chrono::Utc;
 use dlq::bus::{Bus, NatsBus};
 use dlq::emitter::{EmitterBuilder, TopicPolicies};
-use dlq::event::{Event, EventKind};
-use dlq::model::DeadLetteredItem;
 use dlq::reconciler::ReconcilerConfig;
 
+use crate::common::items::dead_lettered_event;
 use crate::common::NatsServer;
 use crate::run::{bus_config, open_sink, run_concurrent, stream_messages, wait_healthy, Items};
 use crate::{Line, Mode, IN_FLIGHT, PUBLISH_TIMEOUT, TOPIC};
-
-/// The event our sink writes for `item`, with a unique id (JetStream drops repeated ids).
-fn event_of(item: DeadLetteredItem, seq: u64) -> Event {
-    Event {
-        event_id: Event::stored_id("bench-publish-only", seq),
-        node_id: "bench-publish-only".into(),
-        seq,
-        prev_seq: None,
-        timestamp: Utc::now(),
-        job_id: item.job_id.clone(),
-        topic: TOPIC.into(),
-        kind: EventKind::DeadLettered { item },
-    }
-}
 
 pub async fn publish_section(base: &Path, mode: &Mode, lines: &mut Vec<Line>) {
     let server = NatsServer::start();
@@ -47,7 +31,10 @@ pub async fn publish_section(base: &Path, mode: &Mode, lines: &mut Vec<Line>) {
         let (b, it, n) = (bus.clone(), items.clone(), next.clone());
         let publish = move || {
             let i = n.fetch_add(1, Ordering::Relaxed);
-            let (bus, event) = (b.clone(), event_of(it.nth(i), i as u64 + 1));
+            let (bus, event) = (
+                b.clone(),
+                dead_lettered_event("bench-publish-only", i as u64 + 1, TOPIC, it.nth(i)),
+            );
             async move {
                 bus.publish(&event)
                     .await
@@ -63,7 +50,9 @@ pub async fn publish_section(base: &Path, mode: &Mode, lines: &mut Vec<Line>) {
             (warmup.max(k) + total) as u64,
             "publish-only: every event stored once"
         );
-        let bytes = event_of(items.nth(0), 1).to_json().map_or(0, |j| j.len());
+        let bytes = dead_lettered_event("bench-publish-only", 1, TOPIC, items.nth(0))
+            .to_json()
+            .map_or(0, |j| j.len());
 
         // Ours: the emitter's dead_letter (durable sink append, then the same publish).
         let sink = open_sink(&base.join(format!("emit-k{k}")));

@@ -3,16 +3,14 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
 use dlq::bus::Bus;
 use dlq::decide::Command;
 use dlq::emitter::EmitterBuilder;
-use dlq::event::{Event, EventKind};
 use dlq::reconciler::ReconcilerConfig;
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use futures::StreamExt;
 
-use crate::common::items::template_item;
+use crate::common::items::{dead_lettered_event, template_item};
 use crate::common::NatsServer;
 use crate::run::{connect_bus, cpu_seconds, disk_bytes_written, next_item, run_concurrent};
 use crate::run::{wait_healthy, Row, PUBLISH_TIMEOUT, TOPIC};
@@ -102,16 +100,7 @@ async fn bus_ceiling(n: usize, window: usize, rows: &mut Vec<Row>) {
     let acked = futures::stream::iter(1..=n as u64)
         .map(|seq| {
             let item = next_item(&template, seq as usize);
-            let event = Event {
-                event_id: Event::stored_id("bench-ceiling", seq),
-                node_id: "bench-ceiling".into(),
-                seq,
-                prev_seq: None,
-                timestamp: Utc::now(),
-                job_id: item.job_id.clone(),
-                topic: TOPIC.into(),
-                kind: EventKind::DeadLettered { item },
-            };
+            let event = dead_lettered_event("bench-ceiling", seq, TOPIC, item);
             let bus = &bus;
             async move { bus.publish(&event).await.is_ok() }
         })

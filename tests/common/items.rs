@@ -1,6 +1,7 @@
 //! Realistic items for benchmarks and load tests.
 
 use chrono::Utc;
+use dlq::event::{Event, EventKind};
 use dlq::failure::dead_lettered_item;
 use dlq::model::{DeadLetteredItem, FailureDetail};
 
@@ -22,4 +23,19 @@ pub fn template_item_sized(blob_bytes: usize) -> DeadLetteredItem {
         "step_failed": "shell: cargo test", "duration_ms": 45_000 }))
     .expect("failure detail");
     dead_lettered_item("job-0", "item-0", data, vec![failure], None).expect("one failure")
+}
+
+/// The event a sink of node `node` would store for `item` at `seq`, published without a sink
+/// (the publish-only baselines; JetStream drops repeated ids, so each `seq` is new).
+pub fn dead_lettered_event(node: &str, seq: u64, topic: &str, item: DeadLetteredItem) -> Event {
+    Event {
+        event_id: Event::stored_id(node, seq),
+        node_id: node.into(),
+        seq,
+        prev_seq: None,
+        timestamp: Utc::now(),
+        job_id: item.job_id.clone(),
+        topic: topic.into(),
+        kind: EventKind::DeadLettered { item },
+    }
 }
