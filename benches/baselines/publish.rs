@@ -29,7 +29,7 @@ pub async fn publish_section(base: &Path, mode: &Mode, lines: &mut Vec<Line>) {
         bus.prepare().await.expect("stream");
         let next = Arc::new(AtomicUsize::new(0));
         let (b, it, n) = (bus.clone(), items.clone(), next.clone());
-        let publish = move || {
+        let publish = move |_, _| {
             let i = n.fetch_add(1, Ordering::Relaxed);
             let (bus, event) = (
                 b.clone(),
@@ -38,7 +38,7 @@ pub async fn publish_section(base: &Path, mode: &Mode, lines: &mut Vec<Line>) {
             async move {
                 bus.publish(&event)
                     .await
-                    .map(drop)
+                    .map(|_| true)
                     .map_err(|e| e.to_string())
             }
         };
@@ -69,7 +69,7 @@ pub async fn publish_section(base: &Path, mode: &Mode, lines: &mut Vec<Line>) {
         wait_healthy(emitter.bus()).await;
         let next = Arc::new(AtomicUsize::new(0));
         let (em, it) = (emitter.clone(), items.clone());
-        let emit = move || {
+        let emit = move |_, _| {
             let (emitter, item) = (em.clone(), it.nth(next.fetch_add(1, Ordering::Relaxed)));
             async move {
                 let receipt = emitter
@@ -77,7 +77,7 @@ pub async fn publish_section(base: &Path, mode: &Mode, lines: &mut Vec<Line>) {
                     .await
                     .map_err(|e| e.to_string())?;
                 match receipt.published {
-                    true => Ok(()),
+                    true => Ok(true),
                     false => Err("not published".to_string()),
                 }
             }

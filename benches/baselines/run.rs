@@ -1,6 +1,5 @@
 //! What the sections share: the items, concurrent calls, medians, the sink and the bus.
 
-use std::future::Future;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -9,7 +8,6 @@ use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::failure::dead_lettered_item;
 use dlq::model::{DeadLetteredItem, FailureDetail};
 use dlq::sink::{SinkConfig, SledSink};
-use hdrhistogram::Histogram;
 
 use crate::{JOB, PUBLISH_TIMEOUT};
 
@@ -53,71 +51,7 @@ impl Items {
 
 // ---------------------------------------------------------------- helpers
 
-pub fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds")
-}
-
-/// Calls of a concurrent run: per-call latency (µs), seconds, errors.
-pub struct Run {
-    pub hist: Histogram<u64>,
-    pub secs: f64,
-    pub errors: Vec<String>,
-}
-
-impl Run {
-    pub fn rate(&self) -> f64 {
-        self.hist.len() as f64 / self.secs
-    }
-    pub fn p99_ms(&self) -> f64 {
-        self.hist.value_at_quantile(0.99) as f64 / 1e3
-    }
-    pub fn p50_p99(&self) -> String {
-        let ms = |q| self.hist.value_at_quantile(q) as f64 / 1e3;
-        format!("{:.2}/{:.2} ms", ms(0.5), ms(0.99))
-    }
-}
-
-/// `total` calls of `call()` spread over `k` concurrent tasks; each call's synchronous part
-/// (building its item) runs before its clock starts.
-pub async fn run_concurrent<F, Fut>(k: usize, total: usize, call: F) -> Run
-where
-    F: Fn() -> Fut + Clone + Send + 'static,
-    Fut: Future<Output = Result<(), String>> + Send,
-{
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..k)
-        .map(|task| {
-            let call = call.clone();
-            let calls = total / k + usize::from(task < total % k);
-            tokio::spawn(async move {
-                let (mut hist, mut errors) = (histogram(), Vec::new());
-                for _ in 0..calls {
-                    let pending = call();
-                    let t = Instant::now();
-                    let result = pending.await;
-                    hist.saturating_record(t.elapsed().as_micros().max(1) as u64);
-                    errors.extend(result.err());
-                }
-                (hist, errors)
-            })
-        })
-        .collect();
-    let mut run = Run {
-        hist: histogram(),
-        secs: 0.0,
-        errors: Vec::new(),
-    };
-    for task in tasks {
-        let (hist, errors) = task.await.expect("bench task");
-        run.hist.add(&hist).unwrap();
-        run.errors.extend(errors);
-    }
-    run.secs = started.elapsed().as_secs_f64();
-    if let Some(first) = run.errors.first() {
-        eprintln!("  {} calls failed; the first: {first}", run.errors.len());
-    }
-    run
-}
+pub use crate::load::{histogram, run_concurrent, Run};
 
 /// Median wall time in ms of `reps` calls of `f`.
 pub fn median_ms<T>(reps: usize, mut f: impl FnMut() -> T) -> (f64, T) {

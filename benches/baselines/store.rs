@@ -97,7 +97,7 @@ async fn append_items(
 ) -> Run {
     let (sink, items) = (sink.clone(), items.clone());
     let next = Arc::new(AtomicUsize::new(from));
-    run_concurrent(k, to - from, move || {
+    run_concurrent(k, to - from, move |_, _| {
         let item = Box::new(items.nth(next.fetch_add(1, Ordering::Relaxed)));
         let sink = sink.clone();
         async move {
@@ -107,7 +107,7 @@ async fn append_items(
             };
             sink.append(command)
                 .await
-                .map(drop)
+                .map(|_| true)
                 .map_err(|e| e.to_string())
         }
     })

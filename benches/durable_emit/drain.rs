@@ -29,7 +29,7 @@ pub async fn drain(base: &Path, n: usize, rows: &mut Vec<Row>) {
     (config.capacity_per_job, config.store_timeout) = (10_000_000, Duration::from_secs(120));
     let (sink, template) = (SledSink::open(config).expect("open sink"), template_item());
     let (appender, disk_before) = (sink.clone(), disk_bytes_written());
-    let (hist, secs, _, errors) = run_concurrent(APPENDERS, n, move |task, i| {
+    let run = run_concurrent(APPENDERS, n, move |task, i| {
         let item = Box::new(next_item(&template, task + i));
         let (sink, topic) = (appender.clone(), TOPIC.to_owned());
         async move {
@@ -43,9 +43,10 @@ pub async fn drain(base: &Path, n: usize, rows: &mut Vec<Row>) {
     let note = format!(
         "sink only, no emitter or bus, store timeout 120 s; {kib:.1} KiB to disk per event"
     );
-    let row = Row::new("4 drain", name, n).latency(&hist);
+    let (secs, errors) = (run.secs, run.errors.len());
+    let row = Row::new("4 drain", name, n).latency(&run.hist);
     let row = row.rates(Some(n as f64 / secs), Some(n as f64 / secs));
-    rows.push(row.note(format!("{note}; errors {}", errors.len())));
+    rows.push(row.note(format!("{note}; errors {errors}")));
     eprintln!("  backlog of {n} built in {secs:.1} s");
 
     let backlog = sink.backlog().expect("backlog").count;

@@ -69,7 +69,8 @@ pub async fn emit_scenarios(
         };
         run_concurrent(k, (total / 10).clamp(k, 500), call.clone()).await; // warm-up
         let (disk_before, flushes_before) = (disk_bytes_written(), flushes::count());
-        let (hist, secs, published, errors) = run_concurrent(k, total, call).await;
+        let run = run_concurrent(k, total, call).await;
+        let (hist, secs, published, errors) = (run.hist, run.secs, run.ok, run.errors);
         let events = total as f64 * per_call;
         let kib = (disk_bytes_written() - disk_before) as f64 / 1024.0 / events;
         let per_flush = events / (flushes::count() - flushes_before).max(1) as f64;

@@ -10,6 +10,8 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+#[path = "../common/load.rs"]
+mod load;
 #[path = "../common/suite.rs"]
 mod suite;
 

@@ -1,6 +1,5 @@
 //! What every section shares: the results row, histograms, the sink, the bus, concurrent calls.
 
-use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -9,6 +8,8 @@ use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::model::DeadLetteredItem;
 use dlq::sink::{SinkConfig, SledSink};
 use hdrhistogram::Histogram;
+
+pub use crate::load::{histogram, run_concurrent};
 
 pub const TOPIC: &str = "bench";
 pub const JOBS: usize = 64;
@@ -56,10 +57,6 @@ impl Row {
         self.note = note.into();
         self
     }
-}
-
-pub fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds")
 }
 
 /// Bytes this process sent towards storage (`write_bytes` of /proc/self/io: pages dirtied).
@@ -120,49 +117,4 @@ pub async fn wait_healthy<B: Bus>(bus: &B) {
         assert!(Instant::now() < deadline, "bus not connected within 20 s");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-/// Per-call latencies, seconds taken, calls that returned `Ok(true)`, errors.
-pub type Run = (Histogram<u64>, f64, u64, Vec<String>);
-
-/// `total` calls of `call(task, i)` spread over `k` concurrent tasks. The closure's own
-/// (synchronous) part, building the item, runs before the clock starts.
-pub async fn run_concurrent<F, Fut>(k: usize, total: usize, call: F) -> Run
-where
-    F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
-    Fut: Future<Output = Result<bool, String>> + Send,
-{
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..k)
-        .map(|task| {
-            let call = call.clone();
-            let calls = total / k + usize::from(task < total % k);
-            tokio::spawn(async move {
-                let (mut hist, mut ok, mut errors) = (histogram(), 0, Vec::new());
-                for i in 0..calls {
-                    let pending = call(task, i);
-                    let t = Instant::now();
-                    let result = pending.await;
-                    hist.saturating_record(t.elapsed().as_micros() as u64);
-                    match result {
-                        Ok(flag) => ok += u64::from(flag),
-                        Err(err) => errors.push(err),
-                    }
-                }
-                (hist, ok, errors)
-            })
-        })
-        .collect();
-    let mut run = (histogram(), 0.0, 0, Vec::new());
-    for task in tasks {
-        let (hist, ok, errors) = task.await.expect("bench task");
-        run.0.add(&hist).unwrap();
-        run.2 += ok;
-        run.3.extend(errors);
-    }
-    run.1 = started.elapsed().as_secs_f64();
-    if let Some(first) = run.3.first() {
-        eprintln!("{} calls failed; the first: {first}", run.3.len());
-    }
-    run
 }
