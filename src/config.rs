@@ -26,6 +26,9 @@ pub struct SinkSettings {
     pub capacity_per_job: u64,
     /// Largest accepted event in bytes.
     pub max_event_bytes: usize,
+    /// How often sled is flushed and the journal restarted while anything changes.
+    #[serde(with = "humantime_serde")]
+    pub checkpoint_every: Duration,
 }
 
 impl Default for SinkSettings {
@@ -36,6 +39,7 @@ impl Default for SinkSettings {
             store_timeout: defaults.store_timeout,
             capacity_per_job: defaults.capacity_per_job,
             max_event_bytes: defaults.max_event_bytes,
+            checkpoint_every: defaults.checkpoint_every,
         }
     }
 }
@@ -121,6 +125,7 @@ impl Config {
             store_timeout: self.sink.store_timeout,
             capacity_per_job: self.sink.capacity_per_job,
             max_event_bytes: self.sink.max_event_bytes,
+            checkpoint_every: self.sink.checkpoint_every,
             ..SinkConfig::new(data_dir)
         }
     }

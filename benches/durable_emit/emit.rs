@@ -69,11 +69,13 @@ pub async fn emit_scenarios(
         };
         run_concurrent(k, (total / 10).clamp(k, 500), call.clone()).await; // warm-up
         let (disk_before, flushes_before) = (disk_bytes_written(), flushes::count());
+        let checkpoints_before = flushes::checkpoints();
         let run = run_concurrent(k, total, call).await;
         let (hist, secs, published, errors) = (run.hist, run.secs, run.ok, run.errors);
         let events = total as f64 * per_call;
         let kib = (disk_bytes_written() - disk_before) as f64 / 1024.0 / events;
         let per_flush = events / (flushes::count() - flushes_before).max(1) as f64;
+        let checkpoints = flushes::checkpoints() - checkpoints_before;
         let event = emitter.sink().event(1).ok().flatten();
         let bytes = event.and_then(|e| e.to_json().ok()).map_or(0, |j| j.len());
         let backlog = emitter.sink().backlog().map_or(0, |b| b.count);
@@ -90,7 +92,7 @@ pub async fn emit_scenarios(
         let against = format!("plain file, batch {}, {} records", k.min(256), kb(record));
         row.limit = Some((limit, against));
         let mut note = format!("event {bytes} B, {kib:.1} KiB to disk per event; ");
-        note += &format!("{per_flush:.1} events per fdatasync; ");
+        note += &format!("{per_flush:.1} events per group commit; {checkpoints} checkpoints; ");
         note += &format!("published {published}/{total}; backlog after {backlog}");
         note += &format!("; errors {}", errors.len());
         if !bus_up {

@@ -1,5 +1,6 @@
-//! Counts the sink writer's group commits: its `debug!("sink group flushed and synced")`, one
-//! per flush + fdatasync, caught by a tracing layer. Appends / flushes = the average group.
+//! Counts the sink writer's group commits and checkpoints: its `debug!("sink group made
+//! durable")`, one per group's fdatasync, and `debug!("sink checkpoint")`, one per sled flush,
+//! caught by a tracing layer. Appends / group commits = the average group.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -8,29 +9,33 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 
-const MESSAGE: &str = "sink group flushed and synced";
-static FLUSHES: AtomicU64 = AtomicU64::new(0);
+const GROUP: &str = "sink group made durable";
+const CHECKPOINT: &str = "sink checkpoint";
+static GROUPS: AtomicU64 = AtomicU64::new(0);
+static CHECKPOINTS: AtomicU64 = AtomicU64::new(0);
 
 struct Counter;
 
 #[derive(Default)]
-struct IsFlush(bool);
+struct Message(String);
 
-impl Visit for IsFlush {
+impl Visit for Message {
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
         if field.name() == "message" {
-            self.0 |= format!("{value:?}") == MESSAGE;
+            self.0 = format!("{value:?}");
         }
     }
 }
 
 impl<S: tracing::Subscriber> Layer<S> for Counter {
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        let mut seen = IsFlush::default();
+        let mut seen = Message::default();
         event.record(&mut seen);
-        if seen.0 {
-            FLUSHES.fetch_add(1, Ordering::Relaxed);
-        }
+        match seen.0.as_str() {
+            GROUP => GROUPS.fetch_add(1, Ordering::Relaxed),
+            CHECKPOINT => CHECKPOINTS.fetch_add(1, Ordering::Relaxed),
+            _ => 0,
+        };
     }
 }
 
@@ -43,7 +48,12 @@ pub fn install() {
         .init();
 }
 
-/// Group commits (flush + fdatasync) of every sink in this process so far.
+/// Group commits (each one fdatasync) of every sink in this process so far.
 pub fn count() -> u64 {
-    FLUSHES.load(Ordering::Relaxed)
+    GROUPS.load(Ordering::Relaxed)
+}
+
+/// Checkpoints (sled flush + fdatasync) of every sink in this process so far.
+pub fn checkpoints() -> u64 {
+    CHECKPOINTS.load(Ordering::Relaxed)
 }

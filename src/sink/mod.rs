@@ -41,6 +41,8 @@
 
 pub mod counters;
 pub mod faults;
+pub mod journal;
+pub mod journal_record;
 pub mod keys;
 mod reads;
 mod scan;

@@ -10,9 +10,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::counters::JobCounters;
+use super::journal::{self, Journal};
 use super::reads::TreeView;
 use super::seq_floor::SeqFloor;
 use super::writer::{Request, Writer};
@@ -51,6 +52,10 @@ pub struct SinkConfig {
     pub max_group: usize,
     /// Requests that may wait for the writer before appends queue up (backpressure).
     pub queue_depth: usize,
+    /// How often the writer checkpoints (flushes sled and starts a new journal segment) when
+    /// anything changed (default 1 s). Longer means fewer sled flushes and more journal to
+    /// replay after a crash.
+    pub checkpoint_every: Duration,
 }
 
 impl SinkConfig {
@@ -65,6 +70,7 @@ impl SinkConfig {
             max_event_bytes: 512 * 1024,
             max_group: 1024,
             queue_depth: 8192,
+            checkpoint_every: Duration::from_secs(1),
         }
     }
 }
@@ -112,6 +118,15 @@ impl SledSink {
                 hint: RECOVERY_HINT,
             })?;
         let tree: sled::Tree = (*db).clone();
+        let replayed = journal::replay(&config.path, &tree)?;
+        if replayed.records > 0 {
+            info!(
+                records = replayed.records,
+                segments = replayed.segments,
+                "replayed the sink's journal (the last run did not close cleanly)"
+            );
+        }
+        let journal = Journal::start(&config.path)?;
         let node_id = resolve_node_id(&tree, &config)?;
         let seq_floor = SeqFloor::open(&config.path)?;
         let stored_next = match tree.scan_prefix(keys::LOG).next_back() {
@@ -138,6 +153,7 @@ impl SledSink {
             blobs_dir: config.path.join("blobs"),
             synced_blobs: Default::default(),
             seq_floor,
+            journal,
             tree: tree.clone(),
             node_id: node_id.clone(),
             last_seq: stored_next - 1,
@@ -152,11 +168,14 @@ impl SledSink {
             marks_dirty: marks_dirty.clone(),
         };
         writer.ensure_projection_format()?;
+        if replayed.segments > 0 {
+            writer.settle_replay()?;
+        }
         let handle = std::thread::Builder::new()
             .name("dlq-sink-writer".into())
             .spawn(move || writer.run(rx))
             .map_err(|err| SinkError::Io(format!("cannot start the writer thread: {err}")))?;
-        spawn_ticker(requests.downgrade())?;
+        spawn_ticker(requests.downgrade(), config.checkpoint_every)?;
         Ok(SledSink {
             inner: Arc::new(Inner {
                 tree,
@@ -438,12 +457,12 @@ fn generated_node_id(path: &Path) -> String {
     format!("node-{hex}")
 }
 
-/// Asks the writer to flush publish marks once a second; stops when the sink is gone.
-fn spawn_ticker(requests: mpsc::WeakSender<Request>) -> Result<(), SinkError> {
+/// Asks the writer to checkpoint every `every`; stops when the sink is gone.
+fn spawn_ticker(requests: mpsc::WeakSender<Request>, every: Duration) -> Result<(), SinkError> {
     std::thread::Builder::new()
         .name("dlq-sink-ticker".into())
         .spawn(move || loop {
-            std::thread::sleep(Duration::from_secs(1));
+            std::thread::sleep(every.max(Duration::from_millis(10)));
             let Some(sender) = requests.upgrade() else {
                 return;
             };

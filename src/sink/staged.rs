@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 
 use super::counters::JobCounters;
+use super::journal_record::Write;
 use super::reads::TreeView;
 use super::sled_sink::MAX_VALUE_BYTES;
 use super::{keys, SinkError};
@@ -154,23 +155,14 @@ impl<'a> Staged<'a> {
         Ok(())
     }
 
-    /// The sled batch of everything staged.
-    pub(crate) fn into_batch(self) -> sled::Batch {
-        let mut batch = sled::Batch::default();
-        for (key, value) in self.group.writes {
-            match value {
-                Some(value) => batch.insert(key, value),
-                None => batch.remove(key),
-            }
-        }
+    /// Every key change staged: what one sled batch and one journal record hold.
+    pub(crate) fn into_writes(self) -> Vec<Write> {
+        let mut writes: Vec<Write> = self.group.writes.into_iter().collect();
         for (job, count) in self.group.counts {
-            if count.items == 0 {
-                batch.remove(keys::job_count(&job));
-            } else {
-                batch.insert(keys::job_count(&job), count.encode());
-            }
+            let value = (count.items != 0).then(|| count.encode());
+            writes.push((keys::job_count(&job), value));
         }
-        batch
+        writes
     }
 
     /// True when the tree's FIFO or age entry for `key` still describes the staged state.

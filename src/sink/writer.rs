@@ -1,10 +1,16 @@
 //! The single writer thread: decides, stages and group-commits every write.
 //!
 //! The thread drains every request already queued (up to `max_group`), decides and stages each
-//! append on top of the ones before it ([`Staged`]), applies the whole group as one atomic sled
-//! batch, then makes it durable once — sled's `flush`, an `fdatasync` of sled's log file, and an
-//! fsync of any new blob file — and only then answers every waiter. It is the only code that
-//! flushes the database.
+//! append on top of the ones before it ([`Staged`]), writes the group's key changes to the
+//! [`Journal`], applies them to sled as one atomic batch, makes the journal durable once
+//! (`fdatasync`) and only then answers every waiter.
+//!
+//! A **checkpoint** makes sled itself durable — sled's `flush`, an `fdatasync` of sled's log
+//! file, and an fsync of any new blob file — and then starts a new journal segment. It runs on a
+//! tick ([`super::SinkConfig::checkpoint_every`]) when anything changed, when the journal passes
+//! [`CHECKPOINT_BYTES`], on close and around a rebuild. If the journal cannot be written, a
+//! group falls back to a checkpoint of its own. The writer is the only code that flushes the
+//! database.
 
 use std::collections::HashSet;
 use std::ffi::OsString;
@@ -17,6 +23,8 @@ use chrono::Utc;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
+use super::journal::{self, Journal};
+use super::journal_record::Write;
 use super::seq_floor::SeqFloor;
 use super::staged::Staged;
 use super::{keys, Faults, SinkError};
@@ -35,7 +43,7 @@ pub(crate) enum Request {
     Rebuild {
         reply: oneshot::Sender<Result<u64, SinkError>>,
     },
-    /// Flush if publish marks are waiting (sent periodically).
+    /// Checkpoint if anything changed since the last one (sent periodically).
     Tick,
     /// Flush and stop.
     Close {
@@ -55,6 +63,8 @@ pub(crate) struct Writer {
     pub(crate) synced_blobs: HashSet<OsString>,
     /// Reserved sequence numbers, so ids are never reused (see [`super::seq_floor`]).
     pub(crate) seq_floor: SeqFloor,
+    /// Where groups become durable between checkpoints.
+    pub(crate) journal: Journal,
     pub(crate) node_id: String,
     /// The last sequence used (0 before the first event).
     pub(crate) last_seq: u64,
@@ -68,6 +78,9 @@ pub(crate) struct Writer {
 }
 
 type Reply = oneshot::Sender<Result<Vec<Event>, SinkError>>;
+
+/// A checkpoint runs as soon as the journal's current segment holds this many bytes.
+pub const CHECKPOINT_BYTES: u64 = 64 << 20;
 
 impl Writer {
     /// Runs until a `Close` arrives or every sender is gone, then flushes one last time.
@@ -84,7 +97,7 @@ impl Writer {
                 return;
             }
         }
-        if let Err(err) = self.flush().and_then(|()| self.close_floor()) {
+        if let Err(err) = self.checkpoint().and_then(|()| self.close_floor()) {
             warn!(error = %err, "final flush of the sink failed");
         }
     }
@@ -96,8 +109,7 @@ impl Writer {
             std::thread::sleep(stall);
         }
         let mut answers: Vec<(Reply, Result<Vec<Event>, SinkError>)> = Vec::new();
-        let (mut rebuilds, mut closing) = (Vec::new(), Vec::new());
-        let mut need_flush = self.marks_dirty.swap(false, Ordering::SeqCst);
+        let (mut rebuilds, mut closing, mut ticked) = (Vec::new(), Vec::new(), false);
         let mut seq = self.next_seq;
         let mut staged = Staged::new(&self.tree, seq);
         for request in group {
@@ -107,55 +119,57 @@ impl Writer {
                     answers.push((reply, result));
                 }
                 Request::Rebuild { reply } => rebuilds.push(reply),
-                Request::Tick => {}
+                Request::Tick => ticked = true,
                 Request::Close { reply } => closing.push(reply),
             }
         }
-        if !staged.is_empty() {
-            let batch = staged.into_batch();
-            let committed = self.commit(batch, seq);
-            need_flush = true;
-            if let Err(reason) = committed {
-                for (_, result) in &mut answers {
-                    if matches!(result, Ok(events) if !events.is_empty()) {
-                        *result = Err(SinkError::Io(reason.clone()));
-                    }
+        let durable = if staged.is_empty() {
+            Ok(())
+        } else {
+            let writes = staged.into_writes();
+            match self.commit(writes, seq) {
+                Ok(()) => self.make_durable(),
+                Err(reason) => {
+                    fail_stored(&mut answers, |_| SinkError::Io(reason.clone()));
+                    Ok(())
                 }
             }
-        }
-        for reply in rebuilds {
-            need_flush = true;
-            let _ = reply.send(self.rebuild());
-        }
-        let stop = !closing.is_empty();
-        let mut flushed = if need_flush || stop {
-            self.flush()
-        } else {
-            Ok(())
         };
+        if let Err(reason) = durable {
+            fail_stored(&mut answers, |events| SinkError::NotDurable {
+                events,
+                reason: reason.clone(),
+            });
+        }
         for (reply, result) in answers {
-            let result = match (&flushed, result) {
-                (Ok(()), Ok(events)) => {
-                    for event in &events {
-                        metrics::counter!(m::EVENTS_STORED, "kind" => event.kind.name())
-                            .increment(1);
-                    }
-                    Ok(events)
+            if let Ok(events) = &result {
+                for event in events {
+                    metrics::counter!(m::EVENTS_STORED, "kind" => event.kind.name()).increment(1);
                 }
-                (Err(reason), Ok(events)) if !events.is_empty() => Err(SinkError::NotDurable {
-                    events,
-                    reason: reason.clone(),
-                }),
-                (_, result) => result,
-            };
+            }
             // A waiter that gave up (store timeout) is gone; its events are still stored.
             let _ = reply.send(result);
         }
-        if stop && flushed.is_ok() {
-            flushed = self.close_floor();
+        for reply in rebuilds {
+            let _ = reply.send(self.rebuild_durably());
+        }
+        let stop = !closing.is_empty();
+        let marks = self.marks_dirty.load(Ordering::SeqCst);
+        let due = stop
+            || self.journal.pending() >= CHECKPOINT_BYTES
+            || (ticked && (marks || self.journal.pending() > 0));
+        let mut checkpointed = Ok(());
+        if due {
+            checkpointed = self.checkpoint();
+            if let Err(reason) = &checkpointed {
+                warn!(%reason, "sink checkpoint failed; the journal keeps every group until one succeeds");
+            }
+        }
+        if stop && checkpointed.is_ok() {
+            checkpointed = self.close_floor();
         }
         for reply in closing {
-            let _ = reply.send(flushed.clone().map_err(SinkError::Io));
+            let _ = reply.send(checkpointed.clone().map_err(SinkError::Io));
         }
         stop
     }
@@ -196,15 +210,22 @@ impl Writer {
         Ok(events)
     }
 
-    /// Applies a group's batch; `next_seq` is the sequence after the group's last event.
-    fn commit(&mut self, batch: sled::Batch, next_seq: u64) -> Result<(), String> {
+    /// Journals and applies a group's writes; `next_seq` is the sequence after the group's last
+    /// event. A journal write error only marks the journal unusable: [`Writer::make_durable`]
+    /// then falls back to a checkpoint.
+    fn commit(&mut self, writes: Vec<Write>, next_seq: u64) -> Result<(), String> {
         if next_seq > self.next_seq {
             self.seq_floor
                 .reserve(next_seq - 1)
                 .map_err(|err| err.to_string())?;
         }
+        if self.journal.healthy() {
+            if let Err(reason) = self.journal.append(&writes) {
+                warn!(%reason, "falling back to flushing sled for each group until the next checkpoint");
+            }
+        }
         self.tree
-            .apply_batch(batch)
+            .apply_batch(journal::batch(writes))
             .map_err(|err| err.to_string())?;
         let added = next_seq - self.next_seq;
         self.unpublished.fetch_add(added, Ordering::SeqCst);
@@ -213,7 +234,42 @@ impl Writer {
         Ok(())
     }
 
-    /// Makes everything written so far durable.
+    /// Makes the groups committed so far durable: an `fdatasync` of the journal, or a checkpoint
+    /// when the journal cannot take them.
+    fn make_durable(&mut self) -> Result<(), String> {
+        if self.faults.fail_flush() {
+            return Err("injected flush fault".into());
+        }
+        if self.journal.healthy() {
+            match self.journal.sync() {
+                Ok(()) => {
+                    debug!("sink group made durable");
+                    return Ok(());
+                }
+                Err(reason) => warn!(%reason, "falling back to a checkpoint"),
+            }
+        }
+        self.checkpoint()?;
+        debug!("sink group made durable");
+        Ok(())
+    }
+
+    /// Makes sled durable, then starts a new journal segment and drops the old ones. A failed
+    /// rotation leaves the journal unusable (groups then checkpoint themselves) but sled is
+    /// durable, so it is not an error.
+    fn checkpoint(&mut self) -> Result<(), String> {
+        self.marks_dirty.store(false, Ordering::SeqCst);
+        if let Err(reason) = self.flush() {
+            self.marks_dirty.store(true, Ordering::SeqCst);
+            return Err(reason);
+        }
+        if let Err(reason) = self.journal.rotate() {
+            warn!(%reason, "sled is durable but the journal could not start a new segment");
+        }
+        Ok(())
+    }
+
+    /// Makes sled durable: everything applied to the tree so far survives a crash afterwards.
     fn flush(&mut self) -> Result<(), String> {
         if self.faults.fail_flush() {
             return Err("injected flush fault".into());
@@ -227,7 +283,7 @@ impl Writer {
             .map_err(|err| format!("fdatasync of the log failed: {err}"))?;
         self.sync_new_blobs()
             .map_err(|err| format!("fsync of a blob file failed: {err}"))?;
-        debug!(bytes, "sink group flushed and synced");
+        debug!(bytes, "sink checkpoint");
         Ok(())
     }
 
@@ -280,7 +336,7 @@ impl Writer {
         if stored == Some(keys::CURRENT_PROJECTION_FORMAT) {
             return Ok(0);
         }
-        let replayed = self.rebuild()?;
+        let replayed = self.rebuild_durably()?;
         if replayed > 0 {
             tracing::info!(
                 replayed,
@@ -289,7 +345,17 @@ impl Writer {
                 "rebuilt the projection from the log for the new layout"
             );
         }
-        self.flush().map_err(SinkError::Io)?;
+        Ok(replayed)
+    }
+
+    /// [`Writer::rebuild`] between two checkpoints. The projection's format key is removed by
+    /// the first, so a crash mid-rebuild leaves a projection that the next open rebuilds again,
+    /// never a half-built one taken for current; the rebuild's own writes are not journaled.
+    fn rebuild_durably(&mut self) -> Result<u64, SinkError> {
+        self.tree.remove(keys::PROJECTION_FORMAT)?;
+        self.checkpoint().map_err(SinkError::Io)?;
+        let replayed = self.rebuild()?;
+        self.checkpoint().map_err(SinkError::Io)?;
         Ok(replayed)
     }
 
@@ -329,7 +395,32 @@ impl Writer {
         for event in events {
             staged.stage_events(std::slice::from_ref(event), None)?;
         }
-        self.tree.apply_batch(staged.into_batch())?;
+        self.tree
+            .apply_batch(journal::batch(staged.into_writes()))?;
         Ok(events.len() as u64)
+    }
+
+    /// After sled recovered and the journal was replayed: checkpoints, so the replayed
+    /// segments are deleted and the next crash replays only what follows.
+    pub(crate) fn settle_replay(&mut self) -> Result<(), SinkError> {
+        self.checkpoint().map_err(|reason| {
+            SinkError::Io(format!(
+                "cannot checkpoint after replaying the journal (it was kept): {reason}"
+            ))
+        })
+    }
+}
+
+/// Turns every stored (non-empty) answer of a group into the error `error` makes of its events.
+fn fail_stored(
+    answers: &mut [(Reply, Result<Vec<Event>, SinkError>)],
+    error: impl Fn(Vec<Event>) -> SinkError,
+) {
+    for (_, result) in answers.iter_mut() {
+        if matches!(result, Ok(events) if !events.is_empty()) {
+            if let Ok(events) = std::mem::replace(result, Ok(Vec::new())) {
+                *result = Err(error(events));
+            }
+        }
     }
 }
