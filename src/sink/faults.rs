@@ -17,6 +17,7 @@ pub struct Faults {
 struct Switches {
     fail_writes: AtomicBool,
     fail_flush: AtomicBool,
+    fail_journal: AtomicBool,
     stall_ms: AtomicU64,
 }
 
@@ -31,6 +32,12 @@ impl Faults {
         self.inner.fail_flush.store(on, Ordering::SeqCst);
     }
 
+    /// While set, every journal append fails as if the disk refused it: groups fall back to
+    /// making sled itself durable (a checkpoint each).
+    pub fn set_fail_journal(&self, on: bool) {
+        self.inner.fail_journal.store(on, Ordering::SeqCst);
+    }
+
     /// Makes the writer sleep this long before each group (a slow disk); zero turns it off.
     pub fn set_stall(&self, stall: Duration) {
         let ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
@@ -43,6 +50,10 @@ impl Faults {
 
     pub(crate) fn fail_flush(&self) -> bool {
         self.inner.fail_flush.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn fail_journal(&self) -> bool {
+        self.inner.fail_journal.load(Ordering::SeqCst)
     }
 
     pub(crate) fn stall(&self) -> Duration {

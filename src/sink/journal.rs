@@ -190,6 +190,11 @@ impl Journal {
         }
     }
 
+    /// Stops taking appends until the next rotate, as after an I/O error.
+    pub(crate) fn disable(&mut self) {
+        self.file = None;
+    }
+
     /// Makes every append so far durable (`fdatasync`).
     pub(crate) fn sync(&mut self) -> Result<(), String> {
         let Some(file) = self.file.as_ref() else {

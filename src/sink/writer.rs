@@ -219,6 +219,9 @@ impl Writer {
                 .reserve(next_seq - 1)
                 .map_err(|err| err.to_string())?;
         }
+        if self.faults.fail_journal() {
+            self.journal.disable();
+        }
         if self.journal.healthy() {
             if let Err(reason) = self.journal.append(&writes) {
                 warn!(%reason, "falling back to flushing sled for each group until the next checkpoint");
