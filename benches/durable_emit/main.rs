@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Durable-emit benchmark:
 //! `cargo bench --bench durable_emit -- [--quick] [--json PATH] [--dir DIR] [--drain N,N]
-//! [--only-drain]`.
+//! [--only-drain] [--only-limit]`.
 //!
 //! Measures (1) this disk's fsync and group-commit limits, (2) `dead_letter` with a real
 //! nats-server up and (3) killed, at K = 1, 8, 64, 256 concurrent emitters with ~1 KiB and
@@ -170,6 +170,7 @@ fn suite_rows(rows: &[Row]) -> Vec<SuiteRow> {
 fn main() {
     let (mut quick, mut json, mut dir) = (false, None::<PathBuf>, None::<PathBuf>);
     let (mut benching, mut drains, mut only_drain) = (false, None::<Vec<usize>>, false);
+    let mut only_limit = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -184,6 +185,7 @@ fn main() {
                 drains = Some(sizes.collect());
             }
             "--only-drain" => only_drain = true,
+            "--only-limit" => only_limit = true,
             "--bench" => benching = true, // added by `cargo bench` for `harness = false` targets
             other => eprintln!("ignoring unknown argument {other:?}"),
         }
@@ -231,6 +233,9 @@ fn main() {
             eprintln!("1/4 physical limit ...");
             let limits =
                 limit::physical_limit(dir, sizes.fsyncs, sizes.rounds, &records, &mut rows);
+            if only_limit {
+                return;
+            }
             let mut server = NatsServer::start();
             eprintln!("2/4 durable emit, bus up ...");
             for payload in &payloads {
