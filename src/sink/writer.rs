@@ -227,9 +227,12 @@ impl Writer {
                 warn!(%reason, "falling back to flushing sled for each group until the next checkpoint");
             }
         }
-        self.tree
-            .apply_batch(journal::batch(writes))
-            .map_err(|err| err.to_string())?;
+        if let Err(err) = self.tree.apply_batch(journal::batch(writes)) {
+            // The journal may hold this group although sled refused it: stop appending behind
+            // it, so the next group checkpoints and the segment holding it is dropped.
+            self.journal.disable();
+            return Err(err.to_string());
+        }
         let added = next_seq - self.next_seq;
         self.unpublished.fetch_add(added, Ordering::SeqCst);
         self.last_seq = next_seq - 1;
@@ -257,19 +260,26 @@ impl Writer {
         Ok(())
     }
 
-    /// Makes sled durable, then starts a new journal segment and drops the old ones. A failed
-    /// rotation leaves the journal unusable (groups then checkpoint themselves) but sled is
-    /// durable, so it is not an error.
+    /// Makes sled durable, then (if anything was journaled, or the journal is unusable) starts a
+    /// new journal segment and drops the old ones. A failed rotation leaves the journal unusable
+    /// (groups then checkpoint themselves) but sled is durable, so it is not an error.
     fn checkpoint(&mut self) -> Result<(), String> {
         self.marks_dirty.store(false, Ordering::SeqCst);
         if let Err(reason) = self.flush() {
             self.marks_dirty.store(true, Ordering::SeqCst);
             return Err(reason);
         }
+        // Nothing appended since the last rotate: the current segment is empty, nothing to drop.
+        if self.journal.pending() > 0 || !self.journal.healthy() {
+            self.rotate_journal();
+        }
+        Ok(())
+    }
+
+    fn rotate_journal(&mut self) {
         if let Err(reason) = self.journal.rotate() {
             warn!(%reason, "sled is durable but the journal could not start a new segment");
         }
-        Ok(())
     }
 
     /// Makes sled durable: everything applied to the tree so far survives a crash afterwards.
@@ -406,11 +416,13 @@ impl Writer {
     /// After sled recovered and the journal was replayed: checkpoints, so the replayed
     /// segments are deleted and the next crash replays only what follows.
     pub(crate) fn settle_replay(&mut self) -> Result<(), SinkError> {
-        self.checkpoint().map_err(|reason| {
+        self.flush().map_err(|reason| {
             SinkError::Io(format!(
                 "cannot checkpoint after replaying the journal (it was kept): {reason}"
             ))
-        })
+        })?;
+        self.rotate_journal();
+        Ok(())
     }
 }
 
