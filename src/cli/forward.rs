@@ -52,10 +52,20 @@ pub enum Target {
 
 /// Chooses where the command runs (see the module documentation).
 pub async fn target(cli: &Cli) -> Result<Target, CliError> {
+    target_with(cli, |config| config).await
+}
+
+/// [`target`] for a command that reads every item once: opened here, the sink's cache is
+/// capped ([`open::one_pass`]).
+pub async fn one_pass_target(cli: &Cli) -> Result<Target, CliError> {
+    target_with(cli, open::one_pass).await
+}
+
+async fn target_with(cli: &Cli, adjust: fn(Config) -> Config) -> Result<Target, CliError> {
     if let Some(url) = &cli.api {
         return Ok(Target::Api(client(cli, url)?));
     }
-    let config = open::config(cli)?;
+    let config = adjust(open::config(cli)?);
     let mut wait = open::LockWait::new(cli);
     loop {
         if let Some(api) = announced_api(cli).await? {

@@ -142,12 +142,13 @@ pub struct InspectArgs {
     pub job_id: Option<String>,
 }
 
-/// Opens the sink read-only, runs `f`, and closes the sink whatever `f` returned.
+/// Opens the sink read-only for one pass over the items (its cache capped, see
+/// [`open::one_pass`]), runs `f`, and closes the sink whatever `f` returned.
 pub async fn with_sink<T>(
     cli: &Cli,
     f: impl FnOnce(&SledSink) -> Result<T, CliError>,
 ) -> Result<T, CliError> {
-    let config = open::config(cli)?;
+    let config = open::one_pass(open::config(cli)?);
     let sink = open::sink(cli, &config).await?;
     let result = f(&sink);
     sink.close().await?;

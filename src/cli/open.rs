@@ -41,6 +41,18 @@ pub fn config(cli: &Cli) -> Result<Config, CliError> {
     Ok(config)
 }
 
+/// sled's page cache (MiB) at most for commands that read every item once (`export`,
+/// `analyze`): a single pass never reads a page twice, so a larger cache only holds memory
+/// (measured at 1,000,000 items: 368 → 311 MiB peak, the same time).
+pub const ONE_PASS_CACHE_MB: u64 = 8;
+
+/// `config` for a command that reads every item once: the cache capped at
+/// [`ONE_PASS_CACHE_MB`].
+pub fn one_pass(mut config: Config) -> Config {
+    config.sink.cache_capacity_mb = config.sink.cache_capacity_mb.min(ONE_PASS_CACHE_MB);
+    config
+}
+
 /// How often a held data directory is tried again while waiting for it.
 const LOCK_RETRY: Duration = Duration::from_millis(50);
 
@@ -150,5 +162,22 @@ pub async fn wait_for_drain(emitter: &CliEmitter, timeout: Duration) -> Result<b
         }
         emitter.wake_reconciler();
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_pass_caps_the_cache_and_keeps_a_smaller_one() {
+        let mut config = Config::default();
+        config.sink.cache_capacity_mb = 64;
+        assert_eq!(
+            one_pass(config.clone()).sink.cache_capacity_mb,
+            ONE_PASS_CACHE_MB
+        );
+        config.sink.cache_capacity_mb = 2;
+        assert_eq!(one_pass(config).sink.cache_capacity_mb, 2);
     }
 }

@@ -140,7 +140,7 @@ fn print_stats(out: &mut impl Write, s: &Stats) -> std::io::Result<()> {
 pub async fn run_analyze(cli: &Cli, args: &AnalyzeArgs) -> Result<u8, CliError> {
     check_report_format(cli.format, "analyze")?;
     let job = args.job_id.as_deref();
-    let analysis = match forward::target(cli).await? {
+    let analysis = match forward::one_pass_target(cli).await? {
         Target::Api(api) => return forward_analyze(cli, args, &api).await,
         Target::Local(local) => local.run(|sink| Ok(analyze(sink, job)?)).await?,
     };
