@@ -398,16 +398,7 @@ fn main() {
     .unwrap();
     print!("{out}");
     if benching {
-        let name = if quick {
-            "consumer_lag-quick.md"
-        } else {
-            "consumer_lag.md"
-        };
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("benches/results")
-            .join(name);
-        std::fs::write(&path, &out).unwrap();
-        eprintln!("results written to {}", path.display());
+        suite::write_results("consumer_lag", quick, &out);
     }
     if let Some(path) = json {
         let rows: Vec<_> = outcomes.iter().map(|o| suite_row(o, seconds)).collect();

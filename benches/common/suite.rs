@@ -116,6 +116,21 @@ pub fn write(
     eprintln!("suite rows written to {}", path.display());
 }
 
+/// Writes a bench's Markdown report to `benches/results/{name}`, `{stem}-quick.md` in quick
+/// mode and `{stem}.md` otherwise.
+pub fn write_results(stem: &str, quick: bool, text: &str) {
+    let name = if quick {
+        format!("{stem}-quick.md")
+    } else {
+        format!("{stem}.md")
+    };
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("benches/results")
+        .join(name);
+    std::fs::write(&path, text).expect("write the results file");
+    eprintln!("results written to {}", path.display());
+}
+
 /// The machine facts every bench records: cores, memory, load average, kernel.
 pub fn machine() -> Vec<(String, String)> {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();

@@ -31,7 +31,7 @@ mod runs;
 mod suite;
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use report::{git_head, loadavg, machine, ms_per, rate, verdict, Row};
@@ -295,16 +295,7 @@ fn main() {
     writeln!(w, "\nOverheads are wall-clock per item with {PARALLEL} agents in flight (amortised): the latency one failed agent adds is about {PARALLEL} times its figure. Spread is the slowest minus the fastest of the runs; a difference of two medians smaller than their spreads (e.g. a negative overhead) is noise. Targets are reported, never asserted.").unwrap();
     print!("{out}");
     if benching {
-        let name = if quick {
-            "runner_overhead-quick.md"
-        } else {
-            "runner_overhead.md"
-        };
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("benches/results")
-            .join(name);
-        std::fs::write(&path, &out).unwrap();
-        eprintln!("results written to {}", path.display());
+        suite::write_results("runner_overhead", quick, &out);
     }
     if let Some(path) = json {
         let note = format!("N = {n}, M = {m} items, max_parallel {PARALLEL}, median of {runs}");
