@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use report::{git_head, loadavg, machine, ms_per, rate, verdict, Row};
-use runs::{baseline, median, nats_server_installed, run_dlq, Job, Run};
+use runs::{baseline, median, run_dlq, Job, Run};
 
 const BIN: &str = env!("CARGO_BIN_EXE_dlq");
 const PARALLEL: usize = 16;
@@ -148,7 +148,7 @@ fn main() {
     let [a, b, fixed, ok_n, ok_m, fail_m, fail_m0] = measure(runs, &mut cases).try_into().unwrap();
     drop(cases);
 
-    let bus_runs = if nats_server_installed() {
+    let bus_runs = if common::nats::installed_binary().is_some() {
         eprintln!("4/4: DLQ overhead with a private nats-server up");
         let mut server = common::NatsServer::start();
         let url = server.url();

@@ -193,15 +193,3 @@ pub(crate) fn median(mut runs: Vec<Run>) -> Run {
         ..runs[runs.len() / 2]
     }
 }
-
-/// `nats-server` as `tests/common` finds it, if installed.
-pub(crate) fn nats_server_installed() -> bool {
-    if std::env::var_os("NATS_SERVER_BIN").is_some_and(|b| !b.is_empty()) {
-        return true;
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join("nats-server"))
-        .chain(std::iter::once(PathBuf::from("/usr/sbin/nats-server")))
-        .any(|p| p.is_file())
-}

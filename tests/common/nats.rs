@@ -258,23 +258,28 @@ impl Drop for NatsServer {
     }
 }
 
-/// `NATS_SERVER_BIN`, else `nats-server` on PATH, else `/usr/sbin/nats-server`.
-fn find_binary() -> PathBuf {
+/// `NATS_SERVER_BIN` when set (whether or not it exists), else `nats-server` on PATH, else
+/// `/usr/sbin/nats-server`; `None` when neither is installed.
+pub fn installed_binary() -> Option<PathBuf> {
     if let Some(bin) = std::env::var_os("NATS_SERVER_BIN").filter(|b| !b.is_empty()) {
-        let bin = PathBuf::from(bin);
-        assert!(
-            bin.is_file(),
-            "NATS_SERVER_BIN={} does not exist; {INSTALL_HINT}",
-            bin.display()
-        );
-        return bin;
+        return Some(PathBuf::from(bin));
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .map(|dir| dir.join("nats-server"))
         .chain(std::iter::once(PathBuf::from("/usr/sbin/nats-server")))
         .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("nats-server not found; {INSTALL_HINT}"))
+}
+
+/// [`installed_binary`], or a panic saying how to install it.
+fn find_binary() -> PathBuf {
+    let bin = installed_binary().unwrap_or_else(|| panic!("nats-server not found; {INSTALL_HINT}"));
+    assert!(
+        bin.is_file(),
+        "NATS_SERVER_BIN={} does not exist; {INSTALL_HINT}",
+        bin.display()
+    );
+    bin
 }
 
 /// `GET /healthz` on the monitoring port returns 200.
