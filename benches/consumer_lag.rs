@@ -37,7 +37,7 @@ use common::NatsServer;
 use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::consumer::{run_durable, ConsumerStore, DurableConfig};
 use dlq::emitter::{Emitter, EmitterBuilder};
-use dlq::reconciler::ReconcilerConfig;
+use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use tokio_util::sync::CancellationToken;
 

@@ -26,11 +26,11 @@ use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::consumer::{
     for_each_message, read_from_start, run_durable, ConsumerStore, DurableConfig, Fold,
 };
-use dlq::decide::Command;
+use dlq::domain::command::Command;
 use dlq::emitter::EmitterBuilder;
-use dlq::event::Event;
-use dlq::failure::dead_lettered_item;
-use dlq::model::{ErrorType, FailureDetail};
+use dlq::domain::event::Event;
+use dlq::domain::failure::dead_lettered_item;
+use dlq::domain::model::{ErrorType, FailureDetail};
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use tokio_util::sync::CancellationToken;
 

@@ -33,7 +33,7 @@ use common::NatsServer;
 use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::emitter::EmitterBuilder;
 use dlq::query::stats::stats;
-use dlq::reconciler::ReconcilerConfig;
+use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::sink::{keys, Sink, SinkConfig, SledSink};
 use suite::SuiteRow;
 

@@ -9,8 +9,8 @@ use thiserror::Error;
 
 use crate::bus::BusConfig;
 use crate::emitter::TopicPolicies;
-use crate::reconciler::ReconcilerConfig;
-use crate::retention::RetentionConfig;
+use crate::emitter::reconciler::ReconcilerConfig;
+use crate::removal::RetentionConfig;
 use crate::sink::SinkConfig;
 
 /// Settings of the sink, as written in the file.

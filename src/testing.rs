@@ -9,10 +9,10 @@ use std::time::Duration;
 use chrono::Utc;
 
 use crate::bus::{Bus, BusError, Published};
-use crate::decide::{decide, Command, DecideError, Limits};
-use crate::event::{EncodedEvent, Event};
-use crate::model::{DeadLetteredItem, ErrorType, FailureDetail};
-use crate::projection::MemoryProjection;
+use crate::domain::command::{decide, Command, DecideError, Limits};
+use crate::domain::event::{EncodedEvent, Event};
+use crate::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
+use crate::domain::projection::MemoryProjection;
 use crate::sink::{Backlog, Sink, SinkError};
 
 /// A sink in memory: the same decide/apply logic as the sled sink, no disk.
@@ -169,6 +169,6 @@ pub fn item(job: &str, id: &str) -> DeadLetteredItem {
         duration_ms: 1,
         json_log_location: None,
     };
-    crate::failure::dead_lettered_item(job, id, serde_json::Value::Null, vec![failure], None)
+    crate::domain::failure::dead_lettered_item(job, id, serde_json::Value::Null, vec![failure], None)
         .unwrap()
 }

@@ -10,8 +10,8 @@ use chrono::Utc;
 use common::{wait_for, NatsServer};
 use dlq::bus::{Bus, BusConfig, BusMode, NatsBus};
 use dlq::emitter::{Emitter, EmitterBuilder};
-use dlq::failure::dead_lettered_item;
-use dlq::model::{DeadLetteredItem, ErrorType, FailureDetail};
+use dlq::domain::failure::dead_lettered_item;
+use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use futures::StreamExt;
 

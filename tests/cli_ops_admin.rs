@@ -8,14 +8,14 @@ mod ops;
 
 use common::stream::stream_ids;
 use common::{NatsServer, DEAD_BUS_URL};
-use dlq::event::{EventKind, RemovalReason};
+use dlq::domain::event::{EventKind, RemovalReason};
 use ops::{failure, reference_item, write_reference_job, Env};
 
 fn no_bus() -> String {
     DEAD_BUS_URL.to_owned()
 }
 
-fn removals(events: &[dlq::event::Event], reason: RemovalReason) -> Vec<String> {
+fn removals(events: &[dlq::domain::event::Event], reason: RemovalReason) -> Vec<String> {
     events
         .iter()
         .filter(|e| matches!(&e.kind, EventKind::ItemRemoved { reason: r, .. } if *r == reason))

@@ -12,7 +12,7 @@ use std::process::Output;
 use async_nats::jetstream;
 use common::NatsServer;
 use dlq::bus::{Bus, BusConfig, NatsBus};
-use dlq::event::Event;
+use dlq::domain::event::Event;
 use serde_json::Value;
 
 /// Runs the binary with a config beside the data directory that keeps failures short.

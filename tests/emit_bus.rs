@@ -13,10 +13,10 @@ use common::stream::{metric_value, metrics, stream_ids, stream_messages};
 use common::{wait_for, NatsServer};
 use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::emitter::{EmitError, Emitter, EmitterBuilder, TopicPolicies, TopicPolicy};
-use dlq::event::EventKind;
-use dlq::failure::dead_lettered_item;
-use dlq::model::{DeadLetteredItem, ErrorType, FailureDetail};
-use dlq::reconciler::ReconcilerConfig;
+use dlq::domain::event::EventKind;
+use dlq::domain::failure::dead_lettered_item;
+use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
+use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::sink::{Sink, SinkConfig, SledSink};
 
 const PUBLISH_TIMEOUT: Duration = Duration::from_millis(500);

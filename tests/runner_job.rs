@@ -88,7 +88,7 @@ async fn failing_items_reach_the_dlq_and_the_stream_with_their_history() {
         let last = &item.failure_history[2];
         assert_eq!(
             last.error_type,
-            dlq::model::ErrorType::CommandFailed { exit_code: 42 }
+            dlq::domain::model::ErrorType::CommandFailed { exit_code: 42 }
         );
         assert!(
             last.stack_trace.as_deref().unwrap().contains("exploded"),

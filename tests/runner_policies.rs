@@ -177,7 +177,7 @@ map:
     let item = &flow.env.items().await[0];
     assert_eq!(
         item.failure_history[0].error_type,
-        dlq::model::ErrorType::Timeout
+        dlq::domain::model::ErrorType::Timeout
     );
     assert!(item.reprocess_eligible);
     let pid: i32 = std::fs::read_to_string(&pidfile)
@@ -270,7 +270,7 @@ map:
     assert!(artifacts.error_logs.unwrap().contains("merge conflict"));
     assert_eq!(
         item.failure_history[0].error_type,
-        dlq::model::ErrorType::MergeConflict
+        dlq::domain::model::ErrorType::MergeConflict
     );
 }
 

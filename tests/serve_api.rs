@@ -13,7 +13,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use common::{free_port, poll_until, spawn_tied_to_test, DEAD_BUS_URL};
-use dlq::event::{EventKind, RemovalReason};
+use dlq::domain::event::{EventKind, RemovalReason};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use ops::{failure, listed_ids, Env};

@@ -6,12 +6,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
-use dlq::decide::Command;
-use dlq::event::{EncodedEvent, Event, EventKind, RemovalReason};
-use dlq::failure::dead_lettered_item;
-use dlq::model::{DeadLetteredItem, ErrorType, FailureDetail};
-use dlq::projection::{MemoryProjection, StoredItem};
-use dlq::retention::purge;
+use dlq::domain::command::Command;
+use dlq::domain::event::{EncodedEvent, Event, EventKind, RemovalReason};
+use dlq::domain::failure::dead_lettered_item;
+use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
+use dlq::domain::projection::{MemoryProjection, StoredItem};
+use dlq::removal::purge;
 use dlq::sink::{Backlog, Sink, SinkConfig, SinkError, SledSink};
 use tempfile::TempDir;
 

@@ -10,11 +10,11 @@
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
-use dlq::decide::{decide, Command, Limits};
-use dlq::event::{Event, RemovalReason};
-use dlq::failure::dead_lettered_item;
-use dlq::model::{ErrorType, FailureDetail};
-use dlq::projection::{MemoryProjection, StateView};
+use dlq::domain::command::{decide, Command, Limits};
+use dlq::domain::event::{Event, RemovalReason};
+use dlq::domain::failure::dead_lettered_item;
+use dlq::domain::model::{ErrorType, FailureDetail};
+use dlq::domain::projection::{MemoryProjection, StateView};
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use proptest::prelude::*;
 

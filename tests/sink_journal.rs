@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::items::template_item;
-use dlq::decide::Command;
+use dlq::domain::command::Command;
 use dlq::sink::journal::DIR;
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use tempfile::TempDir;

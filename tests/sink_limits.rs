@@ -4,9 +4,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use chrono::Utc;
-use dlq::decide::Command;
-use dlq::failure::dead_lettered_item;
-use dlq::model::{DeadLetteredItem, ErrorType, FailureDetail};
+use dlq::domain::command::Command;
+use dlq::domain::failure::dead_lettered_item;
+use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::sink::{Sink, SinkConfig, SinkError, SledSink};
 
 fn big_item(id: &str, trace_bytes: usize) -> DeadLetteredItem {

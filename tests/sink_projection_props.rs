@@ -12,14 +12,14 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use dlq::decide::Command;
-use dlq::event::{Event, RemovalReason};
-use dlq::failure::dead_lettered_item;
-use dlq::model::{DeadLetteredItem, ErrorType, FailureDetail};
-use dlq::projection::{MemoryProjection, StateView, StoredItem};
+use dlq::domain::command::Command;
+use dlq::domain::event::{Event, RemovalReason};
+use dlq::domain::failure::dead_lettered_item;
+use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
+use dlq::domain::projection::{MemoryProjection, StateView, StoredItem};
 use dlq::query::list::{in_listing_order, page_in_order, Cursor, ListRequest};
 use dlq::query::stats::{stats, StatsAccumulator};
-use dlq::query::Filter;
+use dlq::query::Criteria;
 use dlq::sink::{Sink, SinkConfig, SinkError, SledSink};
 use proptest::prelude::*;
 use tempfile::TempDir;
@@ -350,9 +350,9 @@ fn check_queries(sink: &SledSink, stored: &[StoredItem], step: usize) {
         }
         let mut sorted: Vec<Cursor> = selected.iter().map(|item| Cursor::of(item)).collect();
         sorted.sort();
-        let filter = Filter {
+        let filter = Criteria {
             job_id: job.map(str::to_owned),
-            ..Filter::default()
+            ..Criteria::default()
         };
         let listed: Vec<Cursor> = in_listing_order(sink, &filter, None)
             .unwrap()

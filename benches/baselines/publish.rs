@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use dlq::bus::{Bus, NatsBus};
 use dlq::emitter::{EmitterBuilder, TopicPolicies};
-use dlq::reconciler::ReconcilerConfig;
+use dlq::emitter::reconciler::ReconcilerConfig;
 
 use crate::common::items::dead_lettered_event;
 use crate::common::NatsServer;

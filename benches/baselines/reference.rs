@@ -30,7 +30,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
-use dlq::model::DeadLetteredItem;
+use dlq::domain::model::DeadLetteredItem;
 
 pub struct RefDlq {
     job_id: String,

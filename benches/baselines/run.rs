@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use dlq::bus::{Bus, BusConfig, NatsBus};
-use dlq::failure::dead_lettered_item;
-use dlq::model::{DeadLetteredItem, FailureDetail};
+use dlq::domain::failure::dead_lettered_item;
+use dlq::domain::model::{DeadLetteredItem, FailureDetail};
 use dlq::sink::{SinkConfig, SledSink};
 
 use crate::{JOB, PUBLISH_TIMEOUT};

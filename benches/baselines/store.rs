@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlq::decide::Command;
+use dlq::domain::command::Command;
 use dlq::query::list::{in_listing_order, page_in_order, ListRequest};
 use dlq::query::stats::stats;
-use dlq::query::Filter;
+use dlq::query::Criteria;
 use dlq::sink::{Sink, SledSink};
 
 use crate::reference;
@@ -141,7 +141,7 @@ async fn ours_at(base: &Path, items: &Arc<Items>, size: usize, mode: &Mode) -> O
     let t = Instant::now();
     let sink = open_sink(&dir); // what a fresh `dlq list` / `dlq stats` process does first
     let open_ms = t.elapsed().as_secs_f64() * 1e3;
-    let filter = Filter::default();
+    let filter = Criteria::default();
     let request = ListRequest {
         filter: filter.clone(),
         limit: PAGE,

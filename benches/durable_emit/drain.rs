@@ -4,9 +4,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use dlq::bus::Bus;
-use dlq::decide::Command;
+use dlq::domain::command::Command;
 use dlq::emitter::EmitterBuilder;
-use dlq::reconciler::ReconcilerConfig;
+use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use futures::StreamExt;
 

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use dlq::emitter::{EmitterBuilder, TopicPolicies};
-use dlq::reconciler::ReconcilerConfig;
+use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::sink::Sink;
 
 use crate::common::items::template_item_sized;

@@ -9,8 +9,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use chrono::Utc;
-use dlq::event::{Event, EventKind};
-use dlq::model::DeadLetteredItem;
+use dlq::domain::event::{Event, EventKind};
+use dlq::domain::model::DeadLetteredItem;
 use hdrhistogram::Histogram;
 
 use crate::run::{disk_bytes_written, histogram, Row, TOPIC};

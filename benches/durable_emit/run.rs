@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dlq::bus::{Bus, BusConfig, NatsBus};
-use dlq::model::DeadLetteredItem;
+use dlq::domain::model::DeadLetteredItem;
 use dlq::sink::{SinkConfig, SledSink};
 use hdrhistogram::Histogram;
 

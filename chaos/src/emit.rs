@@ -23,8 +23,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use chrono::Utc;
 use dlq::bus::{BusConfig, NatsBus};
 use dlq::emitter::{EmitError, Emitter, EmitterBuilder, RetryBackoff, TopicPolicies, TopicPolicy};
-use dlq::model::{ErrorType, FailureDetail};
-use dlq::reconciler::ReconcilerConfig;
+use dlq::domain::model::{ErrorType, FailureDetail};
+use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -275,7 +275,7 @@ async fn load(
 }
 
 /// The `n`-th item of this emitter: unique ids, 5,000 items per job (below the job capacity).
-fn item(node: &str, incarnation: u32, n: u64) -> Option<dlq::model::DeadLetteredItem> {
+fn item(node: &str, incarnation: u32, n: u64) -> Option<dlq::domain::model::DeadLetteredItem> {
     let job_id = format!("{node}-i{incarnation}-j{}", n / 5000);
     let message = format!("cargo test failed with exit code 101 after {n}.2s in /tmp/w{n}");
     let failure = FailureDetail {
@@ -290,7 +290,7 @@ fn item(node: &str, incarnation: u32, n: u64) -> Option<dlq::model::DeadLettered
         json_log_location: None,
     };
     let data = json!({ "file": format!("src/module_{n}.rs"), "priority": n % 10 });
-    dlq::failure::dead_lettered_item(&job_id, &format!("item-{n}"), data, vec![failure], None)
+    dlq::domain::failure::dead_lettered_item(&job_id, &format!("item-{n}"), data, vec![failure], None)
 }
 
 /// Waits until the backlog is empty or `timeout` passes; true if it emptied.

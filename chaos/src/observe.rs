@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlq::event::{Event, EventKind};
+use dlq::domain::event::{Event, EventKind};
 use futures::StreamExt;
 use tokio::task::JoinHandle;
 

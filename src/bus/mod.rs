@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::event::{EncodedEvent, Event};
+use crate::domain::event::{EncodedEvent, Event};
 
 pub use nats::{BusConfig, BusMode, NatsBus};
 

@@ -11,7 +11,7 @@ use tokio::sync::Mutex;
 use tracing::{debug, info, warn};
 
 use super::{Bus, BusError, Published, HEADER_JOB, HEADER_KIND, HEADER_MSG_ID, HEADER_NODE};
-use crate::event::{EncodedEvent, Event};
+use crate::domain::event::{EncodedEvent, Event};
 
 /// How events are published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]

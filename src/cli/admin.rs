@@ -14,9 +14,9 @@ use serde_json::json;
 
 use super::forward::{self, Local, Target};
 use super::{open, Cli, CliError, Format, EXIT_OK};
-use crate::decide::Command;
+use crate::domain::command::Command;
 use crate::query::QueryError;
-use crate::retention::PURGE_CHUNK;
+use crate::removal::PURGE_CHUNK;
 use crate::serve::client::ApiClient;
 use crate::serve::params;
 use crate::sink::{Sink, SledSink};
@@ -282,7 +282,7 @@ pub async fn purge_items(
     job: Option<&str>,
     drain_timeout: Duration,
 ) -> Result<Removal, CliError> {
-    let purged = crate::retention::purge(emitter.sink(), cutoff, job).await;
+    let purged = crate::removal::purge(emitter.sink(), cutoff, job).await;
     let published = finish_publishing(emitter, drain_timeout).await;
     let removed = purged?;
     Ok(published_removal(

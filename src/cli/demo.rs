@@ -9,9 +9,9 @@ use serde_json::json;
 
 use super::open::{self, wait_for_drain};
 use super::{Cli, CliError, Format, EXIT_OK};
-use crate::failure::dead_lettered_item;
-use crate::model::{ErrorType, FailureDetail};
-use crate::signature::classify;
+use crate::domain::failure::dead_lettered_item;
+use crate::domain::model::{ErrorType, FailureDetail};
+use crate::domain::signature::classify;
 use crate::sink::Sink;
 
 /// Options of `dlq demo`.
@@ -118,7 +118,7 @@ pub async fn run(cli: &Cli, args: &DemoArgs) -> Result<u8, CliError> {
 }
 
 /// The `n`-th sample item of `job_id` (also used by `dlq generate`).
-pub(super) fn sample_item(job_id: &str, n: u64) -> Option<crate::model::DeadLetteredItem> {
+pub(super) fn sample_item(job_id: &str, n: u64) -> Option<crate::domain::model::DeadLetteredItem> {
     let index = usize::try_from(n).unwrap_or(0) % SAMPLES.len();
     let (template, exit_code, timed_out) =
         SAMPLES

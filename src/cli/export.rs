@@ -11,7 +11,7 @@ use serde_json::json;
 use super::admin::{finish_publishing, Published};
 use super::list::with_sink;
 use super::{open, Cli, CliError, Format, EXIT_OK};
-use crate::decide::Command;
+use crate::domain::command::Command;
 use crate::query::export::{export, ExportFormat};
 use crate::query::import::{ImportLimits, ImportSource};
 use crate::query::QueryError;

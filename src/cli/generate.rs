@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::demo::sample_item;
 use super::{open, Cli, CliError, Format, EXIT_OK};
-use crate::decide::Command;
+use crate::domain::command::Command;
 use crate::sink::Sink;
 
 /// Appends in flight while generating.

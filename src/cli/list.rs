@@ -10,10 +10,10 @@ use clap::Args;
 
 use super::forward::{self, Target};
 use super::{open, Cli, CliError, Format, EXIT_OK};
-use crate::filter::Filter as Expr;
-use crate::model::DeadLetteredItem;
+use crate::query::cel::CelFilter;
+use crate::domain::model::DeadLetteredItem;
 use crate::query::list::{counted_total, in_listing_order, page_in_order, Cursor, ListRequest};
-use crate::query::{parse_error_type, parse_time, Filter, QueryError};
+use crate::query::{parse_error_type, parse_time, Criteria, QueryError};
 use crate::serve::params;
 use crate::sink::{Sink, SledSink};
 use render::{print_item, print_page};
@@ -87,7 +87,7 @@ pub struct ListQuery {
     /// Which page of which items.
     pub request: ListRequest,
     /// The `--filter` expression, applied before paging.
-    pub expr: Option<Expr>,
+    pub expr: Option<CelFilter>,
 }
 
 impl ListArgs {
@@ -102,7 +102,7 @@ impl ListArgs {
         let expr = self
             .filter
             .as_deref()
-            .map(Expr::parse)
+            .map(CelFilter::parse)
             .transpose()
             .map_err(|err| CliError::Usage(err.to_string()))?;
         Ok(ListQuery { request, expr })
@@ -112,7 +112,7 @@ impl ListArgs {
         let now = Utc::now();
         let time = |text: &Option<String>| text.as_deref().map(|t| parse_time(t, now)).transpose();
         Ok(ListRequest {
-            filter: Filter {
+            filter: Criteria {
                 job_id: self.job_id.clone(),
                 eligible_only: self.eligible,
                 error_type: self
@@ -207,7 +207,7 @@ pub fn write_list(
 /// Keeps `item` if the expression (if any) selects it; an item it cannot decide about is an
 /// error naming the item, never silently left out.
 fn selected(
-    expr: Option<&Expr>,
+    expr: Option<&CelFilter>,
     item: Result<DeadLetteredItem, QueryError>,
 ) -> Option<Result<DeadLetteredItem, QueryError>> {
     let Some(expr) = expr else {

@@ -4,11 +4,11 @@ use std::io::Write;
 
 use crate::cli::table::{cut, write_table};
 use crate::cli::{CliError, Format};
-use crate::model::DeadLetteredItem;
+use crate::domain::model::DeadLetteredItem;
 use crate::query::export::{csv_record, CSV_COLUMNS};
 use crate::query::list::ItemSummary;
 use crate::query::QueryError;
-use crate::signature::remediation;
+use crate::domain::signature::remediation;
 
 /// Writes one page: `matched` items in all, `next` the cursor of the following page.
 pub(super) fn print_page(
@@ -152,7 +152,7 @@ pub(super) fn print_item(out: &mut impl Write, item: &DeadLetteredItem) -> std::
     writeln!(out, "history")?;
     for f in &item.failure_history {
         let kind = match &f.error_type {
-            crate::model::ErrorType::CommandFailed { exit_code } => {
+            crate::domain::model::ErrorType::CommandFailed { exit_code } => {
                 format!("CommandFailed (exit {exit_code})")
             }
             other => other.name().to_owned(),

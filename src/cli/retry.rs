@@ -11,7 +11,7 @@ use super::forward::{self, Target};
 use super::open;
 use super::run::{runner_options, RunnerArgs};
 use super::{Cli, CliError, Format, EXIT_INCOMPLETE, EXIT_OK};
-use crate::filter::Filter;
+use crate::query::cel::CelFilter;
 use crate::runner::error::RunError;
 use crate::runner::retry::{retry_job, RetryOptions, RetryReport};
 use crate::serve::ServeError;
@@ -83,7 +83,7 @@ pub fn retry_options(r: &RetryRequest) -> Result<RetryOptions, CliError> {
     let filter = r
         .filter
         .as_deref()
-        .map(Filter::parse)
+        .map(CelFilter::parse)
         .transpose()
         .map_err(|err| CliError::Usage(format!("bad --filter: {err}")))?;
     Ok(RetryOptions {

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::Event;
-use crate::projection::MemoryProjection;
+use crate::domain::event::Event;
+use crate::domain::projection::MemoryProjection;
 
 /// What became of one offered event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,7 +182,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::decide::Command;
+    use crate::domain::command::Command;
     use crate::sink::Sink;
     use crate::testing::{item, MemorySink};
 
@@ -202,7 +202,7 @@ mod tests {
                 let remove = Command::Remove {
                     job_id: "job".into(),
                     item_id: id,
-                    reason: crate::event::RemovalReason::Resolved,
+                    reason: crate::domain::event::RemovalReason::Resolved,
                 };
                 sink.append(remove).await.unwrap();
             }

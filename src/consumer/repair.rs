@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use super::stream::{for_each_message, ReadError, StreamSpan};
 use crate::bus::{BusError, NatsBus};
-use crate::event::Event;
+use crate::domain::event::Event;
 
 /// Which of one node's events a stream holds.
 #[derive(Debug, Default)]
@@ -134,7 +134,7 @@ pub async fn republish(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::event::{EventKind, RemovalReason};
+    use crate::domain::event::{EventKind, RemovalReason};
     use chrono::TimeDelta;
 
     fn event(seq: u64, at: DateTime<Utc>) -> Result<Event, ()> {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use super::fold::{Fold, FoldStats, NodeCursor};
-use crate::projection::StoredItem;
+use crate::domain::projection::StoredItem;
 
 const ITEM: &[u8] = b"i";
 const NODE: &[u8] = b"n";

@@ -10,7 +10,7 @@ use thiserror::Error;
 
 use super::fold::Fold;
 use super::seqset::SeqSet;
-use crate::event::Event;
+use crate::domain::event::Event;
 
 /// Why the stream could not be read.
 #[derive(Debug, Error)]

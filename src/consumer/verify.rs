@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::projection::{MemoryProjection, StoredItem};
+use crate::domain::projection::{MemoryProjection, StoredItem};
 
 /// One difference between the sink and the consumer.
 #[derive(Debug, Clone, PartialEq, Serialize)]

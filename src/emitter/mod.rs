@@ -7,7 +7,8 @@
 //! `dlq_emit_failures_total{topic}`, appends an `EmitFailed` audit event and wakes the
 //! reconciler, which publishes everything left behind once the bus is back.
 
-mod policy;
+pub mod reconciler;
+mod topic_policy;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,15 +22,15 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-pub use policy::{RetryBackoff, TopicPolicies, TopicPolicy};
+pub use topic_policy::{RetryBackoff, TopicPolicies, TopicPolicy};
 
 use crate::bus::{Bus, BusError};
-use crate::decide::Command;
-use crate::event::{Event, EventKind};
+use crate::domain::command::Command;
+use crate::domain::event::{Event, EventKind};
 use crate::metrics as m;
-use crate::model::DeadLetteredItem;
-use crate::reconciler::{Reconciler, ReconcilerConfig};
-use crate::retention::{self, RetentionConfig};
+use crate::domain::model::DeadLetteredItem;
+use crate::emitter::reconciler::{Reconciler, ReconcilerConfig};
+use crate::removal::{self, RetentionConfig};
 use crate::sink::{Sink, SinkError};
 
 /// What an emit achieved. Returned only when the events are durable in the sink.
@@ -218,7 +219,7 @@ async fn retention_task<S: Sink>(
 ) {
     loop {
         if let Some(cutoff) = config.cutoff(Utc::now()) {
-            match retention::purge(&*sink, cutoff, None).await {
+            match removal::purge(&*sink, cutoff, None).await {
                 Ok(0) => {}
                 Ok(removed) => {
                     debug!(removed, "retention purged expired items");

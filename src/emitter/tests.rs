@@ -157,7 +157,7 @@ async fn unknown_items_and_bad_ids_are_refused_without_publishing() {
             Command::Remove {
                 job_id: "j".into(),
                 item_id: "nope".into(),
-                reason: crate::event::RemovalReason::Resolved,
+                reason: crate::domain::event::RemovalReason::Resolved,
             },
         )
         .await

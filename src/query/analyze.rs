@@ -12,8 +12,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{error_type, error_type_name, ItemRef, QueryError};
-use crate::model::{DeadLetteredItem, ErrorType};
-use crate::signature::remediation;
+use crate::domain::model::{DeadLetteredItem, ErrorType};
+use crate::domain::signature::remediation;
 use crate::sink::SledSink;
 
 /// Sample ids kept per pattern group.
@@ -40,7 +40,7 @@ pub struct PatternGroup {
     pub sample_ids: Vec<ItemRef>,
     /// The most recent failure message of the group's most recently failed item.
     pub representative_message: String,
-    /// What to do about it ([`crate::signature::remediation`]).
+    /// What to do about it ([`crate::domain::signature::remediation`]).
     pub remediation: String,
 }
 
@@ -219,7 +219,7 @@ pub fn analyze(sink: &SledSink, job_id: Option<&str>) -> Result<Analysis, QueryE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::FailureDetail;
+    use crate::domain::model::FailureDetail;
 
     fn item(id: &str, message: &str, kind: ErrorType, at: &str) -> DeadLetteredItem {
         let at = DateTime::parse_from_rfc3339(at)
@@ -236,7 +236,7 @@ mod tests {
             duration_ms: 1,
             json_log_location: None,
         };
-        crate::failure::dead_lettered_item("j", id, serde_json::json!({}), vec![failure], None)
+        crate::domain::failure::dead_lettered_item("j", id, serde_json::json!({}), vec![failure], None)
             .unwrap()
     }
 

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::list::ItemSummary;
 use super::QueryError;
-use crate::model::DeadLetteredItem;
+use crate::domain::model::DeadLetteredItem;
 use crate::sink::SledSink;
 
 /// The CSV header: stable, in this order.

@@ -21,8 +21,8 @@ use std::cmp::Reverse;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::{Filter, ItemRef, QueryError};
-use crate::model::{DeadLetteredItem, ErrorType};
+use super::{Criteria, ItemRef, QueryError};
+use crate::domain::model::{DeadLetteredItem, ErrorType};
 use crate::sink::{JobCounters, SledSink};
 
 /// Largest `offset + limit` of one page.
@@ -32,7 +32,7 @@ pub const MAX_WINDOW: usize = 100_000;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListRequest {
     /// Which items.
-    pub filter: Filter,
+    pub filter: Criteria,
     /// Items per page.
     pub limit: usize,
     /// Items skipped before the page.
@@ -175,7 +175,7 @@ where
 /// yielded: [`page_in_order`] skips them).
 pub fn in_listing_order<'a>(
     sink: &'a SledSink,
-    filter: &'a Filter,
+    filter: &'a Criteria,
     after: Option<&Cursor>,
 ) -> Result<impl Iterator<Item = Result<DeadLetteredItem, QueryError>> + 'a, QueryError> {
     let from = [after.map(|cursor| cursor.time.0), filter.until]
@@ -281,7 +281,7 @@ impl ItemSummary {
     pub fn of(item: DeadLetteredItem) -> Self {
         let last = item.failure_history.last();
         let exit_code = match last.map(|f| &f.error_type) {
-            Some(crate::model::ErrorType::CommandFailed { exit_code }) => Some(*exit_code),
+            Some(crate::domain::model::ErrorType::CommandFailed { exit_code }) => Some(*exit_code),
             _ => None,
         };
         ItemSummary {
@@ -307,7 +307,7 @@ impl ItemSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ErrorType, FailureDetail};
+    use crate::domain::model::{ErrorType, FailureDetail};
 
     fn item(job: &str, id: &str, minute: u32) -> DeadLetteredItem {
         let at = DateTime::parse_from_rfc3339(&format!("2025-01-11T10:{minute:02}:00Z"))
@@ -324,13 +324,13 @@ mod tests {
             duration_ms: 1,
             json_log_location: None,
         };
-        crate::failure::dead_lettered_item(job, id, serde_json::json!({}), vec![failure], None)
+        crate::domain::failure::dead_lettered_item(job, id, serde_json::json!({}), vec![failure], None)
             .unwrap()
     }
 
     fn request(limit: usize, offset: usize, after: Option<Cursor>, count: bool) -> ListRequest {
         ListRequest {
-            filter: Filter::default(),
+            filter: Criteria::default(),
             limit,
             offset,
             after,

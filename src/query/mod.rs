@@ -8,6 +8,7 @@
 //! testable without a disk.
 
 pub mod analyze;
+pub mod cel;
 pub mod export;
 pub mod import;
 pub mod list;
@@ -19,7 +20,7 @@ use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::model::{DeadLetteredItem, ErrorType};
+use crate::domain::model::{DeadLetteredItem, ErrorType};
 use crate::sink::SinkError;
 
 /// Every error type name a filter accepts.
@@ -134,7 +135,7 @@ pub fn error_type_name(item: &DeadLetteredItem) -> &'static str {
 
 /// Which items a query selects. Times compare with `last_attempt` (the most recent failure).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Filter {
+pub struct Criteria {
     /// Only this job.
     pub job_id: Option<String>,
     /// Only items that may be retried automatically.
@@ -150,7 +151,7 @@ pub struct Filter {
     pub until: Option<DateTime<Utc>>,
 }
 
-impl Filter {
+impl Criteria {
     /// Whether `item` is selected.
     pub fn matches(&self, item: &DeadLetteredItem) -> bool {
         self.job_id.as_ref().is_none_or(|job| *job == item.job_id)

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{error_type_name, ItemRef, QueryError};
-use crate::model::{DeadLetteredItem, ErrorType};
+use crate::domain::model::{DeadLetteredItem, ErrorType};
 use crate::sink::{JobCounters, Sink, SledSink};
 
 /// An item and one of its times.

@@ -39,7 +39,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::shell::{render_shell, render_text, ItemVars, ShellCommand};
-use crate::model::WorktreeArtifacts;
+use crate::domain::model::WorktreeArtifacts;
 
 #[path = "agent_output.rs"]
 mod output;

@@ -2,8 +2,8 @@
 
 use super::output::{failure_message, log_location, utf8_tail, MESSAGE_LINE_CHARS};
 use super::*;
-use crate::model::ErrorType;
-use crate::signature::classify;
+use crate::domain::model::ErrorType;
+use crate::domain::signature::classify;
 use nix::errno::Errno;
 use nix::unistd::Pid;
 use serde_json::json;

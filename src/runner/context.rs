@@ -108,10 +108,10 @@ impl<B: Bus> JobContext<B> {
     /// Removes an item of this job from the DLQ because it now succeeded (a `resolved`
     /// removal event). An item already gone is not an error.
     pub async fn remove_resolved(&self, item_id: &str) -> Result<(), crate::emitter::EmitError> {
-        let command = crate::decide::Command::Remove {
+        let command = crate::domain::command::Command::Remove {
             job_id: self.record.job_id.clone(),
             item_id: item_id.to_owned(),
-            reason: crate::event::RemovalReason::Resolved,
+            reason: crate::domain::event::RemovalReason::Resolved,
         };
         match self.emitter.submit(&self.options.topic, command).await {
             Ok(_) | Err(crate::emitter::EmitError::NotFound { .. }) => Ok(()),

@@ -3,7 +3,7 @@
 //! [`failure_detail`] turns one failed or timed-out attempt into a [`FailureDetail`];
 //! [`agent_result_to_dlq_item`] builds a complete [`DeadLetteredItem`] for a single attempt.
 //! The runner keeps the details of every attempt of an item and builds the final item from the
-//! whole history with [`crate::failure::dead_lettered_item`], so `failure_count` equals the
+//! whole history with [`crate::domain::failure::dead_lettered_item`], so `failure_count` equals the
 //! attempts made. Successful and cancelled agents produce nothing: a cancelled agent did not
 //! fail, its item stays pending.
 
@@ -11,9 +11,9 @@ use chrono::{DateTime, Utc};
 
 use super::agent::{AgentResult, AgentStatus};
 use super::input::WorkItem;
-use crate::failure::dead_lettered_item;
-use crate::model::{DeadLetteredItem, FailureDetail};
-use crate::signature::classify;
+use crate::domain::failure::dead_lettered_item;
+use crate::domain::model::{DeadLetteredItem, FailureDetail};
+use crate::domain::signature::classify;
 
 /// The step name recorded when no step is known (e.g. the agent never started).
 pub const AGENT_STEP: &str = "agent_execution";
@@ -25,9 +25,9 @@ pub fn agent_id(item_id: &str) -> String {
 
 /// The failure detail of one attempt, or `None` when the attempt did not fail.
 ///
-/// Timeouts are classified as [`crate::model::ErrorType::Timeout`] whatever the output said;
+/// Timeouts are classified as [`crate::domain::model::ErrorType::Timeout`] whatever the output said;
 /// other failures are classified from their message and exit code by
-/// [`crate::signature::classify`]. The stderr tail becomes the stack trace.
+/// [`crate::domain::signature::classify`]. The stderr tail becomes the stack trace.
 pub fn failure_detail(
     result: &AgentResult,
     attempt: u32,
@@ -88,7 +88,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::model::{ErrorType, WorktreeArtifacts};
+    use crate::domain::model::{ErrorType, WorktreeArtifacts};
 
     fn result(status: AgentStatus) -> AgentResult {
         AgentResult {

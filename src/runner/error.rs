@@ -57,7 +57,7 @@ pub enum RunError {
         /// The item.
         item_id: String,
         /// Why.
-        source: crate::filter::FilterError,
+        source: crate::query::cel::CelError,
     },
     /// A job id is not usable.
     #[error(

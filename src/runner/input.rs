@@ -25,8 +25,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-use crate::decide::MAX_ID_BYTES;
-use crate::filter::{Filter, FilterError};
+use crate::domain::command::MAX_ID_BYTES;
+use crate::query::cel::{CelFilter, CelError};
 
 /// Largest input document accepted, in bytes (file or command output).
 pub const MAX_INPUT_BYTES: usize = 256 * 1024 * 1024;
@@ -47,7 +47,7 @@ pub struct WorkItem {
 pub struct SelectOptions<'a> {
     /// RFC 9535 JSONPath, e.g. `$.items[*]`, or `$[*]` for a top-level array.
     pub json_path: &'a str,
-    /// Filter expression evaluated with `item` bound to each item (see [`crate::filter`]).
+    /// Filter expression evaluated with `item` bound to each item (see [`crate::query::cel`]).
     pub filter: Option<&'a str>,
     /// `item.<field> [ASC|DESC]`; the `item.` prefix is optional, ASC is the default.
     pub sort_by: Option<&'a str>,
@@ -129,14 +129,14 @@ pub enum InputError {
     },
     /// The filter does not compile.
     #[error("map.filter: {0}")]
-    Filter(FilterError),
+    Filter(CelError),
     /// The filter failed on one item.
     #[error("map.filter failed on work item {id}: {source}")]
     FilterItem {
         /// The item's id.
         id: String,
         /// The evaluation error.
-        source: FilterError,
+        source: CelError,
     },
     /// The sort_by is malformed.
     #[error("invalid sort_by {spec:?}: {message}; write `item.<field> [ASC|DESC]`, e.g. `item.priority DESC`")]
@@ -176,7 +176,7 @@ pub fn select_items(doc: &Value, opts: &SelectOptions) -> Result<Vec<WorkItem>, 
     let sort = opts.sort_by.map(SortSpec::parse).transpose()?;
     let filter = opts
         .filter
-        .map(Filter::parse)
+        .map(CelFilter::parse)
         .transpose()
         .map_err(InputError::Filter)?;
     let selected = query(doc, opts.json_path)?;

@@ -202,7 +202,7 @@ fn filter_errors_are_reported() {
             ..opts("$.items[*]")
         },
     ) {
-        Err(e @ InputError::Filter(FilterError::Syntax { .. })) => {
+        Err(e @ InputError::Filter(CelError::Syntax { .. })) => {
             assert!(
                 e.to_string().starts_with("map.filter: invalid filter"),
                 "{e}"

@@ -32,8 +32,8 @@ use super::stats::{Outcome, Tally};
 use super::store::OutcomeRecord;
 use super::workflow::RetryConfig;
 use crate::bus::Bus;
-use crate::failure::dead_lettered_item;
-use crate::model::FailureDetail;
+use crate::domain::failure::dead_lettered_item;
+use crate::domain::model::FailureDetail;
 
 /// One item on its way through the map phase.
 #[derive(Debug, Clone)]
@@ -324,7 +324,7 @@ impl<B: Bus> Step<'_, B> {
                 };
                 let (error_type, error) = match &last {
                     Some(f) => (f.error_type.clone(), f.error_message.clone()),
-                    None => (crate::model::ErrorType::Unknown, String::new()),
+                    None => (crate::domain::model::ErrorType::Unknown, String::new()),
                 };
                 ctx.event(JobEventKind::AgentFailed {
                     item_id: item_id.clone(),

@@ -38,8 +38,8 @@ use super::store::{JobRecord, JobStore, OutcomeRecord};
 use super::workflow::Workflow;
 use crate::bus::Bus;
 use crate::emitter::Emitter;
-use crate::failure::dead_lettered_item;
-use crate::filter::Filter;
+use crate::domain::failure::dead_lettered_item;
+use crate::query::cel::CelFilter;
 use crate::sink::SledSink;
 
 /// How many item ids a dry run lists.
@@ -53,7 +53,7 @@ pub struct RetryOptions {
     /// Attempts per item.
     pub max_retries: u32,
     /// Only items matching this filter.
-    pub filter: Option<Filter>,
+    pub filter: Option<CelFilter>,
     /// Retry items that are not `reprocess_eligible` too.
     pub force: bool,
     /// At most this many items start per second.

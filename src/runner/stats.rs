@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::ErrorType;
-use crate::signature::{remediation, signature};
+use crate::domain::model::ErrorType;
+use crate::domain::signature::{remediation, signature};
 
 /// A signature must recur this often to be reported as a failure pattern (reference 004).
 pub const PATTERN_MIN_OCCURRENCES: u64 = 3;

@@ -29,7 +29,7 @@ use super::events::{JobEvent, JobEventKind};
 use super::input::WorkItem;
 use super::stats::Outcome;
 use super::workflow::Workflow;
-use crate::model::ErrorType;
+use crate::domain::model::ErrorType;
 
 /// Longest job id.
 pub const MAX_JOB_ID_BYTES: usize = 128;

@@ -5,7 +5,7 @@
 //! of the state it replaces or deletes, in the same sled batch as the item itself, so the
 //! counters always equal a fold over the job's items (a property test checks this).
 
-use crate::model::{DeadLetteredItem, ErrorType};
+use crate::domain::model::{DeadLetteredItem, ErrorType};
 
 /// Number of error types counted (one slot per [`ErrorType::NAMES`] entry).
 const TYPES: usize = ErrorType::NAMES.len();
@@ -110,7 +110,7 @@ impl JobCounters {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::FailureDetail;
+    use crate::domain::model::FailureDetail;
     use chrono::{TimeZone, Utc};
     use proptest::prelude::*;
 
@@ -135,7 +135,7 @@ mod tests {
             })
             .collect();
         let mut item =
-            crate::failure::dead_lettered_item("j", "i", serde_json::json!({}), history, None)
+            crate::domain::failure::dead_lettered_item("j", "i", serde_json::json!({}), history, None)
                 .unwrap();
         item.reprocess_eligible = eligible;
         item.manual_review_required = manual;

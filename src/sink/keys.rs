@@ -2,7 +2,7 @@
 //!
 //! All keys live in one sled tree so that one `apply_batch` changes the log, the unpublished set
 //! and every projection index atomically (sled batches are crash-atomic within one tree). Ids
-//! never contain NUL (see [`crate::decide::validate_id`]), so NUL separates key parts; numbers are
+//! never contain NUL (see [`crate::domain::command::validate_id`]), so NUL separates key parts; numbers are
 //! big-endian so byte order is numeric order.
 //!
 //! Every index is per job (the job id comes first): a job-scoped query is one prefix seek, and

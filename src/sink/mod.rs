@@ -70,8 +70,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use thiserror::Error;
 
-use crate::decide::Command;
-use crate::event::{EncodedEvent, Event};
+use crate::domain::command::Command;
+use crate::domain::event::{EncodedEvent, Event};
 
 pub use counters::JobCounters;
 pub use faults::Faults;

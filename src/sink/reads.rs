@@ -6,8 +6,8 @@
 
 use super::counters::JobCounters;
 use super::{keys, show_key, SinkError};
-use crate::event::{EncodedEvent, Event};
-use crate::projection::StoredItem;
+use crate::domain::event::{EncodedEvent, Event};
+use crate::domain::projection::StoredItem;
 
 /// Current state as stored in one sled tree.
 pub(crate) struct TreeView<'a> {

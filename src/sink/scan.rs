@@ -11,7 +11,7 @@ use std::collections::BinaryHeap;
 use chrono::{DateTime, Utc};
 
 use super::{keys, show_key, SinkError, SledSink};
-use crate::projection::StoredItem;
+use crate::domain::projection::StoredItem;
 
 /// An entry of the recency index: when the item last failed, its job and its id.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

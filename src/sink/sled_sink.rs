@@ -18,9 +18,9 @@ use super::reads::TreeView;
 use super::seq_floor::SeqFloor;
 use super::writer::{Request, Writer};
 use super::{keys, show_key, Backlog, Faults, Sink, SinkError};
-use crate::decide::{Command, Limits};
-use crate::event::{EncodedEvent, Event};
-use crate::projection::StoredItem;
+use crate::domain::command::{Command, Limits};
+use crate::domain::event::{EncodedEvent, Event};
+use crate::domain::projection::StoredItem;
 
 /// sled segment size. sled 0.34 stores values larger than a quarter segment as separate blob
 /// files that it never fsyncs; with 8 MiB segments that threshold (2 MiB) is far above
@@ -105,7 +105,7 @@ impl SledSink {
             )));
         }
         if let Some(node_id) = &config.node_id {
-            crate::decide::validate_id::<SinkError>("node_id", node_id)
+            crate::domain::command::validate_id::<SinkError>("node_id", node_id)
                 .map_err(|err| SinkError::Rejected(err.to_string()))?;
         }
         let db = open_db(&config)?;

@@ -16,8 +16,8 @@ use super::journal_record::Write;
 use super::reads::TreeView;
 use super::sled_sink::MAX_VALUE_BYTES;
 use super::{keys, SinkError};
-use crate::event::Event;
-use crate::projection::{apply, Change, StateView, StoredItem};
+use crate::domain::event::Event;
+use crate::domain::projection::{apply, Change, StateView, StoredItem};
 
 type ItemKey = (String, String);
 

@@ -28,8 +28,8 @@ use super::journal_record::Write;
 use super::seq_floor::SeqFloor;
 use super::staged::Staged;
 use super::{keys, Faults, SinkError};
-use crate::decide::{decide, Command, DecideError, Limits};
-use crate::event::Event;
+use crate::domain::command::{decide, Command, DecideError, Limits};
+use crate::domain::event::Event;
 use crate::metrics as m;
 
 /// A message to the writer thread.

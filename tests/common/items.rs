@@ -1,9 +1,9 @@
 //! Realistic items for benchmarks and load tests.
 
 use chrono::Utc;
-use dlq::event::{Event, EventKind};
-use dlq::failure::dead_lettered_item;
-use dlq::model::{DeadLetteredItem, FailureDetail};
+use dlq::domain::event::{Event, EventKind};
+use dlq::domain::failure::dead_lettered_item;
+use dlq::domain::model::{DeadLetteredItem, FailureDetail};
 
 /// An item with ~1 KiB of `item_data` and one `CommandFailed` failure, built once and cloned
 /// per call (job `job-0`, item `item-0`: callers set their own ids).

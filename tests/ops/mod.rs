@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use chrono::{DateTime, Duration, Utc};
-use dlq::event::Event;
-use dlq::model::DeadLetteredItem;
+use dlq::domain::event::Event;
+use dlq::domain::model::DeadLetteredItem;
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use serde_json::{json, Value};
 

@@ -2,15 +2,15 @@
 //!
 //! A [`Command`] is what a caller asks for ("dead-letter this item", "clear this job"). The sink's
 //! single writer calls [`decide`] against the current state to turn it into event drafts, stamps
-//! them with sequence numbers and applies them through [`crate::projection::apply`]. Keeping the
+//! them with sequence numbers and applies them through [`crate::domain::projection::apply`]. Keeping the
 //! decision pure makes capacity, eviction and merge rules unit-testable without a disk.
 
 use chrono::{DateTime, Utc};
 use thiserror::Error;
 
-use crate::event::{EventKind, RemovalReason};
-use crate::model::DeadLetteredItem;
-use crate::projection::{renumber, StateView};
+use crate::domain::event::{EventKind, RemovalReason};
+use crate::domain::model::DeadLetteredItem;
+use crate::domain::projection::{renumber, StateView};
 
 /// Longest accepted `job_id`, `item_id` or topic, in bytes.
 pub const MAX_ID_BYTES: usize = 256;

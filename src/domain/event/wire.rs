@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use super::{Event, EventKind, RemovalReason};
-use crate::model::{DeadLetteredItem, FailureDetail, WorktreeArtifacts};
+use crate::domain::model::{DeadLetteredItem, FailureDetail, WorktreeArtifacts};
 
 /// The `kind` tag.
 #[derive(Deserialize)]
@@ -44,7 +44,7 @@ pub(super) struct WireEvent {
     seq: u64,
     #[serde(default)]
     prev_seq: Option<u64>,
-    #[serde(deserialize_with = "crate::timefmt::utc")]
+    #[serde(deserialize_with = "crate::domain::timefmt::utc")]
     timestamp: DateTime<Utc>,
     job_id: String,
     topic: String,
@@ -53,7 +53,7 @@ pub(super) struct WireEvent {
     item_id: Option<String>,
     failures: Option<Vec<FailureDetail>>,
     attempts: Option<u32>,
-    #[serde(default, deserialize_with = "crate::timefmt::utc_option")]
+    #[serde(default, deserialize_with = "crate::domain::timefmt::utc_option")]
     last_attempt: Option<DateTime<Utc>>,
     error_signature: Option<String>,
     error_pattern: Option<String>,
@@ -125,7 +125,7 @@ impl TryFrom<WireEvent> for Event {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::model::ErrorType;
+    use crate::domain::model::ErrorType;
 
     fn envelope(kind: EventKind) -> Event {
         Event {
@@ -155,7 +155,7 @@ mod tests {
     }
 
     fn every_kind() -> Vec<EventKind> {
-        let item = crate::failure::dead_lettered_item(
+        let item = crate::domain::failure::dead_lettered_item(
             "job",
             "i1",
             serde_json::json!({"nested": {"list": [1, 2.5, null, "s"]}}),
@@ -205,8 +205,8 @@ mod tests {
             let json = event.to_json().unwrap();
             assert_eq!(Event::from_json(&json).unwrap(), event);
             // What the reconciler reads from the log: the header fields, the bytes untouched.
-            let stored = crate::event::EncodedEvent::stored(json).unwrap();
-            assert_eq!(stored, crate::event::EncodedEvent::encode(&event).unwrap());
+            let stored = crate::domain::event::EncodedEvent::stored(json).unwrap();
+            assert_eq!(stored, crate::domain::event::EncodedEvent::encode(&event).unwrap());
             assert_eq!(stored.kind, event.kind.name());
         }
     }

@@ -20,16 +20,16 @@ pub struct DeadLetteredItem {
     /// The original work item, as read from the job's input.
     pub item_data: serde_json::Value,
     /// When the item first failed (used for age-based purge and retention).
-    #[serde(deserialize_with = "crate::timefmt::utc")]
+    #[serde(deserialize_with = "crate::domain::timefmt::utc")]
     pub first_attempt: DateTime<Utc>,
     /// When the item failed most recently.
-    #[serde(deserialize_with = "crate::timefmt::utc")]
+    #[serde(deserialize_with = "crate::domain::timefmt::utc")]
     pub last_attempt: DateTime<Utc>,
     /// Number of failed attempts recorded in `failure_history`.
     pub failure_count: u32,
     /// Every failed attempt, oldest first.
     pub failure_history: Vec<FailureDetail>,
-    /// 16 hex characters grouping similar failures (see [`crate::signature`]).
+    /// 16 hex characters grouping similar failures (see [`crate::domain::signature`]).
     pub error_signature: String,
     /// The normalised, human-readable pattern that `error_signature` hashes.
     #[serde(default)]
@@ -49,7 +49,7 @@ pub struct FailureDetail {
     /// 1-based attempt counter across the item's whole history.
     pub attempt_number: u32,
     /// When the attempt failed.
-    #[serde(deserialize_with = "crate::timefmt::utc")]
+    #[serde(deserialize_with = "crate::domain::timefmt::utc")]
     pub timestamp: DateTime<Utc>,
     /// Classification of the failure.
     pub error_type: ErrorType,

@@ -12,8 +12,8 @@ use regex::{Captures, Regex};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::model::ErrorType;
-use crate::model::ErrorType as E;
+use crate::domain::model::ErrorType;
+use crate::domain::model::ErrorType as E;
 
 /// An item that has failed this many times needs a person, whatever its error type. Three is the
 /// count at which a failure is treated as recurring rather than incidental.
@@ -105,7 +105,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
 /// cut to [`MAX_NORMALIZED_CHARS`] characters (on a `char` boundary). `normalize` is idempotent.
 ///
 /// ```
-/// # use dlq::signature::normalize;
+/// # use dlq::domain::signature::normalize;
 /// assert_eq!(
 ///     normalize("Build 42 FAILED after 3.2s in /tmp/a1"),
 ///     "build <n> failed after <dur> in <path>"
@@ -227,7 +227,7 @@ pub struct Signature {
 /// Only the variant name of `error_type` enters the signature, so `CommandFailed` with exit
 /// codes 1 and 101 and the same normalised text group together: the code is as volatile as the
 /// numbers `normalize` already strips from the message (it usually appears there too), and it
-/// stays available in each [`crate::model::FailureDetail`]. Different variants never share a
+/// stays available in each [`crate::domain::model::FailureDetail`]. Different variants never share a
 /// signature, because the name is hashed along with the message.
 #[must_use]
 pub fn signature(error_type: &ErrorType, message: &str) -> Signature {

@@ -1,14 +1,14 @@
 //! The event envelope: every change to the dead-letter queue is one [`Event`].
 //!
 //! Events are appended to the sink's log, published to the bus as JSON, and folded into
-//! projections by [`crate::projection`]. An event's identity is `event_id = "{node_id}:{seq}"`,
+//! projections by [`crate::domain::projection`]. An event's identity is `event_id = "{node_id}:{seq}"`,
 //! where `seq` is the per-node log sequence (starting at 1). The id is sent as `Nats-Msg-Id`, so
 //! JetStream drops re-publishes inside its duplicate window, and consumers drop them beyond it.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::model::{DeadLetteredItem, FailureDetail, WorktreeArtifacts};
+use crate::domain::model::{DeadLetteredItem, FailureDetail, WorktreeArtifacts};
 
 mod encoded;
 mod wire;

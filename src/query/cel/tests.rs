@@ -5,22 +5,22 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::model::FailureDetail;
+use crate::domain::model::FailureDetail;
 
-fn data_matches(expr: &str, data: serde_json::Value) -> Result<bool, FilterError> {
-    Filter::parse(expr).unwrap().matches_data(&data)
+fn data_matches(expr: &str, data: serde_json::Value) -> Result<bool, CelError> {
+    CelFilter::parse(expr).unwrap().matches_data(&data)
 }
 
 fn syntax_message(expr: &str) -> String {
-    match Filter::parse(expr) {
-        Err(FilterError::Syntax { message, .. }) => message,
+    match CelFilter::parse(expr) {
+        Err(CelError::Syntax { message, .. }) => message,
         other => panic!("expected a syntax error for {expr:?}, got {other:?}"),
     }
 }
 
-fn eval_message(result: Result<bool, FilterError>) -> String {
+fn eval_message(result: Result<bool, CelError>) -> String {
     match result {
-        Err(FilterError::Evaluation { message }) => message,
+        Err(CelError::Evaluation { message }) => message,
         other => panic!("expected an evaluation error, got {other:?}"),
     }
 }
@@ -60,7 +60,7 @@ fn dead_item(error_type: ErrorType) -> DeadLetteredItem {
 
 #[test]
 fn issue_example_selects_on_data_and_error_type() {
-    let f = Filter::parse(r#"item.priority >= 5 && error_type == "Timeout""#).unwrap();
+    let f = CelFilter::parse(r#"item.priority >= 5 && error_type == "Timeout""#).unwrap();
     assert!(f.matches_item(&dead_item(ErrorType::Timeout)).unwrap());
     assert!(!f
         .matches_item(&dead_item(ErrorType::CommandFailed { exit_code: 1 }))
@@ -154,7 +154,7 @@ fn unknown_names_point_to_item() {
     assert!(message.contains("unknown name 'priority'"), "{message}");
     assert!(message.contains("item.priority"), "{message}");
 
-    let f = Filter::parse("retries > 1").unwrap();
+    let f = CelFilter::parse("retries > 1").unwrap();
     let message = eval_message(f.matches_item(&dead_item(ErrorType::Timeout)));
     assert!(message.contains("failure_count"), "{message}");
     assert!(message.contains("item.retries"), "{message}");
@@ -174,11 +174,11 @@ fn type_mismatch_says_to_compare_like_with_like() {
 #[test]
 fn non_boolean_results_are_refused() {
     match data_matches("item.priority", json!({"priority": 5})) {
-        Err(FilterError::NotBoolean { got }) => assert_eq!(got, "int 5"),
+        Err(CelError::NotBoolean { got }) => assert_eq!(got, "int 5"),
         other => panic!("{other:?}"),
     }
     match data_matches("item.name", json!({"name": "x"})) {
-        Err(e @ FilterError::NotBoolean { .. }) => {
+        Err(e @ CelError::NotBoolean { .. }) => {
             assert!(e.to_string().contains("string \"x\""), "{e}");
             assert!(e.to_string().contains("not true or false"), "{e}");
         }
@@ -186,7 +186,7 @@ fn non_boolean_results_are_refused() {
     }
     assert!(matches!(
         data_matches("null", json!({})),
-        Err(FilterError::NotBoolean { .. })
+        Err(CelError::NotBoolean { .. })
     ));
 }
 
@@ -227,7 +227,7 @@ fn syntax_errors_hint_at_common_mistakes() {
 
 #[test]
 fn syntax_error_display_quotes_the_expression() {
-    let err = Filter::parse("item.priority >=").unwrap_err();
+    let err = CelFilter::parse("item.priority >=").unwrap_err();
     let text = err.to_string();
     assert!(
         text.starts_with("invalid filter `item.priority >=`: "),
@@ -242,8 +242,8 @@ fn huge_expression_is_refused_with_its_size() {
     let message = syntax_message(&huge);
     assert!(message.contains("over the limit of 4096"), "{message}");
     // The expression quoted back is shortened.
-    match Filter::parse(&huge) {
-        Err(FilterError::Syntax { expr, .. }) => assert!(expr.len() < 200),
+    match CelFilter::parse(&huge) {
+        Err(CelError::Syntax { expr, .. }) => assert!(expr.len() < 200),
         other => panic!("{other:?}"),
     }
 }
@@ -290,7 +290,7 @@ fn the_deepest_accepted_tree_evaluates_on_a_test_thread_stack() {
     // `_>_` over n-1 nested `_+_` over the leftmost `item.p` (select over ident): n + 2 deep.
     let terms = MAX_EXPR_DEPTH - 2;
     let expr = vec!["item.p"; terms].join(" + ") + " > 0";
-    let filter = Filter::parse(&expr).unwrap();
+    let filter = CelFilter::parse(&expr).unwrap();
     assert_eq!(expr_depth(filter.program.expression()), MAX_EXPR_DEPTH);
     assert!(filter.matches_data(&json!({"p": 1})).unwrap());
     let one_more = vec!["item.p"; terms + 1].join(" + ") + " > 0";
@@ -321,7 +321,7 @@ fn item_variables_are_all_bound() {
     ];
     for expr in cases {
         assert!(
-            Filter::parse(expr).unwrap().matches_item(&item).unwrap(),
+            CelFilter::parse(expr).unwrap().matches_item(&item).unwrap(),
             "filter {expr}"
         );
     }
@@ -331,7 +331,7 @@ fn item_variables_are_all_bound() {
 #[test]
 fn exit_code_is_null_unless_the_last_failure_was_a_command() {
     let timeout = dead_item(ErrorType::Timeout);
-    let f = Filter::parse("exit_code == null").unwrap();
+    let f = CelFilter::parse("exit_code == null").unwrap();
     assert!(f.matches_item(&timeout).unwrap());
     assert!(!f
         .matches_item(&dead_item(ErrorType::CommandFailed { exit_code: 2 }))
@@ -339,7 +339,7 @@ fn exit_code_is_null_unless_the_last_failure_was_a_command() {
 
     let mut empty = dead_item(ErrorType::Timeout);
     empty.failure_history.clear();
-    let f = Filter::parse("error_type == 'Unknown' && error_message == '' && exit_code == null")
+    let f = CelFilter::parse("error_type == 'Unknown' && error_message == '' && exit_code == null")
         .unwrap();
     assert!(f.matches_item(&empty).unwrap());
 }
@@ -354,8 +354,8 @@ fn non_object_item_data_is_usable() {
 #[test]
 fn filters_are_shareable_between_threads() {
     fn assert_send_sync<T: Send + Sync + Clone>() {}
-    assert_send_sync::<Filter>();
-    let filter = Filter::parse("item.n % 2 == 0").unwrap();
+    assert_send_sync::<CelFilter>();
+    let filter = CelFilter::parse("item.n % 2 == 0").unwrap();
     let handles: Vec<_> = (0..4)
         .map(|n| {
             let filter = filter.clone();
@@ -392,7 +392,7 @@ proptest! {
         )
     ) {
         let text: String = parts.concat();
-        if let Ok(filter) = Filter::parse(&text) {
+        if let Ok(filter) = CelFilter::parse(&text) {
             let _ = filter.matches_data(&json!({"p": 1}));
             prop_assert!(!text.trim().is_empty());
         }

@@ -22,7 +22,7 @@
 //! - A missing field is an error, never a silent `false`: guard it with
 //!   `has(item.priority) && item.priority >= 5`. As in CEL, `&&`/`||` absorb an error when the
 //!   other side decides the result (`true || item.missing` is `true`).
-//! - A result that is not a boolean is an error ([`FilterError::NotBoolean`]).
+//! - A result that is not a boolean is an error ([`CelError::NotBoolean`]).
 //!
 //! # Limits
 //! The `cel` parser recurses deeply and its evaluator recurses once per level of the expression
@@ -39,9 +39,8 @@ use cel::common::value::Val;
 use cel::{Context, Env, ExecutionError, Program, Value};
 use thiserror::Error;
 
-use crate::model::{DeadLetteredItem, ErrorType};
+use crate::domain::model::{DeadLetteredItem, ErrorType};
 
-#[path = "filter_compile.rs"]
 mod compile;
 #[cfg(test)]
 use compile::expr_depth;
@@ -80,7 +79,7 @@ pub const ITEM_VARIABLES: &[&str] = &[
 
 /// Why a filter was refused or could not decide about an item.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum FilterError {
+pub enum CelError {
     /// The expression does not compile (or exceeds a limit).
     #[error("invalid filter `{expr}`: {message}")]
     Syntax {
@@ -105,14 +104,14 @@ pub enum FilterError {
 
 /// A compiled filter expression. Cheap to clone; safe to share between threads.
 #[derive(Clone)]
-pub struct Filter {
+pub struct CelFilter {
     source: String,
     program: Arc<Program>,
 }
 
-impl fmt::Debug for Filter {
+impl fmt::Debug for CelFilter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Filter")
+        f.debug_struct("CelFilter")
             .field("source", &self.source)
             .finish()
     }
@@ -125,13 +124,13 @@ enum Scope {
     Item,
 }
 
-impl Filter {
+impl CelFilter {
     /// Compiles `expr`. A syntax error names the line, column and a snippet, and says what was
     /// expected there. An empty expression is an error, never "match everything".
     ///
     /// Compiling blocks the calling thread briefly (on a helper thread with a large stack).
-    pub fn parse(expr: &str) -> Result<Filter, FilterError> {
-        let syntax = |message: String| FilterError::Syntax {
+    pub fn parse(expr: &str) -> Result<CelFilter, CelError> {
+        let syntax = |message: String| CelError::Syntax {
             expr: shorten(expr),
             message,
         };
@@ -160,7 +159,7 @@ impl Filter {
             let hint = common_mistake_hint(&code);
             syntax(format!("{message}{hint}"))
         })?;
-        Ok(Filter {
+        Ok(CelFilter {
             source: expr.to_string(),
             program: Arc::new(program),
         })
@@ -172,7 +171,7 @@ impl Filter {
     }
 
     /// Evaluates against a work item's data: `item` is `data`, no other variable is defined.
-    pub fn matches_data(&self, data: &serde_json::Value) -> Result<bool, FilterError> {
+    pub fn matches_data(&self, data: &serde_json::Value) -> Result<bool, CelError> {
         let mut ctx = Context::with_env(env());
         bind(&mut ctx, "item", json_to_cel(data, 0)?)?;
         self.run(&ctx, Scope::Data)
@@ -180,7 +179,7 @@ impl Filter {
 
     /// Evaluates against a dead-lettered item: `item` is its `item_data`, and its dead-letter
     /// fields are top-level variables (see the module documentation).
-    pub fn matches_item(&self, item: &DeadLetteredItem) -> Result<bool, FilterError> {
+    pub fn matches_item(&self, item: &DeadLetteredItem) -> Result<bool, CelError> {
         let mut ctx = Context::with_env(env());
         let last = item.failure_history.last();
         let error_type = last.map_or("Unknown", |f| f.error_type.name());
@@ -222,13 +221,13 @@ impl Filter {
         self.run(&ctx, Scope::Item)
     }
 
-    fn run(&self, ctx: &Context, scope: Scope) -> Result<bool, FilterError> {
+    fn run(&self, ctx: &Context, scope: Scope) -> Result<bool, CelError> {
         match self.program.execute(ctx) {
             Ok(Value::Bool(b)) => Ok(b),
-            Ok(other) => Err(FilterError::NotBoolean {
+            Ok(other) => Err(CelError::NotBoolean {
                 got: describe_value(&other),
             }),
-            Err(err) => Err(FilterError::Evaluation {
+            Err(err) => Err(CelError::Evaluation {
                 message: format!(
                     "filter `{}`: {}",
                     shorten(&self.source),
@@ -285,8 +284,8 @@ fn env() -> Arc<Env> {
     Arc::clone(ENV.get_or_init(|| Arc::new(Env::stdlib())))
 }
 
-fn bind(ctx: &mut Context, name: &str, value: Value) -> Result<(), FilterError> {
-    let val = Box::<dyn Val>::try_from(value).map_err(|e| FilterError::Evaluation {
+fn bind(ctx: &mut Context, name: &str, value: Value) -> Result<(), CelError> {
+    let val = Box::<dyn Val>::try_from(value).map_err(|e| CelError::Evaluation {
         message: format!("variable `{name}` cannot be given to the filter: {e}"),
     })?;
     ctx.add_variable_as_val(name, val);
@@ -295,10 +294,10 @@ fn bind(ctx: &mut Context, name: &str, value: Value) -> Result<(), FilterError> 
 
 /// Converts JSON to CEL: integers to `int` (or `uint` above `i64::MAX`), other numbers to
 /// `double`, objects to maps with string keys.
-fn json_to_cel(value: &serde_json::Value, depth: usize) -> Result<Value, FilterError> {
+fn json_to_cel(value: &serde_json::Value, depth: usize) -> Result<Value, CelError> {
     use serde_json::Value as J;
     if depth > MAX_DATA_DEPTH {
-        return Err(FilterError::Evaluation {
+        return Err(CelError::Evaluation {
             message: format!(
                 "the item data is nested deeper than {MAX_DATA_DEPTH} levels; filters cannot \
                  read it"
@@ -360,5 +359,4 @@ fn shorten(text: &str) -> String {
 }
 
 #[cfg(test)]
-#[path = "filter_tests.rs"]
 mod tests;

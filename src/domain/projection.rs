@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::{Event, EventKind};
-use crate::model::{DeadLetteredItem, FailureDetail};
+use crate::domain::event::{Event, EventKind};
+use crate::domain::model::{DeadLetteredItem, FailureDetail};
 
 /// An item as the projection keeps it: the reference-000 item plus bookkeeping.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -161,7 +161,7 @@ fn put(mut next: StoredItem, prev: &StoredItem, event: &Event) -> Change {
     }
 }
 
-/// Read access to current state, as [`crate::decide`] needs it to turn commands into events.
+/// Read access to current state, as [`crate::domain::command`] needs it to turn commands into events.
 pub trait StateView {
     /// The error reading state can fail with.
     type Error;

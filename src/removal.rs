@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::decide::Command;
+use crate::domain::command::Command;
 use crate::sink::{Sink, SinkError};
 
 /// Items removed per command while purging, so one huge purge never becomes one huge batch.

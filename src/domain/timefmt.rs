@@ -66,7 +66,7 @@ impl Visitor<'_> for TimeVisitor {
     }
 }
 
-/// `#[serde(deserialize_with = "crate::timefmt::utc")]` for a `DateTime<Utc>` field.
+/// `#[serde(deserialize_with = "crate::domain::timefmt::utc")]` for a `DateTime<Utc>` field.
 pub fn utc<'de, D: Deserializer<'de>>(deserializer: D) -> Result<DateTime<Utc>, D::Error> {
     deserializer.deserialize_str(TimeVisitor)
 }

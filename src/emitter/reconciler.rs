@@ -19,7 +19,7 @@ use tracing::{debug, info, warn};
 
 use crate::bus::Bus;
 use crate::emitter::InFlight;
-use crate::event::EncodedEvent;
+use crate::domain::event::EncodedEvent;
 use crate::metrics as m;
 use crate::sink::{Sink, SinkError};
 
@@ -217,7 +217,7 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
-    use crate::decide::Command;
+    use crate::domain::command::Command;
     use crate::testing::{item, FakeBus, MemorySink};
 
     async fn reconciler(

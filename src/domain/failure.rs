@@ -1,8 +1,8 @@
 //! Building a complete [`DeadLetteredItem`] from failed attempts: signature, pattern and flags
 //! are derived from the most recent failure.
 
-use crate::model::{DeadLetteredItem, FailureDetail, WorktreeArtifacts};
-use crate::signature::{manual_review_required, reprocess_eligible, signature};
+use crate::domain::model::{DeadLetteredItem, FailureDetail, WorktreeArtifacts};
+use crate::domain::signature::{manual_review_required, reprocess_eligible, signature};
 
 /// A dead-lettered item for `failures` (oldest first, at least one) of one work item.
 /// Returns `None` when `failures` is empty: an item that never failed is not dead-lettered.

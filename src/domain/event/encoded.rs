@@ -85,7 +85,7 @@ mod tests {
     use chrono::Utc;
 
     use super::*;
-    use crate::event::{EventKind, RemovalReason};
+    use crate::domain::event::{EventKind, RemovalReason};
 
     #[test]
     fn a_stored_event_reads_back_as_its_encoding() {

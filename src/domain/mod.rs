@@ -1,0 +1,18 @@
+//! The domain core: dead-lettered items, the events that change them, and the pure rules that
+//! turn a request into events and events into state. Nothing here does I/O.
+//!
+//! - [`model`]: the item format (`DeadLetteredItem`, `FailureDetail`, `ErrorType`).
+//! - [`failure`]: building a complete item from failed attempts.
+//! - [`signature`]: classifying failures, error signatures and patterns, remediation hints.
+//! - [`event`]: the events of the log and their wire form.
+//! - [`command`]: what a caller asks for, and [`command::decide`], which events it produces.
+//! - [`projection`]: applying events to items; the state every reader queries.
+//! - [`timefmt`]: the timestamp formats items and events use.
+
+pub mod command;
+pub mod event;
+pub mod failure;
+pub mod model;
+pub mod projection;
+pub mod signature;
+pub mod timefmt;
