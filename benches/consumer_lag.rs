@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 use common::NatsServer;
 use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::consumer::{run_durable, ConsumerStore, DurableConfig};
-use dlq::emitter::{Emitter, EmitterBuilder};
 use dlq::emitter::reconciler::ReconcilerConfig;
+use dlq::emitter::{Emitter, EmitterBuilder};
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use tokio_util::sync::CancellationToken;
 

@@ -27,10 +27,10 @@ use dlq::consumer::{
     for_each_message, read_from_start, run_durable, ConsumerStore, DurableConfig, Fold,
 };
 use dlq::domain::command::Command;
-use dlq::emitter::EmitterBuilder;
 use dlq::domain::event::Event;
 use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::{ErrorType, FailureDetail};
+use dlq::emitter::EmitterBuilder;
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use tokio_util::sync::CancellationToken;
 

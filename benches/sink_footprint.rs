@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 use common::items::template_item;
 use common::NatsServer;
 use dlq::bus::{Bus, BusConfig, NatsBus};
+use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::EmitterBuilder;
 use dlq::query::stats::stats;
-use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::sink::{keys, Sink, SinkConfig, SledSink};
 use suite::SuiteRow;
 

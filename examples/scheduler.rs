@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use chrono::Utc;
 use dlq::bus::{BusConfig, NatsBus};
-use dlq::emitter::{EmitError, EmitterBuilder, TopicPolicies, TopicPolicy};
 use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::FailureDetail;
 use dlq::domain::signature::classify;
+use dlq::emitter::{EmitError, EmitterBuilder, TopicPolicies, TopicPolicy};
 use dlq::sink::{SinkConfig, SledSink};
 
 #[tokio::main]

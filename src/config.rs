@@ -8,9 +8,9 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::bus::BusConfig;
-use crate::emitter::TopicPolicies;
 use crate::emitter::reconciler::ReconcilerConfig;
-use crate::removal::RetentionConfig;
+use crate::emitter::RetentionConfig;
+use crate::emitter::TopicPolicies;
 use crate::sink::SinkConfig;
 
 /// Settings of the sink, as written in the file.

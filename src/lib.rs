@@ -11,11 +11,16 @@ pub mod config;
 pub mod consumer;
 pub mod domain;
 pub mod emitter;
+mod error_class;
 pub mod metrics;
 pub mod query;
 pub mod removal;
+pub mod render;
+pub mod request;
 pub mod runner;
 pub mod serve;
 pub mod sink;
 #[cfg(test)]
 mod testing;
+
+pub use error_class::ErrorClass;

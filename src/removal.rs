@@ -1,62 +1,167 @@
-//! Retention: items first failed more than `retention_days` ago are purged, as events.
+//! Removals an operator asks for (`dlq clear`, `dlq purge`, and the admin API's routes for
+//! them): each removes items through the sink's one removal path ([`crate::sink::clear`],
+//! [`crate::sink::purge`]) on a running emitter, then waits a while for its reconciler to
+//! publish the `item_removed` events, and answers what happened.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde_json::json;
 
-use crate::domain::command::Command;
-use crate::sink::{Sink, SinkError};
+use crate::emitter::NodeEmitter;
+use crate::sink::{Sink, SinkError, SledSink};
 
-/// Items removed per command while purging, so one huge purge never becomes one huge batch.
-pub const PURGE_CHUNK: usize = 1000;
+/// How long a removal waits for its events to be published when not told.
+pub const DEFAULT_DRAIN: Duration = Duration::from_secs(5);
 
-/// How long items are kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RetentionConfig {
-    /// Items first failed longer ago than this many days are purged; `None` keeps them forever.
-    pub retention_days: Option<u32>,
-    /// How often the check runs.
-    #[serde(with = "humantime_serde")]
-    pub check_interval: Duration,
+/// Whether the events of a change reached the bus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    /// Events still unpublished when the wait ended.
+    pub unpublished: u64,
+    /// Whether the backlog emptied.
+    pub drained: bool,
 }
 
-impl Default for RetentionConfig {
-    fn default() -> Self {
-        RetentionConfig {
-            retention_days: Some(30),
-            check_interval: Duration::from_secs(3600),
+impl Published {
+    /// One line for people.
+    pub fn describe(&self) -> String {
+        if self.drained {
+            "all events published".to_owned()
+        } else {
+            format!("{} events not yet published (the bus is unreachable or slow): they are kept in the sink and published by the reconciler later (`dlq reconcile`, or any dlq process that runs one)", self.unpublished)
         }
     }
 }
 
-impl RetentionConfig {
-    /// The cutoff for `now`: items first failed before it are expired.
-    pub fn cutoff(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.retention_days
-            .map(|days| now - chrono::Duration::days(i64::from(days)))
-    }
-}
-
-/// Removes every item first failed before `cutoff` (optionally of one job), in chunks, each
-/// removal an `item_removed` event with reason `purged`. Returns how many were removed.
-pub async fn purge<S: Sink>(
-    sink: &S,
-    cutoff: DateTime<Utc>,
-    job_id: Option<&str>,
-) -> Result<u64, SinkError> {
-    let mut removed = 0;
+/// Waits until the backlog is empty or `timeout` passes; true if it emptied.
+pub async fn wait_for_drain(emitter: &NodeEmitter, timeout: Duration) -> Result<bool, SinkError> {
+    let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let command = Command::Purge {
-            cutoff,
-            job_id: job_id.map(str::to_owned),
-            limit: PURGE_CHUNK,
-        };
-        let events = sink.append(command).await?;
-        if events.is_empty() {
-            return Ok(removed);
+        if emitter.sink().backlog()?.count == 0 {
+            return Ok(true);
         }
-        removed += events.len() as u64;
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        emitter.wake_reconciler();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Wakes the reconciler and waits up to `timeout` for the backlog to drain.
+pub async fn finish_publishing(
+    emitter: &NodeEmitter,
+    timeout: Duration,
+) -> Result<Published, SinkError> {
+    emitter.wake_reconciler();
+    let drained = wait_for_drain(emitter, timeout).await?;
+    let unpublished = emitter.sink().backlog()?.count;
+    Ok(Published {
+        unpublished,
+        drained,
+    })
+}
+
+/// The outcome of a removal: a JSON summary for scripts and a line for people.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Removal {
+    /// `job_id`, `removed` (or `would_remove`), `cutoff` for purges, and `unpublished` and
+    /// `drained` once events were written.
+    pub summary: serde_json::Value,
+    /// What happened, in words.
+    pub line: String,
+}
+
+/// Removes every item of `job`, then waits up to `drain_timeout` for the events to be
+/// published. Publishing is waited for even when a chunk failed; the failure is returned after.
+pub async fn clear_job(
+    emitter: &NodeEmitter,
+    job: &str,
+    drain_timeout: Duration,
+) -> Result<Removal, SinkError> {
+    let cleared = crate::sink::clear(emitter.sink(), job).await;
+    let published = finish_publishing(emitter, drain_timeout).await;
+    let removed = cleared?;
+    Ok(published_removal(
+        json!({ "job_id": job, "removed": removed }),
+        format!("removed {removed} items of job {job}"),
+        published?,
+    ))
+}
+
+/// The cutoff of `--older-than-days`: items first failed before it are purged.
+pub fn purge_cutoff(older_than_days: u32) -> DateTime<Utc> {
+    Utc::now() - chrono::Duration::days(i64::from(older_than_days))
+}
+
+/// "job 'x'" or "any job", for messages about a removal's scope.
+pub fn scope_of(job: Option<&str>) -> String {
+    job.map_or("any job".to_owned(), |j| format!("job '{j}'"))
+}
+
+/// How many items of `job` (or of all) first failed before `cutoff`.
+pub fn count_purgeable(
+    sink: &SledSink,
+    cutoff: DateTime<Utc>,
+    job: Option<&str>,
+) -> Result<u64, SinkError> {
+    let mut n = 0u64;
+    for stored in sink.scan_items(job) {
+        n += u64::from(stored?.item.first_attempt < cutoff);
+    }
+    Ok(n)
+}
+
+/// The answer of a purge that found nothing to remove (nothing was written).
+pub fn nothing_to_purge(job: Option<&str>, cutoff: DateTime<Utc>) -> Removal {
+    Removal {
+        summary: json!({ "job_id": job, "cutoff": cutoff, "removed": 0 }),
+        line: format!("no items of {} first failed before {cutoff}", scope_of(job)),
+    }
+}
+
+/// The answer of a dry-run purge: what it would remove.
+pub fn would_purge(job: Option<&str>, cutoff: DateTime<Utc>, n: u64) -> Removal {
+    Removal {
+        summary: json!({ "job_id": job, "cutoff": cutoff, "would_remove": n }),
+        line: format!(
+            "would remove {n} items of {} first failed before {cutoff}",
+            scope_of(job)
+        ),
+    }
+}
+
+/// Removes the items of `job` (or of all) first failed before `cutoff`, then waits up to
+/// `drain_timeout` for the events to be published.
+pub async fn purge_items(
+    emitter: &NodeEmitter,
+    cutoff: DateTime<Utc>,
+    job: Option<&str>,
+    drain_timeout: Duration,
+) -> Result<Removal, SinkError> {
+    let purged = crate::sink::purge(emitter.sink(), cutoff, job).await;
+    let published = finish_publishing(emitter, drain_timeout).await;
+    let removed = purged?;
+    Ok(published_removal(
+        json!({ "job_id": job, "cutoff": cutoff, "removed": removed }),
+        format!(
+            "purged {removed} items of {} first failed before {cutoff}",
+            scope_of(job)
+        ),
+        published?,
+    ))
+}
+
+fn published_removal(
+    mut summary: serde_json::Value,
+    line: String,
+    published: Published,
+) -> Removal {
+    summary["unpublished"] = json!(published.unpublished);
+    summary["drained"] = json!(published.drained);
+    Removal {
+        summary,
+        line: format!("{line}\n{}", published.describe()),
     }
 }

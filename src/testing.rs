@@ -169,6 +169,12 @@ pub fn item(job: &str, id: &str) -> DeadLetteredItem {
         duration_ms: 1,
         json_log_location: None,
     };
-    crate::domain::failure::dead_lettered_item(job, id, serde_json::Value::Null, vec![failure], None)
-        .unwrap()
+    crate::domain::failure::dead_lettered_item(
+        job,
+        id,
+        serde_json::Value::Null,
+        vec![failure],
+        None,
+    )
+    .unwrap()
 }

@@ -9,9 +9,9 @@ use std::time::Duration;
 use chrono::Utc;
 use common::{wait_for, NatsServer};
 use dlq::bus::{Bus, BusConfig, BusMode, NatsBus};
-use dlq::emitter::{Emitter, EmitterBuilder};
 use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
+use dlq::emitter::{Emitter, EmitterBuilder};
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use futures::StreamExt;
 

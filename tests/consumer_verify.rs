@@ -14,11 +14,11 @@ use common::{wait_for, NatsServer};
 use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::consumer::{compare, read_from_start};
 use dlq::domain::command::Command as SinkCommand;
-use dlq::emitter::{EmitterBuilder, TopicPolicies, TopicPolicy};
 use dlq::domain::event::RemovalReason;
 use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::emitter::reconciler::ReconcilerConfig;
+use dlq::emitter::{EmitterBuilder, TopicPolicies, TopicPolicy};
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use serde_json::Value;
 
@@ -114,7 +114,7 @@ async fn rebuild_from_the_stream_equals_the_sink_after_a_mixed_workload_and_an_o
             server.restart();
         }
     }
-    dlq::removal::purge(emitter.sink(), Utc::now() - TimeDelta::days(30), None)
+    dlq::sink::purge(emitter.sink(), Utc::now() - TimeDelta::days(30), None)
         .await
         .unwrap();
     let clear = SinkCommand::Clear {

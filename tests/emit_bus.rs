@@ -12,11 +12,11 @@ use chrono::Utc;
 use common::stream::{metric_value, metrics, stream_ids, stream_messages};
 use common::{wait_for, NatsServer};
 use dlq::bus::{Bus, BusConfig, NatsBus};
-use dlq::emitter::{EmitError, Emitter, EmitterBuilder, TopicPolicies, TopicPolicy};
 use dlq::domain::event::EventKind;
 use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::emitter::reconciler::ReconcilerConfig;
+use dlq::emitter::{EmitError, Emitter, EmitterBuilder, TopicPolicies, TopicPolicy};
 use dlq::sink::{Sink, SinkConfig, SledSink};
 
 const PUBLISH_TIMEOUT: Duration = Duration::from_millis(500);

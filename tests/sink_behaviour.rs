@@ -11,7 +11,7 @@ use dlq::domain::event::{EncodedEvent, Event, EventKind, RemovalReason};
 use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::domain::projection::{MemoryProjection, StoredItem};
-use dlq::removal::purge;
+use dlq::sink::purge;
 use dlq::sink::{Backlog, Sink, SinkConfig, SinkError, SledSink};
 use tempfile::TempDir;
 

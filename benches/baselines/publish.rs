@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use dlq::bus::{Bus, NatsBus};
-use dlq::emitter::{EmitterBuilder, TopicPolicies};
 use dlq::emitter::reconciler::ReconcilerConfig;
+use dlq::emitter::{EmitterBuilder, TopicPolicies};
 
 use crate::common::items::dead_lettered_event;
 use crate::common::NatsServer;

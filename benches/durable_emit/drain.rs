@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use dlq::bus::Bus;
 use dlq::domain::command::Command;
-use dlq::emitter::EmitterBuilder;
 use dlq::emitter::reconciler::ReconcilerConfig;
+use dlq::emitter::EmitterBuilder;
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use futures::StreamExt;
 

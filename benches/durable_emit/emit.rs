@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
-use dlq::emitter::{EmitterBuilder, TopicPolicies};
 use dlq::emitter::reconciler::ReconcilerConfig;
+use dlq::emitter::{EmitterBuilder, TopicPolicies};
 use dlq::sink::Sink;
 
 use crate::common::items::template_item_sized;

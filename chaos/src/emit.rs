@@ -22,9 +22,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use chrono::Utc;
 use dlq::bus::{BusConfig, NatsBus};
-use dlq::emitter::{EmitError, Emitter, EmitterBuilder, RetryBackoff, TopicPolicies, TopicPolicy};
 use dlq::domain::model::{ErrorType, FailureDetail};
 use dlq::emitter::reconciler::ReconcilerConfig;
+use dlq::emitter::{EmitError, Emitter, EmitterBuilder, RetryBackoff, TopicPolicies, TopicPolicy};
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -290,7 +290,13 @@ fn item(node: &str, incarnation: u32, n: u64) -> Option<dlq::domain::model::Dead
         json_log_location: None,
     };
     let data = json!({ "file": format!("src/module_{n}.rs"), "priority": n % 10 });
-    dlq::domain::failure::dead_lettered_item(&job_id, &format!("item-{n}"), data, vec![failure], None)
+    dlq::domain::failure::dead_lettered_item(
+        &job_id,
+        &format!("item-{n}"),
+        data,
+        vec![failure],
+        None,
+    )
 }
 
 /// Waits until the backlog is empty or `timeout` passes; true if it emptied.

@@ -13,16 +13,17 @@ use clap::Args;
 use serde_json::json;
 
 use super::forward::{self, Local, Target};
-use super::{open, Cli, CliError, Format, EXIT_OK};
-use crate::domain::command::Command;
+use super::open;
+use super::{Cli, CliError, Format, EXIT_OK};
+use crate::emitter::NodeEmitter;
 use crate::query::QueryError;
-use crate::removal::PURGE_CHUNK;
+use crate::removal::{
+    clear_job, count_purgeable, nothing_to_purge, purge_cutoff, purge_items, scope_of, Removal,
+};
+use crate::render::removal::write_removal;
 use crate::serve::client::ApiClient;
 use crate::serve::params;
 use crate::sink::{Sink, SledSink};
-
-/// How long a removal waits for its events to be published when not told.
-pub const DEFAULT_DRAIN: Duration = Duration::from_secs(5);
 
 /// Options of `dlq clear`.
 #[derive(Debug, Args)]
@@ -54,40 +55,6 @@ pub struct PurgeArgs {
     pub drain_timeout: Duration,
 }
 
-/// Whether the events of a change reached the bus.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Published {
-    /// Events still unpublished when the wait ended.
-    pub unpublished: u64,
-    /// Whether the backlog emptied.
-    pub drained: bool,
-}
-
-impl Published {
-    /// One line for people.
-    pub fn describe(&self) -> String {
-        if self.drained {
-            "all events published".to_owned()
-        } else {
-            format!("{} events not yet published (the bus is unreachable or slow): they are kept in the sink and published by the reconciler later (`dlq reconcile`, or any dlq process that runs one)", self.unpublished)
-        }
-    }
-}
-
-/// Wakes the reconciler and waits up to `timeout` for the backlog to drain.
-pub async fn finish_publishing(
-    emitter: &open::CliEmitter,
-    timeout: Duration,
-) -> Result<Published, CliError> {
-    emitter.wake_reconciler();
-    let drained = open::wait_for_drain(emitter, timeout).await?;
-    let unpublished = emitter.sink().backlog()?.count;
-    Ok(Published {
-        unpublished,
-        drained,
-    })
-}
-
 /// Asks on the terminal, or refuses (exit 2) without `--yes` when there is none. Nothing has
 /// been changed when this returns an error.
 pub fn confirm(yes: bool, question: &str) -> Result<(), CliError> {
@@ -95,7 +62,7 @@ pub fn confirm(yes: bool, question: &str) -> Result<(), CliError> {
         return Ok(());
     }
     if !std::io::stdin().is_terminal() {
-        return Err(CliError::Usage(format!(
+        return Err(CliError::usage(format!(
             "refusing to {question} without --yes: there is no terminal to confirm on; nothing was changed"
         )));
     }
@@ -106,29 +73,7 @@ pub fn confirm(yes: bool, question: &str) -> Result<(), CliError> {
     std::io::stdin().lock().read_line(&mut answer)?;
     match answer.trim().to_ascii_lowercase().as_str() {
         "y" | "yes" => Ok(()),
-        _ => Err(CliError::Usage("not confirmed; nothing was changed".into())),
-    }
-}
-
-/// The outcome of a removal: a JSON summary for scripts and a line for people.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Removal {
-    /// `job_id`, `removed` (or `would_remove`), `cutoff` for purges, and `unpublished` and
-    /// `drained` once events were written.
-    pub summary: serde_json::Value,
-    /// What happened, in words.
-    pub line: String,
-}
-
-/// Writes a removal in `format`: its line for a table, else its JSON summary.
-pub fn write_removal(
-    out: &mut impl Write,
-    format: Format,
-    removal: &Removal,
-) -> std::io::Result<()> {
-    match format {
-        Format::Table => writeln!(out, "{}", removal.line),
-        _ => writeln!(out, "{}", removal.summary),
+        _ => Err(CliError::usage("not confirmed; nothing was changed")),
     }
 }
 
@@ -139,7 +84,7 @@ async fn prepare(
     count: impl FnOnce(&SledSink) -> Result<u64, CliError>,
     question: impl FnOnce(u64) -> Option<String>,
     yes: bool,
-) -> Result<Option<(u64, open::CliEmitter)>, CliError> {
+) -> Result<Option<(u64, NodeEmitter)>, CliError> {
     let (config, sink) = local.into_parts();
     let asked = count(&sink).and_then(|n| match question(n) {
         Some(text) => confirm(yes, &text).map(|()| Some(n)),
@@ -204,97 +149,6 @@ async fn forward_clear(cli: &Cli, args: &ClearArgs, api: &ApiClient) -> Result<u
     )
 }
 
-/// Removes every item of `job` (one `item_removed` event each, in chunks), then waits up to
-/// `drain_timeout` for the events to be published. Publishing is waited for even when a chunk
-/// failed; the failure is returned after.
-pub async fn clear_job(
-    emitter: &open::CliEmitter,
-    job: &str,
-    drain_timeout: Duration,
-) -> Result<Removal, CliError> {
-    let mut removed = 0u64;
-    let cleared = loop {
-        let command = Command::Clear {
-            job_id: job.to_owned(),
-            limit: PURGE_CHUNK,
-        };
-        match emitter.sink().append(command).await {
-            Ok(events) if events.is_empty() => break Ok(()),
-            Ok(events) => removed += events.len() as u64,
-            Err(err) => break Err(err),
-        }
-    };
-    let published = finish_publishing(emitter, drain_timeout).await;
-    cleared?;
-    Ok(published_removal(
-        json!({ "job_id": job, "removed": removed }),
-        format!("removed {removed} items of job {job}"),
-        published?,
-    ))
-}
-
-/// The cutoff of `--older-than-days`: items first failed before it are purged.
-pub fn purge_cutoff(older_than_days: u32) -> DateTime<Utc> {
-    Utc::now() - chrono::Duration::days(i64::from(older_than_days))
-}
-
-fn scope_of(job: Option<&str>) -> String {
-    job.map_or("any job".to_owned(), |j| format!("job '{j}'"))
-}
-
-/// How many items of `job` (or of all) first failed before `cutoff`.
-pub fn count_purgeable(
-    sink: &SledSink,
-    cutoff: DateTime<Utc>,
-    job: Option<&str>,
-) -> Result<u64, CliError> {
-    let mut n = 0u64;
-    for stored in sink.scan_items(job) {
-        n += u64::from(stored?.item.first_attempt < cutoff);
-    }
-    Ok(n)
-}
-
-/// The answer of a purge that found nothing to remove (nothing was written).
-pub fn nothing_to_purge(job: Option<&str>, cutoff: DateTime<Utc>) -> Removal {
-    Removal {
-        summary: json!({ "job_id": job, "cutoff": cutoff, "removed": 0 }),
-        line: format!("no items of {} first failed before {cutoff}", scope_of(job)),
-    }
-}
-
-/// The answer of a dry-run purge: what it would remove.
-pub fn would_purge(job: Option<&str>, cutoff: DateTime<Utc>, n: u64) -> Removal {
-    Removal {
-        summary: json!({ "job_id": job, "cutoff": cutoff, "would_remove": n }),
-        line: format!(
-            "would remove {n} items of {} first failed before {cutoff}",
-            scope_of(job)
-        ),
-    }
-}
-
-/// Removes the items of `job` (or of all) first failed before `cutoff`, then waits up to
-/// `drain_timeout` for the events to be published.
-pub async fn purge_items(
-    emitter: &open::CliEmitter,
-    cutoff: DateTime<Utc>,
-    job: Option<&str>,
-    drain_timeout: Duration,
-) -> Result<Removal, CliError> {
-    let purged = crate::removal::purge(emitter.sink(), cutoff, job).await;
-    let published = finish_publishing(emitter, drain_timeout).await;
-    let removed = purged?;
-    Ok(published_removal(
-        json!({ "job_id": job, "cutoff": cutoff, "removed": removed }),
-        format!(
-            "purged {removed} items of {} first failed before {cutoff}",
-            scope_of(job)
-        ),
-        published?,
-    ))
-}
-
 /// Removes the items first failed more than N days ago.
 pub async fn run_purge(cli: &Cli, args: &PurgeArgs) -> Result<u8, CliError> {
     let local = match forward::target(cli).await? {
@@ -305,7 +159,7 @@ pub async fn run_purge(cli: &Cli, args: &PurgeArgs) -> Result<u8, CliError> {
     let job = args.job_id.as_deref();
     let prepared = prepare(
         local,
-        |sink| count_purgeable(sink, cutoff, job),
+        |sink| Ok(count_purgeable(sink, cutoff, job)?),
         |n| purge_question(job, cutoff, n),
         args.yes,
     )
@@ -358,19 +212,6 @@ async fn forward_purge(cli: &Cli, args: &PurgeArgs, api: &ApiClient) -> Result<u
         api.post(&params::purge_path(cli.format), Some(&body(false)))
             .await?,
     )
-}
-
-fn published_removal(
-    mut summary: serde_json::Value,
-    line: String,
-    published: Published,
-) -> Removal {
-    summary["unpublished"] = json!(published.unpublished);
-    summary["drained"] = json!(published.drained);
-    Removal {
-        summary,
-        line: format!("{line}\n{}", published.describe()),
-    }
 }
 
 fn print_removal(format: Format, removal: &Removal) -> Result<u8, CliError> {

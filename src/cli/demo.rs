@@ -7,11 +7,12 @@ use chrono::Utc;
 use clap::Args;
 use serde_json::json;
 
-use super::open::{self, wait_for_drain};
+use super::open;
 use super::{Cli, CliError, Format, EXIT_OK};
 use crate::domain::failure::dead_lettered_item;
 use crate::domain::model::{ErrorType, FailureDetail};
 use crate::domain::signature::classify;
+use crate::removal::wait_for_drain;
 use crate::sink::Sink;
 
 /// Options of `dlq demo`.

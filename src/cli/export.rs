@@ -8,13 +8,14 @@ use clap::Args;
 use futures::StreamExt;
 use serde_json::json;
 
-use super::admin::{finish_publishing, Published};
 use super::list::with_sink;
 use super::{open, Cli, CliError, Format, EXIT_OK};
 use crate::domain::command::Command;
+use crate::emitter::NodeEmitter;
 use crate::query::export::{export, ExportFormat};
 use crate::query::import::{ImportLimits, ImportSource};
 use crate::query::QueryError;
+use crate::removal::{finish_publishing, Published};
 use crate::sink::Sink;
 
 /// Scheduler topic recorded on imported items' events.
@@ -115,10 +116,7 @@ pub async fn run_import(cli: &Cli, args: &ImportArgs) -> Result<u8, CliError> {
 
 /// Reads the source on a blocking thread and appends its items with bounded concurrency.
 /// Returns (imported, skipped because already present).
-async fn append_all(
-    emitter: &open::CliEmitter,
-    source: ImportSource,
-) -> Result<(u64, u64), CliError> {
+async fn append_all(emitter: &NodeEmitter, source: ImportSource) -> Result<(u64, u64), CliError> {
     let (tx, mut rx) = tokio::sync::mpsc::channel(IMPORT_CONCURRENCY * 2);
     let reader = tokio::task::spawn_blocking(move || {
         source.for_each(&mut |found| {
@@ -155,7 +153,7 @@ async fn append_all(
     rx.close();
     let read = reader
         .await
-        .map_err(|err| CliError::Usage(format!("the import reader stopped: {err}")))?;
+        .map_err(|err| CliError::usage(format!("the import reader stopped: {err}")))?;
     if let Some(err) = failure {
         eprintln!("dlq import: stopped after {imported} items; run it again to import the rest (items already present are skipped)");
         return Err(err);

@@ -37,7 +37,7 @@ pub async fn run(cli: &Cli, args: &GenerateArgs) -> Result<u8, CliError> {
     let config = open::config(cli)?;
     let jobs = args.jobs.max(1);
     if args.items.div_ceil(jobs) > config.sink.capacity_per_job {
-        return Err(CliError::Usage(format!(
+        return Err(CliError::usage(format!(
             "{} items over {jobs} jobs exceed capacity_per_job {}: use more --jobs",
             args.items, config.sink.capacity_per_job
         )));

@@ -15,7 +15,6 @@ mod run;
 mod serve;
 mod signals;
 mod status;
-mod table;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -25,6 +24,9 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::bus::BusMode;
+use crate::render::Format;
+use crate::request::RequestError;
+use crate::ErrorClass;
 
 /// Exit code: success.
 pub const EXIT_OK: u8 = 0;
@@ -91,21 +93,6 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Output formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// Human-readable.
-    Table,
-    /// One JSON document.
-    Json,
-    /// One JSON document per line (list, export; others print one line).
-    Jsonl,
-    /// Comma-separated values with a header row (list, export).
-    Csv,
-    /// The reference-000 directory layout (export only).
-    Dir,
-}
-
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -125,7 +112,7 @@ pub enum Command {
     /// after acknowledging them (--dry-run: only list them, exit 5 if any).
     Republish(republish::RepublishArgs),
     /// List items, newest failure first, filtered and paged.
-    List(list::ListArgs),
+    List(crate::request::ListArgs),
     /// Show one whole item: data, every failure, stack traces, log locations, worktree.
     Inspect(list::InspectArgs),
     /// Totals, by error type, failure counts, eligibility, oldest/newest, unpublished backlog.
@@ -197,33 +184,21 @@ pub async fn run(cli: Cli) -> ExitCode {
 /// An error of a CLI command: one line for the user and an exit code.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
+    /// The request failed (bad usage, not found, the sink, a query, the runner, output).
+    #[error(transparent)]
+    Request(#[from] RequestError),
     /// Configuration problem.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
-    /// Sink problem.
-    #[error(transparent)]
-    Sink(#[from] crate::sink::SinkError),
     /// Bus problem.
     #[error(transparent)]
     Bus(#[from] crate::bus::BusError),
     /// Metrics exporter problem.
     #[error(transparent)]
     Metrics(#[from] crate::metrics::MetricsError),
-    /// Bad usage that clap could not catch.
-    #[error("{0}")]
-    Usage(String),
     /// Reading the stream failed.
     #[error("{0}")]
     Consumer(String),
-    /// An operator query failed (not found, ambiguous, bad argument, bad input file).
-    #[error(transparent)]
-    Query(#[from] crate::query::QueryError),
-    /// The job runner failed.
-    #[error(transparent)]
-    Run(crate::runner::error::RunError),
-    /// Writing output failed.
-    #[error("cannot write output: {0}")]
-    Output(#[from] std::io::Error),
     /// The admin API: serving it, reaching it, its answer, or the process holding the data
     /// directory.
     #[error(transparent)]
@@ -231,16 +206,44 @@ pub enum CliError {
 }
 
 impl CliError {
-    /// The process exit code for this error.
-    pub fn exit_code(&self) -> u8 {
+    /// A usage error: the command line is wrong; nothing was changed.
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError::Request(RequestError::Usage(message.into()))
+    }
+
+    /// Which kind of failure this is.
+    pub fn class(&self) -> ErrorClass {
         match self {
-            CliError::Serve(err) => err.exit_code(),
-            CliError::Usage(_) | CliError::Config(_) => EXIT_USAGE,
-            CliError::Sink(crate::sink::SinkError::NotFound { .. }) => EXIT_NOT_FOUND,
-            CliError::Query(err) if err.is_not_found() => EXIT_NOT_FOUND,
-            CliError::Query(err) if err.is_usage() => EXIT_USAGE,
-            CliError::Run(err) => err.exit_code(),
-            _ => EXIT_ERROR,
+            CliError::Request(err) => err.class(),
+            CliError::Serve(err) => err.class(),
+            CliError::Config(_) => ErrorClass::Usage,
+            CliError::Bus(_) | CliError::Metrics(_) | CliError::Consumer(_) => ErrorClass::Failure,
+        }
+    }
+
+    /// The process exit code for this error: the one mapping of an error class to exit codes.
+    pub fn exit_code(&self) -> u8 {
+        match self.class() {
+            ErrorClass::Usage => EXIT_USAGE,
+            ErrorClass::NotFound => EXIT_NOT_FOUND,
+            ErrorClass::Failure => EXIT_ERROR,
         }
     }
 }
+
+macro_rules! request_error_from {
+    ($($source:ty),*) => {$(
+        impl From<$source> for CliError {
+            fn from(err: $source) -> Self {
+                CliError::Request(RequestError::from(err))
+            }
+        }
+    )*};
+}
+
+request_error_from!(
+    crate::sink::SinkError,
+    crate::query::QueryError,
+    crate::runner::error::RunError,
+    std::io::Error
+);

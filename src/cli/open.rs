@@ -7,13 +7,13 @@ use tokio::time::Instant;
 use super::{Cli, CliError};
 use crate::bus::{BusConfig, NatsBus};
 use crate::config::Config;
-use crate::emitter::{Emitter, EmitterBuilder};
+use crate::emitter::EmitterBuilder;
 use crate::serve::discovery::ServeFile;
 use crate::serve::ServeError;
 use crate::sink::{Sink, SledSink};
 
 /// The emitter type the CLI uses.
-pub type CliEmitter = Emitter<SledSink, NatsBus>;
+pub use crate::emitter::NodeEmitter;
 
 /// The configuration file (or defaults) with command-line overrides applied.
 pub fn config(cli: &Cli) -> Result<Config, CliError> {
@@ -118,7 +118,7 @@ impl LockWait {
 }
 
 /// Opens sink and bus, starts metrics if asked, and builds an emitter with its reconciler.
-pub async fn emitter(cli: &Cli) -> Result<CliEmitter, CliError> {
+pub async fn emitter(cli: &Cli) -> Result<NodeEmitter, CliError> {
     let config = config(cli)?;
     if let Some(addr) = config.metrics_addr {
         crate::metrics::serve_prometheus(addr)?;
@@ -133,7 +133,7 @@ pub async fn emitter_with_sink(
     config: &Config,
     sink: SledSink,
     retention: bool,
-) -> Result<CliEmitter, CliError> {
+) -> Result<NodeEmitter, CliError> {
     let bus = match NatsBus::connect(config.bus.0.clone()).await {
         Ok(bus) => bus,
         Err(err) => {
@@ -148,21 +148,6 @@ pub async fn emitter_with_sink(
         .reconciler(Some(config.reconciler))
         .retention(retention.then_some(config.retention))
         .build())
-}
-
-/// Waits until the backlog is empty or `timeout` passes; true if it emptied.
-pub async fn wait_for_drain(emitter: &CliEmitter, timeout: Duration) -> Result<bool, CliError> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if emitter.sink().backlog()?.count == 0 {
-            return Ok(true);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Ok(false);
-        }
-        emitter.wake_reconciler();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,5 @@
 //! `dlq stats` and `dlq analyze`: read-only summaries (they open only the sink, or go through
-//! the API of the `dlq serve` holding it). The admin API renders with the `write_*` functions
-//! here, so a forwarded command prints what it would have printed itself.
+//! the API of the `dlq serve` holding it), rendered by [`crate::render::report`].
 
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -8,15 +7,13 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::forward::{self, Target};
-use super::table::{bar, cut, write_table};
-use super::{Cli, CliError, Format, EXIT_OK};
-use crate::query::analyze::{analyze, Analysis};
-use crate::query::stats::{stats, Stats};
+use super::{Cli, CliError, EXIT_OK};
+use crate::query::analyze::analyze;
+use crate::query::stats::stats;
 use crate::query::QueryError;
+use crate::render::report::{check_report_format, write_analysis, write_stats};
+use crate::render::Format;
 use crate::serve::params;
-
-/// Width of the text histograms.
-const BAR_WIDTH: usize = 40;
 
 /// Options of `dlq stats`.
 #[derive(Debug, Args)]
@@ -37,16 +34,6 @@ pub struct AnalyzeArgs {
     pub export: Option<PathBuf>,
 }
 
-/// The formats `dlq stats` and `dlq analyze` print (`command` names the one asked).
-pub fn check_report_format(format: Format, command: &str) -> Result<(), CliError> {
-    match format {
-        Format::Csv | Format::Dir => Err(CliError::Usage(format!(
-            "{command} prints table, json or jsonl"
-        ))),
-        _ => Ok(()),
-    }
-}
-
 /// Prints the statistics.
 pub async fn run_stats(cli: &Cli, args: &StatsArgs) -> Result<u8, CliError> {
     check_report_format(cli.format, "stats")?;
@@ -64,76 +51,6 @@ pub async fn run_stats(cli: &Cli, args: &StatsArgs) -> Result<u8, CliError> {
     write_stats(&mut out, cli.format, &stats)?;
     out.flush()?;
     Ok(EXIT_OK)
-}
-
-/// Writes the statistics in `format` (a table, or one line of JSON).
-pub fn write_stats(out: &mut impl Write, format: Format, stats: &Stats) -> Result<(), CliError> {
-    match format {
-        Format::Table => print_stats(out, stats)?,
-        _ => {
-            serde_json::to_writer(&mut *out, stats).map_err(std::io::Error::from)?;
-            writeln!(out)?;
-        }
-    }
-    Ok(())
-}
-
-fn print_stats(out: &mut impl Write, s: &Stats) -> std::io::Result<()> {
-    let scope = s
-        .job_id
-        .as_deref()
-        .map_or("all jobs".to_owned(), |j| format!("job {j}"));
-    writeln!(out, "items ({scope}):   {}", s.total_items)?;
-    writeln!(
-        out,
-        "failures:          {} (average {:.2} per item)",
-        s.total_failures, s.average_failure_count
-    )?;
-    writeln!(out, "eligible:          {}", s.reprocess_eligible)?;
-    writeln!(out, "manual review:     {}", s.manual_review_required)?;
-    if let Some(oldest) = &s.oldest {
-        writeln!(
-            out,
-            "oldest (first failed): {}  {}/{}",
-            oldest.at, oldest.item.job_id, oldest.item.item_id
-        )?;
-    }
-    if let Some(newest) = &s.newest {
-        writeln!(
-            out,
-            "newest (last failed):  {}  {}/{}",
-            newest.at, newest.item.job_id, newest.item.item_id
-        )?;
-    }
-    writeln!(
-        out,
-        "unpublished events (whole data directory): {}",
-        s.unpublished
-    )?;
-    if let Some(at) = s.oldest_unpublished {
-        writeln!(
-            out,
-            "  oldest written at {at}; the reconciler publishes them once the bus is reachable"
-        )?;
-    }
-    let max = s.by_error_type.values().copied().max().unwrap_or(0);
-    let rows: Vec<Vec<String>> = s
-        .by_error_type
-        .iter()
-        .map(|(kind, count)| vec![kind.clone(), count.to_string(), bar(*count, max, BAR_WIDTH)])
-        .collect();
-    writeln!(out)?;
-    write_table(out, &["ERROR TYPE", "ITEMS", ""], &rows)?;
-    if s.job_id.is_none() && !s.jobs.is_empty() {
-        let rows: Vec<Vec<String>> = s
-            .jobs
-            .iter()
-            .map(|(job, n)| vec![job.clone(), n.to_string()])
-            .collect();
-        writeln!(out)?;
-        write_table(out, &["JOB", "ITEMS"], &rows)?;
-    }
-    Ok(())
 }
 
 /// Prints the analysis, and writes it to `--export` if asked.
@@ -190,22 +107,6 @@ async fn forward_analyze(
     Ok(EXIT_OK)
 }
 
-/// Writes the analysis in `format` (tables with histograms, or one line of JSON).
-pub fn write_analysis(
-    out: &mut impl Write,
-    format: Format,
-    analysis: &Analysis,
-) -> Result<(), CliError> {
-    match format {
-        Format::Table => print_analysis(out, analysis)?,
-        _ => {
-            serde_json::to_writer(&mut *out, analysis).map_err(std::io::Error::from)?;
-            writeln!(out)?;
-        }
-    }
-    Ok(())
-}
-
 /// Writes `value` as pretty JSON to a temporary sibling of `path`, then renames it into place.
 fn write_json_atomically(
     path: &std::path::Path,
@@ -213,7 +114,7 @@ fn write_json_atomically(
 ) -> Result<(), CliError> {
     let name = path
         .file_name()
-        .ok_or_else(|| CliError::Usage(format!("{} is not a file name", path.display())))?;
+        .ok_or_else(|| CliError::usage(format!("{} is not a file name", path.display())))?;
     let temp = path.with_file_name(format!(
         ".{}.tmp-{}",
         name.to_string_lossy(),
@@ -234,84 +135,4 @@ fn write_json_atomically(
         }
         .into()
     })
-}
-
-fn print_analysis(out: &mut impl Write, a: &Analysis) -> std::io::Result<()> {
-    let scope = a
-        .job_id
-        .as_deref()
-        .map_or("all jobs".to_owned(), |j| format!("job {j}"));
-    writeln!(
-        out,
-        "{} items, {} failures ({scope}), {} patterns",
-        a.total_items,
-        a.total_failures,
-        a.pattern_groups.len()
-    )?;
-    writeln!(out, "\nPATTERNS (by error signature)")?;
-    for (n, g) in a.pattern_groups.iter().enumerate() {
-        let samples: Vec<&str> = g.sample_ids.iter().map(|s| s.item_id.as_str()).collect();
-        writeln!(
-            out,
-            "{:>3}. {}  {} items, {} failures  [{}]",
-            n + 1,
-            g.error_signature,
-            g.count,
-            g.failures,
-            g.error_type
-        )?;
-        writeln!(out, "     pattern:     {}", cut(&g.error_pattern, 100))?;
-        writeln!(
-            out,
-            "     example:     {}",
-            cut(&g.representative_message, 100)
-        )?;
-        writeln!(
-            out,
-            "     seen:        {} .. {}",
-            g.first_seen.format("%Y-%m-%d %H:%M:%S"),
-            g.last_seen.format("%Y-%m-%d %H:%M:%S")
-        )?;
-        writeln!(out, "     samples:     {}", samples.join(", "))?;
-        writeln!(out, "     remediation: {}", g.remediation)?;
-    }
-    writeln!(out, "\nERROR TYPES")?;
-    let max = a
-        .error_distribution
-        .iter()
-        .map(|t| t.count)
-        .max()
-        .unwrap_or(0);
-    let rows: Vec<Vec<String>> = a
-        .error_distribution
-        .iter()
-        .map(|t| {
-            vec![
-                t.error_type.clone(),
-                t.count.to_string(),
-                format!("{:.1}%", t.percent),
-                bar(t.count, max, BAR_WIDTH),
-            ]
-        })
-        .collect();
-    write_table(out, &["TYPE", "ITEMS", "SHARE", ""], &rows)?;
-    writeln!(out, "\nFAILURES PER HOUR (UTC)")?;
-    let max = a
-        .temporal_distribution
-        .iter()
-        .map(|h| h.failures)
-        .max()
-        .unwrap_or(0);
-    let rows: Vec<Vec<String>> = a
-        .temporal_distribution
-        .iter()
-        .map(|h| {
-            vec![
-                h.hour.format("%Y-%m-%d %H:00").to_string(),
-                h.failures.to_string(),
-                bar(h.failures, max, BAR_WIDTH),
-            ]
-        })
-        .collect();
-    write_table(out, &["HOUR", "FAILURES", ""], &rows)
 }

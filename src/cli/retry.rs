@@ -10,10 +10,9 @@ use serde_json::json;
 use super::forward::{self, Target};
 use super::open;
 use super::run::{runner_options, RunnerArgs};
-use super::{Cli, CliError, Format, EXIT_INCOMPLETE, EXIT_OK};
-use crate::query::cel::CelFilter;
-use crate::runner::error::RunError;
-use crate::runner::retry::{retry_job, RetryOptions, RetryReport};
+use super::{Cli, CliError, EXIT_INCOMPLETE, EXIT_OK};
+use crate::render::retry::write_retry;
+use crate::runner::retry::{retry_job, RetryOptions};
 use crate::serve::ServeError;
 
 /// Options of `dlq retry`.
@@ -51,63 +50,18 @@ pub struct RetryArgs {
     pub runner: RunnerArgs,
 }
 
-/// The retry settings as given on the command line or in an API request.
-#[derive(Debug, Clone)]
-pub struct RetryRequest {
-    /// Items retried at once.
-    pub parallel: usize,
-    /// Attempts per item.
-    pub max_retries: u32,
-    /// CEL filter text.
-    pub filter: Option<String>,
-    /// Retry ineligible items too.
-    pub force: bool,
-    /// Starts per second at most.
-    pub rate: Option<f64>,
-    /// Only list.
-    pub dry_run: bool,
-}
-
-/// Checks a request and compiles its filter (usage errors: exit 2 / HTTP 400).
-pub fn retry_options(r: &RetryRequest) -> Result<RetryOptions, CliError> {
-    if r.max_retries == 0 || r.parallel == 0 {
-        return Err(CliError::Usage(
-            "--max-retries and --parallel must be at least 1".into(),
-        ));
-    }
-    if r.rate.is_some_and(|rate| !rate.is_finite() || rate <= 0.0) {
-        return Err(CliError::Usage(
-            "--rate must be a positive number of items per second".into(),
-        ));
-    }
-    let filter = r
-        .filter
-        .as_deref()
-        .map(CelFilter::parse)
-        .transpose()
-        .map_err(|err| CliError::Usage(format!("bad --filter: {err}")))?;
-    Ok(RetryOptions {
-        parallel: r.parallel,
-        max_retries: r.max_retries,
-        filter,
-        force: r.force,
-        rate: r.rate,
-        dry_run: r.dry_run,
-    })
-}
-
 /// Runs the retry here, or through the API of the `dlq serve` holding the data directory;
 /// exit 0 when every selected item was handled, 4 when interrupted or not recorded.
 pub async fn run_retry(cli: &Cli, args: &RetryArgs) -> Result<u8, CliError> {
-    let request = RetryRequest {
+    let requested = RetryOptions {
         parallel: args.parallel,
         max_retries: args.max_retries,
-        filter: args.filter.clone(),
+        filter: None,
         force: args.force,
         rate: args.rate,
         dry_run: args.dry_run,
     };
-    let retry = retry_options(&request)?;
+    let retry = crate::request::retry::checked(requested, args.filter.as_deref())?;
     let (options, mode) = runner_options(cli, &args.runner)?;
     let report = match forward::target(cli).await? {
         Target::Api(api) => {
@@ -116,12 +70,12 @@ pub async fn run_retry(cli: &Cli, args: &RetryArgs) -> Result<u8, CliError> {
                 .as_deref()
                 .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
             let body = json!({
-                "parallel": request.parallel,
-                "max_retries": request.max_retries,
-                "filter": request.filter,
-                "force": request.force,
-                "rate": request.rate,
-                "dry_run": request.dry_run,
+                "parallel": args.parallel,
+                "max_retries": args.max_retries,
+                "filter": args.filter,
+                "force": args.force,
+                "rate": args.rate,
+                "dry_run": args.dry_run,
                 "workflow": workflow,
             });
             let path = format!("/v1/jobs/{}/retry?format=json", encode(&args.job_id));
@@ -150,9 +104,9 @@ pub async fn run_retry(cli: &Cli, args: &RetryArgs) -> Result<u8, CliError> {
                 mode,
             )
             .await;
-            let drained = open::wait_for_drain(&emitter, args.runner.drain_timeout).await;
+            let drained = crate::removal::wait_for_drain(&emitter, args.runner.drain_timeout).await;
             emitter.shutdown().await?;
-            let report = result.map_err(CliError::Run)?;
+            let report = result.map_err(CliError::from)?;
             drained?;
             report
         }
@@ -178,44 +132,4 @@ fn encode(segment: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
-}
-
-/// Writes a retry report in `format` (json/jsonl: one JSON document; otherwise text).
-pub fn write_retry(out: &mut impl Write, format: Format, r: &RetryReport) -> std::io::Result<()> {
-    match format {
-        Format::Json | Format::Jsonl => {
-            serde_json::to_writer(&mut *out, r).map_err(std::io::Error::from)?;
-            writeln!(out)?;
-        }
-        _ if r.dry_run => {
-            writeln!(out, "would retry {} items of job {}:", r.selected, r.job_id)?;
-            for id in &r.items {
-                writeln!(out, "  {id}")?;
-            }
-            writeln!(
-                out,
-                "left out: {} not eligible (use --force), {} not matching the filter",
-                r.skipped_ineligible, r.skipped_filtered
-            )?;
-        }
-        _ => {
-            writeln!(
-                out,
-                "job {}: {} selected, {} resolved, {} failed again, {} not started, {} not recorded",
-                r.job_id, r.selected, r.resolved, r.failed_again, r.not_started, r.not_recorded
-            )?;
-            writeln!(
-                out,
-                "left out: {} not eligible (use --force), {} not matching the filter, {} busy in another retry",
-                r.skipped_ineligible, r.skipped_filtered, r.skipped_busy
-            )?;
-        }
-    }
-    Ok(())
-}
-
-impl From<RunError> for CliError {
-    fn from(err: RunError) -> Self {
-        CliError::Run(err)
-    }
 }

@@ -7,9 +7,9 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
-use super::open::{self, CliEmitter};
-use super::table::{cut, write_table};
+use super::open::{self, NodeEmitter};
 use super::{Cli, CliError, Format, EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK};
+use crate::render::table::{cut, write_table};
 use crate::runner::context::{RunOptions, DEFAULT_AGENT_COMMAND};
 use crate::runner::error::RunError;
 use crate::runner::job::{self, JobReport};
@@ -87,7 +87,7 @@ pub struct EventsArgs {
 /// The emitter of a job, and the admin API it serves while the job runs (on a free loopback
 /// port, announced in `serve.json`), so `dlq list` and the other operator commands work on the
 /// data directory the job holds. The returned token stops the API.
-async fn open_with_api(cli: &Cli) -> Result<(CliEmitter, JobApi), CliError> {
+async fn open_with_api(cli: &Cli) -> Result<(NodeEmitter, JobApi), CliError> {
     use crate::serve::auth::{token_text, Token};
     use crate::serve::routes::AppState;
     use crate::serve::{install_metrics, Listener};
@@ -176,7 +176,7 @@ pub async fn resume_job(cli: &Cli, args: &ResumeArgs) -> Result<u8, CliError> {
 /// signal cancels it, stop the API, drain and report.
 async fn session<F, Fut>(cli: &Cli, runner: &RunnerArgs, job: F) -> Result<u8, CliError>
 where
-    F: FnOnce(CliEmitter, RunOptions, CancellationToken, ProgressMode) -> Fut,
+    F: FnOnce(NodeEmitter, RunOptions, CancellationToken, ProgressMode) -> Fut,
     Fut: std::future::Future<Output = Result<JobReport, RunError>>,
 {
     let (options, mode) = runner_options(cli, runner)?;
@@ -212,8 +212,8 @@ pub(super) fn runner_options(
     let mut options = RunOptions::new(&cli.data_dir);
     options.agent_command = command.split_whitespace().map(str::to_owned).collect();
     if options.agent_command.is_empty() {
-        return Err(CliError::Usage(
-            "the agent command is empty: set --agent-command".into(),
+        return Err(CliError::usage(
+            "the agent command is empty: set --agent-command",
         ));
     }
     options.topic = args.dlq_topic.clone();
@@ -227,14 +227,14 @@ pub(super) fn runner_options(
 
 async fn finish(
     cli: &Cli,
-    emitter: &CliEmitter,
+    emitter: &NodeEmitter,
     args: &RunnerArgs,
     result: Result<JobReport, RunError>,
 ) -> Result<u8, CliError> {
-    let drained = open::wait_for_drain(emitter, args.drain_timeout).await;
+    let drained = crate::removal::wait_for_drain(emitter, args.drain_timeout).await;
     let unpublished = emitter.sink().backlog().map(|b| b.count).unwrap_or(0);
     emitter.shutdown().await?;
-    let report = result.map_err(CliError::Run)?;
+    let report = result.map_err(CliError::from)?;
     drained?;
     let mut out = BufWriter::new(std::io::stdout().lock());
     match cli.format {
@@ -322,8 +322,8 @@ fn print_report(out: &mut impl Write, r: &JobReport, unpublished: u64) -> std::i
 
 /// Prints a job's events.
 pub async fn run_events(cli: &Cli, args: &EventsArgs) -> Result<u8, CliError> {
-    let (store, _) = JobStore::open(&cli.data_dir, &args.job_id).map_err(CliError::Run)?;
-    let events = store.events().map_err(CliError::Run)?;
+    let (store, _) = JobStore::open(&cli.data_dir, &args.job_id).map_err(CliError::from)?;
+    let events = store.events().map_err(CliError::from)?;
     let events = events.into_iter().filter(|e| {
         args.event
             .as_deref()
@@ -360,7 +360,7 @@ pub async fn run_events(cli: &Cli, args: &EventsArgs) -> Result<u8, CliError> {
 
 /// Lists the jobs of the data directory with their last summary.
 pub async fn run_jobs(cli: &Cli) -> Result<u8, CliError> {
-    let ids = list_jobs(&cli.data_dir).map_err(CliError::Run)?;
+    let ids = list_jobs(&cli.data_dir).map_err(CliError::from)?;
     let mut rows = Vec::new();
     let mut docs = Vec::new();
     for id in ids {

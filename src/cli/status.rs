@@ -5,8 +5,8 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::json;
 
-use super::open::wait_for_drain;
 use super::{open, Cli, CliError, Format, EXIT_INCOMPLETE, EXIT_OK};
+use crate::removal::wait_for_drain;
 use crate::sink::Sink;
 
 /// Options of `dlq reconcile`.

@@ -69,7 +69,41 @@ pub struct FailureDetail {
     pub json_log_location: Option<String>,
 }
 
-/// Classification of a failure. Serialised in serde's external tagging, as in reference 000:
+impl DeadLetteredItem {
+    /// The most recent failure (`None` only for an item without history, which is never
+    /// dead-lettered).
+    pub fn last_failure(&self) -> Option<&FailureDetail> {
+        self.failure_history.last()
+    }
+
+    /// The error type of the most recent failure: the item's error type everywhere it is shown,
+    /// filtered or counted (`None` without history).
+    pub fn last_error_type(&self) -> Option<&ErrorType> {
+        self.last_failure().map(|failure| &failure.error_type)
+    }
+
+    /// The name of [`Self::last_error_type`] (`Unknown` without history).
+    pub fn last_error_type_name(&self) -> &'static str {
+        self.last_error_type().map_or("Unknown", ErrorType::name)
+    }
+
+    /// The exit code of the most recent failure, when it was a failed command.
+    pub fn last_exit_code(&self) -> Option<i32> {
+        match self.last_error_type() {
+            Some(ErrorType::CommandFailed { exit_code }) => Some(*exit_code),
+            _ => None,
+        }
+    }
+
+    /// The message of the most recent failure (empty without history).
+    pub fn last_error_message(&self) -> &str {
+        self.last_failure()
+            .map_or("", |failure| failure.error_message.as_str())
+    }
+}
+
+/// Classification of a failure. Serialised in serde's external tagging, as the runner dlq
+/// replaces wrote it:
 /// `"Timeout"` or `{"CommandFailed": {"exit_code": 101}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ErrorType {

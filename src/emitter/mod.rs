@@ -8,6 +8,7 @@
 //! reconciler, which publishes everything left behind once the bus is back.
 
 pub mod reconciler;
+mod retention;
 mod topic_policy;
 
 use std::collections::HashSet;
@@ -22,16 +23,21 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+pub use reconciler::ReconcilerConfig;
+pub use retention::RetentionConfig;
 pub use topic_policy::{RetryBackoff, TopicPolicies, TopicPolicy};
 
 use crate::bus::{Bus, BusError};
 use crate::domain::command::Command;
 use crate::domain::event::{Event, EventKind};
-use crate::metrics as m;
 use crate::domain::model::DeadLetteredItem;
-use crate::emitter::reconciler::{Reconciler, ReconcilerConfig};
-use crate::removal::{self, RetentionConfig};
+use crate::metrics as m;
 use crate::sink::{Sink, SinkError};
+use reconciler::Reconciler;
+use retention::retention_task;
+
+/// The emitter of a dlq process: the sled sink and NATS.
+pub type NodeEmitter = Emitter<crate::sink::SledSink, crate::bus::NatsBus>;
 
 /// What an emit achieved. Returned only when the events are durable in the sink.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,31 +213,6 @@ impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
             }
         }
         Emitter { inner }
-    }
-}
-
-/// Purges expired items every `check_interval`; the reconciler publishes the removals.
-async fn retention_task<S: Sink>(
-    sink: Arc<S>,
-    config: RetentionConfig,
-    wake: Arc<Notify>,
-    shutdown: CancellationToken,
-) {
-    loop {
-        if let Some(cutoff) = config.cutoff(Utc::now()) {
-            match removal::purge(&*sink, cutoff, None).await {
-                Ok(0) => {}
-                Ok(removed) => {
-                    debug!(removed, "retention purged expired items");
-                    wake.notify_one();
-                }
-                Err(err) => warn!(error = %err, "retention purge failed; will try again"),
-            }
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(config.check_interval) => {}
-        }
     }
 }
 

@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::bus::Bus;
-use crate::emitter::InFlight;
 use crate::domain::event::EncodedEvent;
+use crate::emitter::InFlight;
 use crate::metrics as m;
 use crate::sink::{Sink, SinkError};
 

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::{error_type, error_type_name, ItemRef, QueryError};
+use super::{ItemRef, QueryError};
 use crate::domain::model::{DeadLetteredItem, ErrorType};
 use crate::domain::signature::remediation;
 use crate::sink::SledSink;
@@ -103,17 +103,13 @@ impl AnalysisAccumulator {
     /// Counts one item.
     pub fn add(&mut self, item: &DeadLetteredItem) {
         self.total_items += 1;
-        *self.types.entry(error_type_name(item)).or_default() += 1;
+        *self.types.entry(item.last_error_type_name()).or_default() += 1;
         for failure in &item.failure_history {
             self.total_failures += 1;
             let hour = failure.timestamp.timestamp().div_euclid(3600);
             *self.hours.entry(hour).or_default() += 1;
         }
-        let message = item
-            .failure_history
-            .last()
-            .map(|f| f.error_message.clone())
-            .unwrap_or_default();
+        let message = item.last_error_message().to_owned();
         let acc = self
             .groups
             .entry(item.error_signature.clone())
@@ -121,7 +117,7 @@ impl AnalysisAccumulator {
                 group: PatternGroup {
                     error_signature: item.error_signature.clone(),
                     error_pattern: item.error_pattern.clone(),
-                    error_type: error_type_name(item).to_owned(),
+                    error_type: item.last_error_type_name().to_owned(),
                     count: 0,
                     failures: 0,
                     first_seen: item.first_attempt,
@@ -130,7 +126,7 @@ impl AnalysisAccumulator {
                     representative_message: message.clone(),
                     remediation: String::new(),
                 },
-                representative_type: error_type(item).cloned(),
+                representative_type: item.last_error_type().cloned(),
             });
         let group = &mut acc.group;
         group.count += 1;
@@ -139,11 +135,11 @@ impl AnalysisAccumulator {
         if item.last_attempt > group.last_seen {
             group.last_seen = item.last_attempt;
             group.representative_message = message;
-            group.error_type = error_type_name(item).to_owned();
+            group.error_type = item.last_error_type_name().to_owned();
             if !item.error_pattern.is_empty() {
                 group.error_pattern = item.error_pattern.clone();
             }
-            acc.representative_type = error_type(item).cloned();
+            acc.representative_type = item.last_error_type().cloned();
         }
         if group.sample_ids.len() < SAMPLE_IDS {
             group.sample_ids.push(ItemRef::of(item));
@@ -236,8 +232,14 @@ mod tests {
             duration_ms: 1,
             json_log_location: None,
         };
-        crate::domain::failure::dead_lettered_item("j", id, serde_json::json!({}), vec![failure], None)
-            .unwrap()
+        crate::domain::failure::dead_lettered_item(
+            "j",
+            id,
+            serde_json::json!({}),
+            vec![failure],
+            None,
+        )
+        .unwrap()
     }
 
     #[test]

@@ -205,7 +205,8 @@ impl ImportSource {
             .map_err(|e| bad(&origin, e))?;
         if item.error_pattern.is_empty() {
             if let Some(last) = item.failure_history.last() {
-                let sig = crate::domain::signature::signature(&last.error_type, &last.error_message);
+                let sig =
+                    crate::domain::signature::signature(&last.error_type, &last.error_message);
                 item.error_signature = sig.hash;
                 item.error_pattern = sig.pattern;
             }
@@ -374,7 +375,8 @@ fn job_dir(path: PathBuf) -> Result<JobDir, QueryError> {
             .map(|name| id_of_file_name(&name.to_string_lossy()))
             .ok_or_else(|| bad(path.display(), "cannot tell the job id: add an index.json"))?,
     };
-    crate::domain::command::validate_id::<String>("job_id", &job_id).map_err(|e| bad(path.display(), e))?;
+    crate::domain::command::validate_id::<String>("job_id", &job_id)
+        .map_err(|e| bad(path.display(), e))?;
     Ok(JobDir {
         path,
         job_id,

@@ -279,15 +279,11 @@ pub struct ItemSummary {
 impl ItemSummary {
     /// The summary of `item`.
     pub fn of(item: DeadLetteredItem) -> Self {
-        let last = item.failure_history.last();
-        let exit_code = match last.map(|f| &f.error_type) {
-            Some(crate::domain::model::ErrorType::CommandFailed { exit_code }) => Some(*exit_code),
-            _ => None,
-        };
+        let last = item.last_failure();
         ItemSummary {
-            error_type: super::error_type_name(&item),
-            exit_code,
-            last_error: last.map(|f| f.error_message.clone()).unwrap_or_default(),
+            error_type: item.last_error_type_name(),
+            exit_code: item.last_exit_code(),
+            last_error: item.last_error_message().to_owned(),
             step_failed: last.map(|f| f.step_failed.clone()).unwrap_or_default(),
             agent_id: last.map(|f| f.agent_id.clone()).unwrap_or_default(),
             job_id: item.job_id,
@@ -302,6 +298,40 @@ impl ItemSummary {
             item_data: item.item_data,
         }
     }
+}
+
+/// Finds the item (in the named job, or in the only job holding it) or says why not.
+pub fn find_item(
+    sink: &SledSink,
+    item_id: &str,
+    job_id: Option<&str>,
+) -> Result<DeadLetteredItem, QueryError> {
+    let job = match job_id {
+        Some(job) => job.to_owned(),
+        None => {
+            let mut jobs = sink.jobs_with_item(item_id)?;
+            match jobs.len() {
+                0 => None,
+                1 => jobs.pop(),
+                _ => {
+                    return Err(QueryError::Ambiguous {
+                        item_id: item_id.to_owned(),
+                        jobs,
+                    })
+                }
+            }
+            .ok_or_else(|| QueryError::ItemNotFound {
+                item_id: item_id.to_owned(),
+                job_id: None,
+            })?
+        }
+    };
+    sink.item(&job, item_id)?
+        .map(|stored| stored.item)
+        .ok_or_else(|| QueryError::ItemNotFound {
+            item_id: item_id.to_owned(),
+            job_id: Some(job),
+        })
 }
 
 #[cfg(test)]
@@ -324,8 +354,14 @@ mod tests {
             duration_ms: 1,
             json_log_location: None,
         };
-        crate::domain::failure::dead_lettered_item(job, id, serde_json::json!({}), vec![failure], None)
-            .unwrap()
+        crate::domain::failure::dead_lettered_item(
+            job,
+            id,
+            serde_json::json!({}),
+            vec![failure],
+            None,
+        )
+        .unwrap()
     }
 
     fn request(limit: usize, offset: usize, after: Option<Cursor>, count: bool) -> ListRequest {

@@ -100,6 +100,17 @@ impl QueryError {
     pub fn is_usage(&self) -> bool {
         matches!(self, QueryError::Invalid(_) | QueryError::Ambiguous { .. })
     }
+
+    /// Which kind of failure this is for the one who asked.
+    pub fn class(&self) -> crate::ErrorClass {
+        if self.is_not_found() {
+            crate::ErrorClass::NotFound
+        } else if self.is_usage() {
+            crate::ErrorClass::Usage
+        } else {
+            crate::ErrorClass::Failure
+        }
+    }
 }
 
 /// A `(job_id, item_id)` pair naming one item.
@@ -119,18 +130,6 @@ impl ItemRef {
             item_id: item.item_id.clone(),
         }
     }
-}
-
-/// The error type of an item: that of its most recent failure (`None` without history).
-pub fn error_type(item: &DeadLetteredItem) -> Option<&ErrorType> {
-    item.failure_history
-        .last()
-        .map(|failure| &failure.error_type)
-}
-
-/// The error type name of an item (`Unknown` without history).
-pub fn error_type_name(item: &DeadLetteredItem) -> &'static str {
-    error_type(item).map_or("Unknown", ErrorType::name)
 }
 
 /// Which items a query selects. Times compare with `last_attempt` (the most recent failure).
@@ -158,7 +157,7 @@ impl Criteria {
             && (!self.eligible_only || item.reprocess_eligible)
             && self
                 .error_type
-                .is_none_or(|name| name == error_type_name(item))
+                .is_none_or(|name| name == item.last_error_type_name())
             && self
                 .signature
                 .as_ref()

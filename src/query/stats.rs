@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::{error_type_name, ItemRef, QueryError};
+use super::{ItemRef, QueryError};
 use crate::domain::model::{DeadLetteredItem, ErrorType};
 use crate::sink::{JobCounters, Sink, SledSink};
 
@@ -69,7 +69,7 @@ impl StatsAccumulator {
         *self.jobs.entry(item.job_id.clone()).or_default() += 1;
         *self
             .by_error_type
-            .entry(error_type_name(item).to_owned())
+            .entry(item.last_error_type_name().to_owned())
             .or_default() += 1;
         self.total_failures += u64::from(item.failure_count);
         self.reprocess_eligible += u64::from(item.reprocess_eligible);

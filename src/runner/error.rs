@@ -80,15 +80,15 @@ pub enum RunError {
 impl RunError {
     /// The `dlq` exit code for this error: 2 for a bad workflow or job id, 3 for an unknown
     /// job, 1 otherwise.
-    pub fn exit_code(&self) -> u8 {
+    pub fn class(&self) -> crate::ErrorClass {
         match self {
             RunError::Workflow(_)
             | RunError::BadJobId(_)
             | RunError::JobExists(_)
             | RunError::Filter { .. }
-            | RunError::NoTemplate { .. } => 2,
-            RunError::JobNotFound { .. } => 3,
-            _ => 1,
+            | RunError::NoTemplate { .. } => crate::ErrorClass::Usage,
+            RunError::JobNotFound { .. } => crate::ErrorClass::NotFound,
+            _ => crate::ErrorClass::Failure,
         }
     }
 

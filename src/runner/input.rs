@@ -26,7 +26,7 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::domain::command::MAX_ID_BYTES;
-use crate::query::cel::{CelFilter, CelError};
+use crate::query::cel::{CelError, CelFilter};
 
 /// Largest input document accepted, in bytes (file or command output).
 pub const MAX_INPUT_BYTES: usize = 256 * 1024 * 1024;

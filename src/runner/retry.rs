@@ -37,8 +37,8 @@ use super::stats::Outcome;
 use super::store::{JobRecord, JobStore, OutcomeRecord};
 use super::workflow::Workflow;
 use crate::bus::Bus;
-use crate::emitter::Emitter;
 use crate::domain::failure::dead_lettered_item;
+use crate::emitter::Emitter;
 use crate::query::cel::CelFilter;
 use crate::sink::SledSink;
 

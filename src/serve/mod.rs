@@ -41,8 +41,8 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use thiserror::Error;
 use tokio::net::TcpListener;
 
-use crate::cli::{EXIT_ERROR, EXIT_NOT_FOUND, EXIT_USAGE};
 use crate::sink::SinkError;
+use crate::ErrorClass;
 use auth::Token;
 use discovery::{Holder, ServeFile};
 use routes::AppState;
@@ -147,16 +147,16 @@ impl ServeError {
         }
     }
 
-    /// The CLI's exit code for this error: 2 for bad usage (also a 400 answer), 3 for a 404
-    /// answer, else 1.
-    pub fn exit_code(&self) -> u8 {
+    /// Which kind of failure this is: bad usage (also a 400 answer), not found (a 404
+    /// answer), else a failure.
+    pub fn class(&self) -> ErrorClass {
         match self {
             ServeError::NotLoopback { .. }
             | ServeError::Token { .. }
             | ServeError::BadUrl { .. }
-            | ServeError::Api { status: 400, .. } => EXIT_USAGE,
-            ServeError::Api { status: 404, .. } => EXIT_NOT_FOUND,
-            _ => EXIT_ERROR,
+            | ServeError::Api { status: 400, .. } => ErrorClass::Usage,
+            ServeError::Api { status: 404, .. } => ErrorClass::NotFound,
+            _ => ErrorClass::Failure,
         }
     }
 }
@@ -334,7 +334,7 @@ mod tests {
         assert!(check_listen(at("[::1]:9465"), false).is_ok());
         let err = check_listen(at("0.0.0.0:9465"), false).unwrap_err();
         assert!(err.to_string().contains("--allow-remote"), "{err}");
-        assert_eq!(err.exit_code(), EXIT_USAGE);
+        assert_eq!(err.class(), ErrorClass::Usage);
         assert!(check_listen(at("0.0.0.0:9465"), true).is_ok());
     }
 
@@ -368,9 +368,9 @@ mod tests {
             code: String::new(),
             message: String::new(),
         };
-        assert_eq!(api(400).exit_code(), EXIT_USAGE);
-        assert_eq!(api(404).exit_code(), EXIT_NOT_FOUND);
-        assert_eq!(api(401).exit_code(), EXIT_ERROR);
-        assert_eq!(api(500).exit_code(), EXIT_ERROR);
+        assert_eq!(api(400).class(), ErrorClass::Usage);
+        assert_eq!(api(404).class(), ErrorClass::NotFound);
+        assert_eq!(api(401).class(), ErrorClass::Failure);
+        assert_eq!(api(500).class(), ErrorClass::Failure);
     }
 }

@@ -7,10 +7,8 @@
 
 use std::time::Duration;
 
-use clap::ValueEnum;
-
-use crate::cli::list::ListArgs;
-use crate::cli::{CliError, Format};
+use crate::render::Format;
+use crate::request::{ListArgs, RequestError};
 
 /// The parameters of one request, consumed one by one.
 #[derive(Debug)]
@@ -25,7 +23,7 @@ impl Params {
     }
 
     /// Removes and returns parameter `name`; given twice is an error.
-    pub fn take(&mut self, name: &str) -> Result<Option<String>, CliError> {
+    pub fn take(&mut self, name: &str) -> Result<Option<String>, RequestError> {
         let mut found = None;
         let mut error = None;
         self.pairs.retain(|(key, value)| {
@@ -33,7 +31,7 @@ impl Params {
                 return true;
             }
             if found.replace(value.clone()).is_some() {
-                error = Some(CliError::Usage(format!(
+                error = Some(RequestError::Usage(format!(
                     "parameter '{name}' is given twice"
                 )));
             }
@@ -47,22 +45,22 @@ impl Params {
         &mut self,
         name: &str,
         what: &str,
-    ) -> Result<Option<T>, CliError> {
+    ) -> Result<Option<T>, RequestError> {
         self.take(name)?
             .map(|text| {
                 text.parse().map_err(|_| {
-                    CliError::Usage(format!("parameter '{name}': '{text}' is not {what}"))
+                    RequestError::Usage(format!("parameter '{name}': '{text}' is not {what}"))
                 })
             })
             .transpose()
     }
 
     /// A duration parameter (`500ms`, `5s`).
-    pub fn duration(&mut self, name: &str) -> Result<Option<Duration>, CliError> {
+    pub fn duration(&mut self, name: &str) -> Result<Option<Duration>, RequestError> {
         self.take(name)?
             .map(|text| {
                 humantime::parse_duration(&text).map_err(|err| {
-                    CliError::Usage(format!(
+                    RequestError::Usage(format!(
                         "parameter '{name}': '{text}' is not a duration ({err})"
                     ))
                 })
@@ -71,11 +69,11 @@ impl Params {
     }
 
     /// The `format` parameter (default json).
-    pub fn format(&mut self) -> Result<Format, CliError> {
+    pub fn format(&mut self) -> Result<Format, RequestError> {
         match self.take("format")? {
             None => Ok(Format::Json),
-            Some(text) => Format::from_str(&text, true).map_err(|_| {
-                CliError::Usage(format!(
+            Some(text) => Format::from_name(&text).ok_or_else(|| {
+                RequestError::Usage(format!(
                     "parameter 'format': '{text}' is not one of table, json, jsonl, csv"
                 ))
             }),
@@ -83,10 +81,10 @@ impl Params {
     }
 
     /// Fails on any parameter not taken; `route` names the route for the message.
-    pub fn finish(self, route: &str) -> Result<(), CliError> {
+    pub fn finish(self, route: &str) -> Result<(), RequestError> {
         match self.pairs.first() {
             None => Ok(()),
-            Some((name, _)) => Err(CliError::Usage(format!(
+            Some((name, _)) => Err(RequestError::Usage(format!(
                 "unknown parameter '{name}' for {route}"
             ))),
         }
@@ -107,9 +105,7 @@ pub fn encode(text: &str) -> String {
 }
 
 fn format_name(format: Format) -> String {
-    format
-        .to_possible_value()
-        .map_or_else(|| "json".to_owned(), |v| v.get_name().to_owned())
+    format.name().to_owned()
 }
 
 fn query(pairs: &[(&str, String)]) -> String {
@@ -148,7 +144,7 @@ pub fn list_path(args: &ListArgs, format: Format) -> String {
 }
 
 /// Reads the parameters of `GET /v1/items` into the options of `dlq list`.
-pub fn list_args(mut params: Params) -> Result<(ListArgs, Format), CliError> {
+pub fn list_args(mut params: Params) -> Result<(ListArgs, Format), RequestError> {
     let defaults = ListArgs::default();
     let args = ListArgs {
         job_id: params.take("job_id")?,

@@ -14,10 +14,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::params::Params;
 use super::routes::{rendered, Answer, Pairs, Shared};
-use crate::cli::retry::{retry_options, write_retry, RetryRequest};
-use crate::cli::CliError;
+use crate::render::retry::write_retry;
+use crate::request::RequestError;
 use crate::runner::progress::ProgressMode;
-use crate::runner::retry::retry_job;
+use crate::runner::retry::{retry_job, RetryOptions};
 
 /// The JSON body of `POST /v1/jobs/{job_id}/retry` (`{}` for the defaults of the CLI).
 #[derive(Debug, Default, Deserialize)]
@@ -53,15 +53,16 @@ pub async fn retry(
     let format = params.format()?;
     params.finish("/v1/jobs/{job_id}/retry")?;
     let Json(body) = body?;
-    let request = RetryRequest {
-        parallel: body.parallel.unwrap_or(10),
-        max_retries: body.max_retries.unwrap_or(3),
-        filter: body.filter,
+    let defaults = RetryOptions::default();
+    let requested = RetryOptions {
+        parallel: body.parallel.unwrap_or(defaults.parallel),
+        max_retries: body.max_retries.unwrap_or(defaults.max_retries),
+        filter: None,
         force: body.force,
         rate: body.rate,
         dry_run: body.dry_run,
     };
-    let options = retry_options(&request)?;
+    let options = crate::request::retry::checked(requested, body.filter.as_deref())?;
     let report = retry_job(
         state.emitter.clone(),
         state.run.clone(),
@@ -73,6 +74,6 @@ pub async fn retry(
         ProgressMode::Quiet,
     )
     .await
-    .map_err(CliError::Run)?;
+    .map_err(RequestError::Run)?;
     rendered(format, |out| Ok(write_retry(out, format, &report)?))
 }

@@ -19,18 +19,22 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::params::{list_args, Params};
-use crate::cli::admin::{self, DEFAULT_DRAIN};
-use crate::cli::list::{self, check_inspect_format, check_list_format, find_item};
-use crate::cli::open::CliEmitter;
-use crate::cli::report::{check_report_format, write_analysis, write_stats};
-use crate::cli::{CliError, Format, EXIT_NOT_FOUND, EXIT_USAGE};
+use crate::emitter::NodeEmitter;
+use crate::query::list::find_item;
 use crate::query::QueryError;
+use crate::removal::{self, DEFAULT_DRAIN};
+use crate::render::items::{check_inspect_format, check_list_format, write_item, write_list};
+use crate::render::removal::write_removal;
+use crate::render::report::{check_report_format, write_analysis, write_stats};
+use crate::render::Format;
+use crate::request::RequestError;
 use crate::sink::{Sink, SledSink};
+use crate::ErrorClass;
 
 /// What every handler shares.
 pub struct AppState {
     /// The server's emitter (its sink is the data directory).
-    pub emitter: CliEmitter,
+    pub emitter: NodeEmitter,
     /// The Prometheus recorder's handle, rendered by `/metrics`.
     pub metrics: PrometheusHandle,
     /// How `POST /v1/jobs/{job_id}/retry` runs agents (data directory, agent command, topic).
@@ -78,24 +82,31 @@ impl ApiError {
     }
 }
 
-impl From<CliError> for ApiError {
-    fn from(err: CliError) -> Self {
+impl From<RequestError> for ApiError {
+    /// The one mapping of an error's class to an HTTP status.
+    fn from(err: RequestError) -> Self {
         let message = err.to_string();
-        match err.exit_code() {
-            EXIT_USAGE => ApiError::bad_request(message),
-            EXIT_NOT_FOUND => ApiError {
+        match err.class() {
+            ErrorClass::Usage => ApiError::bad_request(message),
+            ErrorClass::NotFound => ApiError {
                 status: StatusCode::NOT_FOUND,
                 code: "not_found",
                 message,
             },
-            _ => ApiError::internal(message),
+            ErrorClass::Failure => ApiError::internal(message),
         }
     }
 }
 
 impl From<QueryError> for ApiError {
     fn from(err: QueryError) -> Self {
-        CliError::from(err).into()
+        RequestError::from(err).into()
+    }
+}
+
+impl From<crate::sink::SinkError> for ApiError {
+    fn from(err: crate::sink::SinkError) -> Self {
+        RequestError::from(err).into()
     }
 }
 
@@ -145,7 +156,7 @@ pub(crate) type Pairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
 /// Runs `f` on the sink on a blocking thread (queries scan the whole queue).
 async fn blocking<T: Send + 'static>(
     state: &AppState,
-    f: impl FnOnce(&SledSink) -> Result<T, CliError> + Send + 'static,
+    f: impl FnOnce(&SledSink) -> Result<T, RequestError> + Send + 'static,
 ) -> Result<T, ApiError> {
     let emitter = state.emitter.clone();
     tokio::task::spawn_blocking(move || f(emitter.sink()))
@@ -157,7 +168,7 @@ async fn blocking<T: Send + 'static>(
 /// A 200 answer holding what `write` renders in `format`.
 pub(crate) fn rendered(
     format: Format,
-    write: impl FnOnce(&mut Vec<u8>) -> Result<(), CliError>,
+    write: impl FnOnce(&mut Vec<u8>) -> Result<(), RequestError>,
 ) -> Answer {
     let mut body = Vec::new();
     write(&mut body)?;
@@ -178,7 +189,7 @@ fn answer(format: Format, body: Vec<u8>) -> Response {
 /// `GET /healthz`: liveness, node id and backlog (never needs a token).
 pub async fn healthz(State(state): Shared) -> Answer {
     let sink = state.emitter.sink();
-    let backlog = sink.backlog().map_err(CliError::from)?;
+    let backlog = sink.backlog().map_err(RequestError::from)?;
     Ok(Json(json!({
         "status": "ok",
         "node_id": sink.node_id(),
@@ -208,7 +219,7 @@ pub async fn list_items(State(state): Shared, pairs: Pairs) -> Answer {
     let body = blocking(&state, move |sink| {
         let query = args.query()?;
         let mut body = Vec::new();
-        list::write_list(&mut body, sink, &query, format)?;
+        write_list(&mut body, sink, &query, format)?;
         Ok(body)
     })
     .await?;
@@ -244,7 +255,7 @@ async fn inspect(State(state): Shared, item: String, job: Option<String>, pairs:
         Ok(find_item(sink, &item, job.as_deref())?)
     })
     .await?;
-    rendered(format, |out| list::write_item(out, format, &found))
+    rendered(format, |out| write_item(out, format, &found))
 }
 
 /// Reads `job_id` and `format` of a report route.
@@ -294,10 +305,8 @@ pub async fn clear(
     if n == 0 {
         return Err(QueryError::JobNotFound(job).into());
     }
-    let removal = admin::clear_job(&state.emitter, &job, drain).await?;
-    rendered(format, |out| {
-        Ok(admin::write_removal(out, format, &removal)?)
-    })
+    let removal = removal::clear_job(&state.emitter, &job, drain).await?;
+    rendered(format, |out| Ok(write_removal(out, format, &removal)?))
 }
 
 /// The body of `POST /v1/purge`.
@@ -327,24 +336,22 @@ pub async fn purge(
     let format = params.format()?;
     params.finish("/v1/purge")?;
     let Json(body) = body?;
-    let cutoff = admin::purge_cutoff(body.older_than_days);
+    let cutoff = removal::purge_cutoff(body.older_than_days);
     let job = body.job_id.clone();
     let n = blocking(&state, move |sink| {
-        admin::count_purgeable(sink, cutoff, job.as_deref())
+        Ok(removal::count_purgeable(sink, cutoff, job.as_deref())?)
     })
     .await?;
     let job = body.job_id.as_deref();
     let removal = if body.dry_run {
-        admin::would_purge(job, cutoff, n)
+        removal::would_purge(job, cutoff, n)
     } else if n == 0 {
-        admin::nothing_to_purge(job, cutoff)
+        removal::nothing_to_purge(job, cutoff)
     } else {
         let drain = body.drain_timeout.unwrap_or(DEFAULT_DRAIN);
-        admin::purge_items(&state.emitter, cutoff, job, drain).await?
+        removal::purge_items(&state.emitter, cutoff, job, drain).await?
     };
-    rendered(format, |out| {
-        Ok(admin::write_removal(out, format, &removal)?)
-    })
+    rendered(format, |out| Ok(write_removal(out, format, &removal)?))
 }
 
 /// Any other path.

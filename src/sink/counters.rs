@@ -30,9 +30,8 @@ pub struct JobCounters {
 
 /// The slot of an item's error type.
 fn type_slot(item: &DeadLetteredItem) -> usize {
-    item.failure_history
-        .last()
-        .map_or(ErrorType::Unknown.index(), |f| f.error_type.index())
+    item.last_error_type()
+        .map_or(ErrorType::Unknown.index(), ErrorType::index)
 }
 
 impl JobCounters {
@@ -134,9 +133,14 @@ mod tests {
                 json_log_location: None,
             })
             .collect();
-        let mut item =
-            crate::domain::failure::dead_lettered_item("j", "i", serde_json::json!({}), history, None)
-                .unwrap();
+        let mut item = crate::domain::failure::dead_lettered_item(
+            "j",
+            "i",
+            serde_json::json!({}),
+            history,
+            None,
+        )
+        .unwrap();
         item.reprocess_eligible = eligible;
         item.manual_review_required = manual;
         item

@@ -57,6 +57,7 @@ pub mod journal;
 pub mod journal_record;
 pub mod keys;
 mod reads;
+mod remove;
 mod scan;
 pub mod seq_floor;
 mod sled_sink;
@@ -75,6 +76,7 @@ use crate::domain::event::{EncodedEvent, Event};
 
 pub use counters::JobCounters;
 pub use faults::Faults;
+pub use remove::{clear, purge, remove_in_chunks, REMOVE_CHUNK};
 pub use sled_sink::{KeyValue, SinkConfig, SledSink};
 
 /// The backlog of events the bus has not acknowledged.
@@ -160,6 +162,16 @@ pub enum SinkError {
     /// The sink was closed.
     #[error("the sink is closed")]
     Closed,
+}
+
+impl SinkError {
+    /// Which kind of failure this is for the one who asked.
+    pub fn class(&self) -> crate::ErrorClass {
+        match self {
+            SinkError::NotFound { .. } => crate::ErrorClass::NotFound,
+            _ => crate::ErrorClass::Failure,
+        }
+    }
 }
 
 impl From<sled::Error> for SinkError {

@@ -206,7 +206,10 @@ mod tests {
             assert_eq!(Event::from_json(&json).unwrap(), event);
             // What the reconciler reads from the log: the header fields, the bytes untouched.
             let stored = crate::domain::event::EncodedEvent::stored(json).unwrap();
-            assert_eq!(stored, crate::domain::event::EncodedEvent::encode(&event).unwrap());
+            assert_eq!(
+                stored,
+                crate::domain::event::EncodedEvent::encode(&event).unwrap()
+            );
             assert_eq!(stored.kind, event.kind.name());
         }
     }

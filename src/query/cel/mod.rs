@@ -39,7 +39,7 @@ use cel::common::value::Val;
 use cel::{Context, Env, ExecutionError, Program, Value};
 use thiserror::Error;
 
-use crate::domain::model::{DeadLetteredItem, ErrorType};
+use crate::domain::model::DeadLetteredItem;
 
 mod compile;
 #[cfg(test)]
@@ -181,13 +181,11 @@ impl CelFilter {
     /// fields are top-level variables (see the module documentation).
     pub fn matches_item(&self, item: &DeadLetteredItem) -> Result<bool, CelError> {
         let mut ctx = Context::with_env(env());
-        let last = item.failure_history.last();
-        let error_type = last.map_or("Unknown", |f| f.error_type.name());
-        let error_message = last.map_or("", |f| f.error_message.as_str());
-        let exit_code = match last.map(|f| &f.error_type) {
-            Some(ErrorType::CommandFailed { exit_code }) => Value::Int(i64::from(*exit_code)),
-            _ => Value::Null,
-        };
+        let error_type = item.last_error_type_name();
+        let error_message = item.last_error_message();
+        let exit_code = item
+            .last_exit_code()
+            .map_or(Value::Null, |code| Value::Int(i64::from(code)));
         let vars = [
             ("item", json_to_cel(&item.item_data, 0)?),
             ("item_id", Value::from(item.item_id.as_str())),

@@ -5,6 +5,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
+use crate::domain::model::ErrorType;
 use crate::domain::model::FailureDetail;
 
 fn data_matches(expr: &str, data: serde_json::Value) -> Result<bool, CelError> {

@@ -1,23 +1,111 @@
-//! The output of `dlq list` and `dlq inspect` in every format (table, JSON, JSONL, CSV).
+//! The output of `dlq list` and `dlq inspect` in every format (table, JSON, JSONL, CSV), and
+//! the selection of a list page it prints.
 
 use std::io::Write;
 
-use crate::cli::table::{cut, write_table};
-use crate::cli::{CliError, Format};
+use super::table::{cut, write_table};
+use super::Format;
 use crate::domain::model::DeadLetteredItem;
+use crate::domain::signature::remediation;
+use crate::query::cel::CelFilter;
 use crate::query::export::{csv_record, CSV_COLUMNS};
 use crate::query::list::ItemSummary;
+use crate::query::list::{counted_total, in_listing_order, page_in_order, Cursor};
 use crate::query::QueryError;
-use crate::domain::signature::remediation;
+use crate::request::list::ListQuery;
+use crate::request::RequestError;
+use crate::sink::SledSink;
+
+/// The formats `dlq list` prints.
+pub fn check_list_format(format: Format) -> Result<(), RequestError> {
+    match format {
+        Format::Dir => Err(RequestError::Usage("list prints table, json, jsonl or csv; use `dlq export --format dir` for the directory layout".into())),
+        _ => Ok(()),
+    }
+}
+
+/// The formats `dlq inspect` prints.
+pub fn check_inspect_format(format: Format) -> Result<(), RequestError> {
+    match format {
+        Format::Csv | Format::Dir => Err(RequestError::Usage(
+            "inspect prints table, json or jsonl".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Selects the page of `query` (the filter expression applied before paging, so a page holds
+/// `limit` matching items whenever there are that many) and writes it in `format`. Walks the
+/// recency index and stops once the page is full (see [`crate::query::list`]).
+pub fn write_list(
+    out: &mut impl Write,
+    sink: &SledSink,
+    query: &ListQuery,
+    format: Format,
+) -> Result<(), RequestError> {
+    let expr = query.expr.as_ref();
+    let request = &query.request;
+    let items = in_listing_order(sink, &request.filter, request.after.as_ref())?
+        .filter_map(|item| selected(expr, item));
+    let page = page_in_order(items, request)?;
+    let matched = match page.matched {
+        Some(matched) => Some(matched),
+        None => counted_total(sink, request, expr.is_some())?,
+    };
+    let next = page.next_cursor.as_ref().map(Cursor::encode);
+    print_page(out, format, matched, next, page.items.into_iter().map(Ok))
+}
+
+/// Keeps `item` if the expression (if any) selects it; an item it cannot decide about is an
+/// error naming the item, never silently left out.
+fn selected(
+    expr: Option<&CelFilter>,
+    item: Result<DeadLetteredItem, QueryError>,
+) -> Option<Result<DeadLetteredItem, QueryError>> {
+    let Some(expr) = expr else {
+        return Some(item);
+    };
+    match item {
+        Ok(item) => match expr.matches_item(&item) {
+            Ok(true) => Some(Ok(item)),
+            Ok(false) => None,
+            Err(err) => Some(Err(QueryError::Invalid(format!(
+                "item '{}' of job '{}': {err}; nothing was listed",
+                item.item_id, item.job_id
+            )))),
+        },
+        Err(err) => Some(Err(err)),
+    }
+}
+
+/// Writes one whole item in `format` (pretty JSON for json).
+pub fn write_item(
+    out: &mut impl Write,
+    format: Format,
+    item: &DeadLetteredItem,
+) -> Result<(), RequestError> {
+    match format {
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut *out, item).map_err(std::io::Error::from)?;
+            writeln!(out)?;
+        }
+        Format::Jsonl => {
+            serde_json::to_writer(&mut *out, item).map_err(std::io::Error::from)?;
+            writeln!(out)?;
+        }
+        _ => print_item(out, item)?,
+    }
+    Ok(())
+}
 
 /// Writes one page: `matched` items in all, `next` the cursor of the following page.
-pub(super) fn print_page(
+fn print_page(
     out: &mut impl Write,
     format: Format,
     matched: Option<u64>,
     next: Option<String>,
     items: impl Iterator<Item = Result<DeadLetteredItem, QueryError>>,
-) -> Result<(), CliError> {
+) -> Result<(), RequestError> {
     match format {
         Format::Json => {
             let head = serde_json::json!({ "matched": matched, "next_cursor": next });
@@ -102,8 +190,8 @@ fn yes_no(flag: bool) -> &'static str {
 }
 
 /// Writes one whole item for people: data, every failure, logs, worktree.
-pub(super) fn print_item(out: &mut impl Write, item: &DeadLetteredItem) -> std::io::Result<()> {
-    let kind = crate::query::error_type(item);
+fn print_item(out: &mut impl Write, item: &DeadLetteredItem) -> std::io::Result<()> {
+    let kind = item.last_error_type();
     writeln!(out, "item        {} (job {})", item.item_id, item.job_id)?;
     writeln!(
         out,
