@@ -14,7 +14,8 @@ use super::{Bus, BusError, Published, HEADER_JOB, HEADER_KIND, HEADER_MSG_ID, HE
 use crate::domain::event::{EncodedEvent, Event};
 
 /// How events are published.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum BusMode {
     /// JetStream publish, acknowledged once the stream stored the event (the default).

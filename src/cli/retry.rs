@@ -26,11 +26,8 @@ pub struct RetryArgs {
     /// Attempts per item (with the workflow's backoff between them).
     #[arg(long, default_value_t = 3)]
     pub max_retries: u32,
-    /// Only items matching this CEL expression, e.g. `item.priority >= 5 && error_type ==
-    /// "Timeout"` (variables: item, item_id, job_id, error_type, error_message,
-    /// failure_count, reprocess_eligible, manual_review_required, error_signature,
-    /// error_pattern, first_attempt, last_attempt, exit_code).
-    #[arg(long)]
+    /// Only items this CEL expression selects (its help lists the variables).
+    #[arg(long, help = crate::query::cel::filter_help("Only items"))]
     pub filter: Option<String>,
     /// Also retry items not marked reprocess_eligible.
     #[arg(long)]

@@ -45,11 +45,8 @@ pub struct ListArgs {
     /// Start after this cursor (the next_cursor of the previous page).
     #[cfg_attr(feature = "cli", arg(long))]
     pub after: Option<String>,
-    /// Only items this CEL expression selects, e.g. `item.priority >= 5 && error_type ==
-    /// "Timeout"` (variables: item, item_id, job_id, error_type, error_message, failure_count,
-    /// reprocess_eligible, manual_review_required, error_signature, error_pattern,
-    /// first_attempt, last_attempt, exit_code).
-    #[cfg_attr(feature = "cli", arg(long))]
+    /// Only items this CEL expression selects (its help lists the variables).
+    #[cfg_attr(feature = "cli", arg(long, help = crate::query::cel::filter_help("Only items")))]
     pub filter: Option<String>,
     /// Count every matching item (`matched`), even when that means reading all of them; without
     /// it, `matched` is left out (null) when only a full walk could tell.

@@ -60,7 +60,7 @@ const MAX_DATA_DEPTH: usize = 128;
 /// Longest part of an expression quoted back in an error message.
 const SHOWN_CHARS: usize = 120;
 
-/// Variables of [`Filter::matches_item`], in the order they are documented.
+/// Variables of [`CelFilter::matches_item`], in the order they are documented.
 pub const ITEM_VARIABLES: &[&str] = &[
     "item",
     "item_id",
@@ -76,6 +76,16 @@ pub const ITEM_VARIABLES: &[&str] = &[
     "last_attempt",
     "exit_code",
 ];
+
+/// The help text of a `--filter` option: `what` (e.g. "Only items") this CEL expression
+/// selects, an example, and the variables of [`ITEM_VARIABLES`].
+pub fn filter_help(what: &str) -> String {
+    format!(
+        "{what} this CEL expression selects, e.g. `item.priority >= 5 && error_type == \"Timeout\"` \
+         (variables: {})",
+        ITEM_VARIABLES.join(", ")
+    )
+}
 
 /// Why a filter was refused or could not decide about an item.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
