@@ -34,7 +34,8 @@ use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::EmitterBuilder;
 use dlq::query::stats::stats;
-use dlq::sink::{keys, Sink, SinkConfig, SledSink};
+use dlq::sink::test_support::key_prefixes as keys;
+use dlq::sink::{Sink, SinkConfig, SledSink};
 use suite::SuiteRow;
 
 const BIN: &str = env!("CARGO_BIN_EXE_dlq");

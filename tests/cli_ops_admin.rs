@@ -179,8 +179,11 @@ async fn a_corrupt_record_is_a_clear_error_naming_its_key() {
             .flush_every_ms(None)
             .open()
             .unwrap();
-        db.insert(dlq::sink::keys::item("j1", "item-1"), &b"\xffnot json"[..])
-            .unwrap();
+        db.insert(
+            dlq::sink::test_support::item_key("j1", "item-1"),
+            &b"\xffnot json"[..],
+        )
+        .unwrap();
         db.flush().unwrap();
     }
     for args in [

@@ -170,7 +170,7 @@ async fn every_acknowledged_event_survives_sigkill_and_reaches_the_bus() {
 
 /// Bytes in the journal's segments (`journal/*.wal`) beyond their 8-byte headers.
 fn journal_record_bytes(data_dir: &Path) -> u64 {
-    std::fs::read_dir(data_dir.join(dlq::sink::journal::DIR))
+    std::fs::read_dir(data_dir.join(dlq::sink::test_support::JOURNAL_DIR))
         .unwrap()
         .map(|entry| entry.unwrap().path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "wal"))
@@ -186,7 +186,7 @@ fn sled_files(data_dir: &Path) -> Vec<std::path::PathBuf> {
         .map(|entry| entry.unwrap().path())
         .filter(|path| {
             let name = path.file_name().unwrap();
-            name != dlq::sink::journal::DIR && name != "seq.floor"
+            name != dlq::sink::test_support::JOURNAL_DIR && name != "seq.floor"
         })
         .collect()
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::items::template_item;
 use dlq::domain::command::Command;
-use dlq::sink::journal::DIR;
+use dlq::sink::test_support::JOURNAL_DIR as DIR;
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use tempfile::TempDir;
 

@@ -21,8 +21,8 @@ use crate::removal::{
     clear_job, count_purgeable, nothing_to_purge, purge_cutoff, purge_items, scope_of, Removal,
 };
 use crate::render::removal::write_removal;
+use crate::serve::client::params;
 use crate::serve::client::ApiClient;
-use crate::serve::params;
 use crate::sink::{Sink, SledSink};
 
 /// Options of `dlq clear`.

@@ -13,9 +13,9 @@ use std::io::Write;
 
 use super::{open, Cli, CliError, EXIT_OK};
 use crate::config::Config;
-use crate::serve::auth::token_text;
+use crate::serve::client::discovery::ServeFile;
+use crate::serve::client::token::token_text;
 use crate::serve::client::{Answer, ApiClient};
-use crate::serve::discovery::ServeFile;
 use crate::serve::ServeError;
 use crate::sink::{Sink, SledSink};
 

@@ -8,7 +8,7 @@ use super::{Cli, CliError};
 use crate::bus::{BusConfig, NatsBus};
 use crate::config::Config;
 use crate::emitter::EmitterBuilder;
-use crate::serve::discovery::ServeFile;
+use crate::serve::client::discovery::ServeFile;
 use crate::serve::ServeError;
 use crate::sink::{Sink, SledSink};
 
@@ -104,7 +104,7 @@ impl LockWait {
         }
         if !self.said {
             self.said = true;
-            let holder = crate::serve::discovery::lock_holder(&cli.data_dir)
+            let holder = crate::serve::client::discovery::lock_holder(&cli.data_dir)
                 .map_or_else(|| "another process".to_owned(), |h| h.to_string());
             tracing::warn!(
                 "{} is held by {holder}; waiting up to {} for it (--lock-wait)",

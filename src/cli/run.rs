@@ -88,8 +88,9 @@ pub struct EventsArgs {
 /// port, announced in `serve.json`), so `dlq list` and the other operator commands work on the
 /// data directory the job holds. The returned token stops the API.
 async fn open_with_api(cli: &Cli) -> Result<(NodeEmitter, JobApi), CliError> {
-    use crate::serve::auth::{token_text, Token};
-    use crate::serve::routes::AppState;
+    use crate::serve::client::token::token_text;
+    use crate::serve::AppState;
+    use crate::serve::Token;
     use crate::serve::{install_metrics, Listener};
     let config = open::config(cli)?;
     let token = token_text(cli.token_file.as_deref())?;

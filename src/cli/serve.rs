@@ -7,8 +7,9 @@ use clap::Args;
 use serde_json::json;
 
 use super::{open, Cli, CliError, Format, EXIT_OK};
-use crate::serve::auth::{token_text, Token};
-use crate::serve::routes::AppState;
+use crate::serve::client::token::token_text;
+use crate::serve::AppState;
+use crate::serve::Token;
 use crate::serve::{check_listen, install_metrics, Listener};
 
 /// Options of `dlq serve`.

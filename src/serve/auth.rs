@@ -7,7 +7,6 @@
 //! exit, so the time taken says nothing about how much of a guess was right (not even its
 //! length).
 
-use std::path::Path;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -17,10 +16,6 @@ use axum::response::Response;
 use sha2::{Digest, Sha256};
 
 use super::routes::ApiError;
-use super::ServeError;
-
-/// Environment variable holding the token itself.
-pub const TOKEN_ENV: &str = "DLQ_API_TOKEN";
 
 /// A bearer token, kept as its digest.
 #[derive(Clone)]
@@ -54,38 +49,6 @@ impl Token {
     }
 }
 
-/// The token text from `file` if given, else from `DLQ_API_TOKEN`; `None` when neither is set.
-/// An unreadable or empty file, or an empty variable, is an error.
-pub fn token_text(file: Option<&Path>) -> Result<Option<String>, ServeError> {
-    let (text, source) = match file {
-        Some(path) => (
-            std::fs::read_to_string(path).map_err(|err| ServeError::Token {
-                origin: path.display().to_string(),
-                reason: err.to_string(),
-            })?,
-            path.display().to_string(),
-        ),
-        None => match std::env::var(TOKEN_ENV) {
-            Ok(text) => (text, TOKEN_ENV.to_owned()),
-            Err(_) => return Ok(None),
-        },
-    };
-    let token = text.lines().next().unwrap_or("").trim().to_owned();
-    if token.is_empty() {
-        return Err(ServeError::Token {
-            origin: source.clone(),
-            reason: "the token is empty".into(),
-        });
-    }
-    if token.chars().any(|c| c.is_control()) {
-        return Err(ServeError::Token {
-            origin: source.clone(),
-            reason: "the token contains control characters".into(),
-        });
-    }
-    Ok(Some(token))
-}
-
 /// Whether the `Authorization` header carries `token`.
 pub fn authorized(token: &Token, headers: &HeaderMap) -> bool {
     headers
@@ -114,6 +77,7 @@ pub async fn require_token(
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+    use crate::serve::client::token::token_text;
     use axum::http::HeaderValue;
 
     #[test]

@@ -22,12 +22,13 @@
 //! Every route takes `format=table|json|jsonl|csv` (default json), as [`params`] describes.
 //! The server listens on one address, loopback unless `--allow-remote`.
 
-pub mod auth;
+mod auth;
 pub mod client;
-pub mod discovery;
-pub mod params;
-pub mod retry_route;
-pub mod routes;
+mod retry_route;
+mod routes;
+
+pub use auth::Token;
+pub use routes::AppState;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -43,9 +44,7 @@ use tokio::net::TcpListener;
 
 use crate::sink::SinkError;
 use crate::ErrorClass;
-use auth::Token;
-use discovery::{Holder, ServeFile};
-use routes::AppState;
+use client::discovery::{Holder, ServeFile};
 
 /// How often the Prometheus recorder drains its histograms.
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -142,7 +141,7 @@ impl ServeError {
     pub fn held(data_dir: &Path) -> Self {
         ServeError::Held {
             data_dir: data_dir.to_owned(),
-            holder: discovery::lock_holder(data_dir),
+            holder: client::discovery::lock_holder(data_dir),
             api: ServeFile::read_live(data_dir).map(|file| file.url),
         }
     }

@@ -12,7 +12,7 @@ use axum::Json;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use super::params::Params;
+use super::client::params::Params;
 use super::routes::{rendered, Answer, Pairs, Shared};
 use crate::render::retry::write_retry;
 use crate::request::RequestError;

@@ -18,7 +18,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::params::{list_args, Params};
+use super::client::params::{list_args, Params};
 use crate::emitter::NodeEmitter;
 use crate::query::list::find_item;
 use crate::query::QueryError;

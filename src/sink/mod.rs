@@ -51,18 +51,31 @@
 //! [`SinkError::Open`] with what to do (see the README, "Recovering a data directory"); the
 //! projection can always be rebuilt from the log with [`SledSink::rebuild_projection`].
 
-pub mod counters;
+mod counters;
 pub mod faults;
-pub mod journal;
-pub mod journal_record;
-pub mod keys;
+mod journal;
+mod journal_record;
+mod keys;
 mod reads;
 mod remove;
 mod scan;
-pub mod seq_floor;
+mod seq_floor;
 mod sled_sink;
 mod staged;
 mod writer;
+
+/// What tests outside the crate must reach inside the sink: not part of the API.
+#[doc(hidden)]
+pub mod test_support {
+    pub use super::journal::DIR as JOURNAL_DIR;
+    pub use super::keys::item as item_key;
+    /// The key prefixes of the sled tree, for footprint measurements.
+    pub mod key_prefixes {
+        pub use super::super::keys::{
+            BY_AGE, BY_RECENCY, BY_SIGNATURE, FIFO, ITEM, JOB_COUNT, LOG, UNPUBLISHED,
+        };
+    }
+}
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -10,6 +10,10 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+pub mod discovery;
+pub mod params;
+pub mod token;
+
 use super::ServeError;
 
 /// Longest wait for the connection.
