@@ -37,7 +37,7 @@ pub struct ExportArgs {
 /// Options of `dlq import`.
 #[derive(Debug, Args)]
 pub struct ImportArgs {
-    /// A directory in the reference-000 layout (one job directory, or a tree of them), or a
+    /// A directory in the legacy layout (one job directory, or a tree of them), or a
     /// .json / .jsonl file written by `dlq export`.
     pub path: PathBuf,
     /// After importing, wait up to this long for the events to be published.

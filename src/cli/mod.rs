@@ -119,9 +119,9 @@ pub enum Command {
     Stats(report::StatsArgs),
     /// Failure patterns by signature, error types and failures per hour.
     Analyze(report::AnalyzeArgs),
-    /// Write the items to a file (json, jsonl, csv) or a directory (dir, reference-000 layout).
+    /// Write the items to a file (json, jsonl, csv) or a directory (dir: one JSON file per item, a directory per job).
     Export(export::ExportArgs),
-    /// Dead-letter the items of a reference-000 directory (or a dlq export file).
+    /// Dead-letter the items of a legacy directory (one JSON file per item) (or a dlq export file).
     Import(export::ImportArgs),
     /// Remove every item of a job (asks first; --yes without a terminal).
     Clear(admin::ClearArgs),

@@ -1,10 +1,10 @@
 //! The dead-letter data model.
 //!
-//! Field names and JSON shapes follow the on-disk format of reference 000 exactly
+//! Field names and JSON shapes follow the on-disk format of the runner dlq replaces exactly
 //! (`item_id`, `failure_history`, `{"CommandFailed": {"exit_code": 101}}`, ...), so items can be
 //! exported to and imported from that layout. Two fields are ours: `job_id` (the job an item
 //! belongs to) and `error_pattern` (the readable form of the hashed `error_signature`); both
-//! default when absent so reference-000 files still parse.
+//! default when absent so that runner's files still parse.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -208,7 +208,7 @@ mod tests {
         }
     }
 
-    /// The example item of reference 000, with its two comment-free fields, parses as is.
+    /// The example item of the replaced runner's documentation, with its two comment-free fields, parses as is.
     #[test]
     fn parses_reference_000_item() {
         let json = r#"{

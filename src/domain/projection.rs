@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::domain::event::{Event, EventKind};
 use crate::domain::model::{DeadLetteredItem, FailureDetail};
 
-/// An item as the projection keeps it: the reference-000 item plus bookkeeping.
+/// An item as the projection keeps it: the item plus bookkeeping.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredItem {
     /// The item, with `job_id` set.

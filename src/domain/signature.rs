@@ -188,7 +188,7 @@ pub fn classify(message: &str, exit_code: Option<i32>, timed_out: bool) -> Error
 
 /// Whether an item failing with `error_type` may be retried automatically.
 ///
-/// Reference 001 retries every failed or timed-out agent. We keep that for failures that can
+/// The runner spec retries every failed or timed-out agent. We keep that for failures that can
 /// pass on a later attempt without anyone changing anything: `Timeout`, `ResourceExhausted`,
 /// `CommandFailed` (flaky tests, network, an agent that does better next time) and `Unknown`.
 /// `MergeConflict`, `PermissionError`, `ValidationFailed` and `WorktreeError` describe state
@@ -204,7 +204,7 @@ pub fn reprocess_eligible(error_type: &ErrorType) -> bool {
 
 /// Whether a person should look at the item before it is retried.
 ///
-/// True for every type that is not [`reprocess_eligible`] (reference 001 asks for review of
+/// True for every type that is not [`reprocess_eligible`] (the runner spec asks for review of
 /// permission errors; the other persistent-state failures need the same hands-on fix), and for
 /// any item that has failed [`MANUAL_REVIEW_AFTER_FAILURES`] times or more, since a "transient"
 /// failure that keeps recurring is not transient.

@@ -166,7 +166,7 @@ impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
         self
     }
 
-    /// Reconciler settings, or `None` to run without one (the baseline of reference 003).
+    /// Reconciler settings, or `None` to run without one (a plain sink-then-publish emitter with no second chance).
     pub fn reconciler(mut self, config: Option<ReconcilerConfig>) -> Self {
         self.reconciler = config;
         self

@@ -29,7 +29,7 @@ use crate::sink::{Sink, SinkError};
 pub struct ReconcilerConfig {
     /// Whether a reconciler runs at all. Off, events whose publish failed stay unpublished until
     /// a process with a reconciler (`dlq reconcile`) runs: only for drills comparing with the
-    /// reference-003 baseline.
+    /// baseline of a sink-then-publish emitter without a reconciler.
     pub enabled: bool,
     /// How often it checks the backlog and the bus.
     #[serde(with = "humantime_serde")]

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RetryBackoff {
-    /// The same delay each time (the default, as in reference 003).
+    /// The same delay each time (the default).
     #[default]
     Fixed,
     /// Doubling delays.

@@ -1,4 +1,4 @@
-//! `dlq export`: streaming writers for JSON, JSON Lines, CSV and the reference-000 directory
+//! `dlq export`: streaming writers for JSON, JSON Lines, CSV and the legacy directory
 //! layout, written to a temporary path and renamed into place, so a failed export leaves
 //! nothing half-written.
 //!
@@ -7,7 +7,7 @@
 //! * `csv`: one row per item, columns [`CSV_COLUMNS`] (see [`csv_record`]).
 //! * `dir`: `PATH/{job_id}/items/{item_id}.json` (pretty item JSON) and
 //!   `PATH/{job_id}/index.json` (`job_id`, `item_count`, `item_ids`, `updated_at`), the layout of
-//!   reference 000 with one directory per job. In file and directory names `%`, `/`, `\` and a
+//!   the runner dlq replaces, with one directory per job. In file and directory names `%`, `/`, `\` and a
 //!   leading `.` are written as `%XX` ([`file_name`]).
 //!
 //! Items stream from the sink one at a time; the directory writer keeps only the ids of the job
@@ -56,7 +56,7 @@ pub enum ExportFormat {
     Jsonl,
     /// One row per item.
     Csv,
-    /// The reference-000 directory layout.
+    /// The legacy layout: one JSON file per item, a directory per job.
     Dir,
 }
 

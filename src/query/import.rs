@@ -1,4 +1,4 @@
-//! `dlq import`: reading items from the reference-000 directory layout (or from our JSON and
+//! `dlq import`: reading items from the legacy directory layout (or from our JSON and
 //! JSON Lines exports) and validating all of them before anything is written.
 //!
 //! Accepted sources:
@@ -6,14 +6,14 @@
 //! * a directory: every directory under it (up to [`MAX_DEPTH`] levels, not following symlinks)
 //!   that has an `items/` subdirectory is one job: `items/*.json` are its items and the optional
 //!   `index.json` names the job (`job_id`); without an index the directory's name is the job id.
-//!   This reads `dlq export --format dir`, a single job directory, and reference 000's own
+//!   This reads `dlq export --format dir`, a single job directory, and the replaced runner's own
 //!   `~/.prodigy/dlq/{repo}/{job_id}/mapreduce/dlq/{job_id}/` trees alike;
 //! * a `.jsonl`/`.ndjson` file (one item per line) or a `.json` file (an array of items), as
 //!   written by `dlq export`; each item must carry its `job_id`.
 //!
 //! Every item is checked ([`ImportSource::validate`]): it parses, its ids are valid, its file name
 //! matches its `item_id`, it fits the sink's size limit, and no job exceeds its capacity. Items of
-//! reference 000 carry no `error_pattern`: they get our signature and pattern, computed from
+//! the replaced runner carry no `error_pattern`: they get our signature and pattern, computed from
 //! their most recent failure, so they group with native items.
 
 use std::collections::{BTreeMap, BTreeSet};

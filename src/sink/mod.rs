@@ -24,7 +24,7 @@
 //! as one batch, makes it durable once (one `fdatasync` of the journal) and answers every
 //! waiter. This gives concurrent appends one shared fsync. The writer is also the only code that
 //! flushes sled (at checkpoints, with the blocking `flush`); it never calls sled's `flush_async`
-//! (concurrent `flush_async` deadlocks sled 0.34, issue 1308). sled's own periodic flusher is
+//! (concurrent `flush_async` deadlocks sled 0.34, sled issue 1308 on GitHub). sled's own periodic flusher is
 //! disabled.
 //!
 //! Why a journal: sled's `flush` rewrites pages, 12–40 KiB on disk for each 1.9 KB event when
@@ -48,7 +48,7 @@
 //! # Recovery
 //!
 //! Opening runs sled's own recovery. A database that cannot be opened yields
-//! [`SinkError::Open`] with what to do (see the README, "Recovering a data directory"); the
+//! [`SinkError::Open`] with what to do (see docs/operations.md, "Recovering a data directory"); the
 //! projection can always be rebuilt from the log with [`SledSink::rebuild_projection`].
 
 mod counters;

@@ -93,7 +93,7 @@ struct Inner {
 }
 
 const LOCK_HINT: &str = "Another process holds this data directory: stop it, or point --data-dir elsewhere (`dlq serve` and `dlq run` hold it while they run).";
-const RECOVERY_HINT: &str = "See README 'Recovering a data directory': move the directory aside, start with an empty one, and rebuild from the NATS stream; nothing was changed.";
+const RECOVERY_HINT: &str = "See docs/operations.md, 'Recovering a data directory': move the directory aside, start with an empty one, and rebuild from the NATS stream; nothing was changed.";
 
 impl SledSink {
     /// Opens (or creates) the database and starts its writer thread.
