@@ -17,15 +17,8 @@
 //! end of the load until the checkpoint reaches the stream's final last sequence. Every run
 //! checks that the consumer applied exactly the events emitted. Figures are reported, never
 //! asserted; full and quick runs write `benches/results/consumer_lag[-quick].md`; `--json PATH`
-//! also writes the suite's rows (`benches/common/suite.rs`).
+//! also writes the suite's rows (`dlq_testkit::bench::suite`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "common/suite.rs"]
-mod suite;
-
-use common::items::template_item;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -33,12 +26,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::NatsServer;
 use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::consumer::{run_durable, ConsumerStore, DurableConfig};
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::{Emitter, EmitterBuilder};
 use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq_testkit::bench::suite;
+use dlq_testkit::items::template_item;
+use dlq_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
 
 const TOPIC: &str = "bench";

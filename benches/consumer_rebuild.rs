@@ -10,18 +10,12 @@
 //! runs with 500 events as a smoke test. Each rebuild runs `--runs` times (default 3; the durable
 //! one into a fresh store each time) and the median is reported. Progress goes
 //! to stderr. Figures are reported, never asserted. `--json PATH` also writes the suite's rows
-//! (`benches/common/suite.rs`).
+//! (`dlq_testkit::bench::suite`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "common/suite.rs"]
-mod suite;
 
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use common::NatsServer;
 use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::consumer::{
     for_each_message, read_from_start, run_durable, ConsumerStore, DurableConfig, Fold,
@@ -32,6 +26,8 @@ use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::{ErrorType, FailureDetail};
 use dlq::emitter::EmitterBuilder;
 use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq_testkit::bench::suite;
+use dlq_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
 
 async fn fill(sink: &SledSink, events: usize) {

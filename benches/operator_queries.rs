@@ -8,7 +8,7 @@
 //! polled from /proc). With `--dir`, an existing data set there is reused (no generation), or
 //! generated there and kept. Opening a data set changes it (sled recovery, the sequence floor,
 //! and `dlq serve` purges items past the 30-day retention): use a copy to keep one pristine.
-//! `--json PATH` writes the rows in the suite's shape (`benches/common/suite.rs`).
+//! `--json PATH` writes the rows in the suite's shape (`dlq_testkit::bench::suite`).
 //! Targets (reported, never asserted): list, inspect and stats under 100 ms; the peak memory of
 //! a CSV export independent of the DLQ size (compare runs of two sizes).
 //!
@@ -18,12 +18,11 @@
 //! server is running).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/suite.rs"]
-mod suite;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use dlq_testkit::bench::suite;
 
 const BIN: &str = env!("CARGO_BIN_EXE_dlq");
 

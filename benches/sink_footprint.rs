@@ -16,11 +16,6 @@
 //! `--bench` (under `cargo test --all-targets`) it is a seconds-long smoke run (2,000 items).
 //! It reports and never asserts a figure.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "common/suite.rs"]
-mod suite;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -28,14 +23,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::items::template_item;
-use common::NatsServer;
 use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::EmitterBuilder;
 use dlq::query::stats::stats;
 use dlq::sink::test_support::key_prefixes as keys;
 use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq_testkit::bench::suite;
+use dlq_testkit::items::template_item;
+use dlq_testkit::NatsServer;
 use suite::SuiteRow;
 
 const BIN: &str = env!("CARGO_BIN_EXE_dlq");

@@ -2,19 +2,17 @@
 //! Builds the suite's one results table from the benches' `--json` files:
 //! `cargo bench --bench suite_table -- --in DIR --md PATH --json PATH [--note TEXT]...`.
 //!
-//! Reads every `*.json` in DIR (each a `SuiteFile` of `benches/common/suite.rs`), orders the
+//! Reads every `*.json` in DIR (each a `SuiteFile` of `dlq_testkit::bench::suite`), orders the
 //! rows by section, and writes one Markdown table (this machine's figure beside its limit or
 //! baseline, the ratio, the target and whether it was met) and the merged JSON. `--note` lines
 //! go under the title (the suite script passes the commit, the date and the command). Run by
 //! `benches/suite.sh`; without `--in` (under `cargo test --all-targets`) it renders a built-in
 //! sample to stdout and writes nothing.
 
-#[path = "common/suite.rs"]
-mod suite;
-
 use std::fmt::Write;
 use std::path::PathBuf;
 
+use dlq_testkit::bench::suite;
 use suite::{SuiteFile, SuiteRow};
 
 /// Section titles, in the order.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's single test command (CI runs it through .ci/run): installs nats-server if
-# needed, then checks formatting and lints, then runs every test.
+# needed, then checks formatting and lints, then runs every test of the workspace (dlq,
+# dlq-testkit, dlq-chaos).
 set -Eeuo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -25,15 +26,15 @@ run() {
 }
 
 run cargo fmt --all -- --check
-run cargo clippy --all-targets -- -D warnings
+run cargo clippy --workspace --all-targets -- -D warnings
 
 # Test output is also kept in a log so the totals can be summed for the closing line.
 log="$(mktemp "${TMPDIR:-/tmp}/dlq-test.XXXXXX")"
 trap 'rm -f "$log"' EXIT
-announce cargo test --doc
-cargo test --doc 2>&1 | tee -a "$log"
-announce cargo test --all-targets
-cargo test --all-targets 2>&1 | tee -a "$log"
+announce cargo test --workspace --doc
+cargo test --workspace --doc 2>&1 | tee -a "$log"
+announce cargo test --workspace --all-targets
+cargo test --workspace --all-targets 2>&1 | tee -a "$log"
 
 totals="$(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed; \([0-9]*\) ignored.*/\1 \2 \3/p' "$log" \
   | awk '{p += $1; f += $2; i += $3} END {printf "%d passed, %d failed, %d skipped", p, f, i}')"

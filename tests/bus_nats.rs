@@ -2,17 +2,15 @@
 //! core mode publishes with the same headers but without a stream.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::time::Duration;
 
 use chrono::Utc;
-use common::{wait_for, NatsServer};
 use dlq::bus::{Bus, BusConfig, BusMode, NatsBus};
 use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::emitter::{Emitter, EmitterBuilder};
 use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq_testkit::{wait_for, NatsServer};
 use futures::StreamExt;
 
 fn item(id: &str) -> DeadLetteredItem {

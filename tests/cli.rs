@@ -2,20 +2,21 @@
 //! config errors, a data directory held by another process, and `/metrics`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::stream::stream_ids;
-use common::{free_port, http_get, poll_until, spawn_tied_to_test, NatsServer, DEAD_BUS_URL};
+use dlq_testkit::stream::stream_ids;
+use dlq_testkit::{free_port, http_get, poll_until, spawn_tied, NatsServer, DEAD_BUS_URL};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 
+/// The `dlq` binary under test.
+const DLQ: &str = env!("CARGO_BIN_EXE_dlq");
+
 fn dlq(data_dir: &Path, url: &str, args: &[&str]) -> Output {
-    common::cli::dlq_output(data_dir, url, args)
+    dlq_testkit::cli::dlq_output(DLQ, data_dir, url, args)
 }
 
 fn json(output: &Output) -> Value {
@@ -121,7 +122,7 @@ fn a_held_data_directory_is_a_clear_error_and_metrics_are_served() {
         .env("DLQ_CONFIG", data.with_extension("yml"))
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let mut child = spawn_tied_to_test(cmd).unwrap();
+    let mut child = spawn_tied(cmd).unwrap();
 
     let body = poll_until(Duration::from_secs(30), || {
         let (status, body) = http_get(port, "/metrics")?;

@@ -3,12 +3,13 @@
 //! import back, import of reference 000's layout, and malformed input.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-mod ops;
-
-use common::DEAD_BUS_URL;
-use ops::{failure, listed_ids, reference_item, write_reference_job, Env};
+use dlq_testkit::cli::{failure, listed_ids, Env};
+use dlq_testkit::reference::{reference_item, write_reference_job};
+use dlq_testkit::DEAD_BUS_URL;
 use serde_json::Value;
+
+/// The `dlq` binary under test.
+const DLQ: &str = env!("CARGO_BIN_EXE_dlq");
 
 fn no_bus() -> String {
     DEAD_BUS_URL.to_owned()
@@ -16,7 +17,7 @@ fn no_bus() -> String {
 
 #[tokio::test]
 async fn list_filters_pages_newest_first_in_every_format() {
-    let env = Env::new(&no_bus());
+    let env = Env::new(DLQ, &no_bus());
     env.demo("j1", 12);
     env.demo("j2", 3);
 
@@ -126,7 +127,7 @@ async fn list_filters_pages_newest_first_in_every_format() {
 
 #[tokio::test]
 async fn inspect_finds_items_and_reports_unknown_and_ambiguous_ids() {
-    let env = Env::new(&no_bus());
+    let env = Env::new(DLQ, &no_bus());
     env.demo("j1", 3);
     env.demo("j2", 1);
     let item = env.json(&["inspect", "item-2"]);
@@ -161,7 +162,7 @@ async fn inspect_finds_items_and_reports_unknown_and_ambiguous_ids() {
 
 #[tokio::test]
 async fn stats_and_analyze_count_what_is_in_the_sink() {
-    let env = Env::new(&no_bus());
+    let env = Env::new(DLQ, &no_bus());
     env.demo("j1", 10);
     env.demo("j2", 2);
     let stats = env.json(&["stats", "--job-id", "j1"]);
@@ -233,7 +234,7 @@ async fn stats_and_analyze_count_what_is_in_the_sink() {
 
 #[tokio::test]
 async fn export_in_every_format_and_import_gives_the_same_items() {
-    let env = Env::new(&no_bus());
+    let env = Env::new(DLQ, &no_bus());
     env.demo("j1", 7);
     env.demo("j2", 3);
     let original = env.items().await;
@@ -242,7 +243,7 @@ async fn export_in_every_format_and_import_gives_the_same_items() {
         let report = env.json(&["--format", format, "export", path.to_str().unwrap()]);
         assert_eq!(report["items"], 10);
         assert_eq!(report["jobs"], 2);
-        let fresh = Env::new(&env.url);
+        let fresh = Env::new(DLQ, &env.url);
         let imported = fresh.json(&["import", path.to_str().unwrap(), "--drain-timeout", "0s"]);
         assert_eq!(imported["imported"], 10, "{format}");
         assert_eq!(fresh.items().await, original, "{format}");
@@ -336,7 +337,7 @@ async fn export_in_every_format_and_import_gives_the_same_items() {
 
 #[tokio::test]
 async fn imports_reference_000_layout_and_filters_by_time() {
-    let env = Env::new(&no_bus());
+    let env = Env::new(DLQ, &no_bus());
     let root = env.path("prodigy");
     let job_dir = root.join("repo/mapreduce-1/mapreduce/dlq/mapreduce-1");
     let items = [
@@ -390,7 +391,7 @@ async fn imports_reference_000_layout_and_filters_by_time() {
 
 #[tokio::test]
 async fn a_malformed_file_is_named_and_nothing_is_imported() {
-    let env = Env::new(&no_bus());
+    let env = Env::new(DLQ, &no_bus());
     let job = env.path("in/job-a");
     write_reference_job(
         &job,

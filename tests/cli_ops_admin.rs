@@ -3,13 +3,14 @@
 //! event, published to the stream when the bus is up), and corrupt records are clear errors.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-mod ops;
-
-use common::stream::stream_ids;
-use common::{NatsServer, DEAD_BUS_URL};
 use dlq::domain::event::{EventKind, RemovalReason};
-use ops::{failure, reference_item, write_reference_job, Env};
+use dlq_testkit::cli::{failure, Env};
+use dlq_testkit::reference::{reference_item, write_reference_job};
+use dlq_testkit::stream::stream_ids;
+use dlq_testkit::{NatsServer, DEAD_BUS_URL};
+
+/// The `dlq` binary under test.
+const DLQ: &str = env!("CARGO_BIN_EXE_dlq");
 
 fn no_bus() -> String {
     DEAD_BUS_URL.to_owned()
@@ -25,7 +26,7 @@ fn removals(events: &[dlq::domain::event::Event], reason: RemovalReason) -> Vec<
 
 #[tokio::test]
 async fn clear_and_purge_refuse_without_yes_and_change_nothing() {
-    let env = Env::new(&no_bus());
+    let env = Env::new(DLQ, &no_bus());
     env.demo("j1", 4);
     let before = env.with_sink(|s| s.projection_snapshot().unwrap()).await;
     let events_before = env.events().await.len();
@@ -52,7 +53,7 @@ async fn clear_and_purge_refuse_without_yes_and_change_nothing() {
 
 #[tokio::test]
 async fn clear_and_purge_without_bus_store_removal_events_for_later() {
-    let env = Env::new(&no_bus());
+    let env = Env::new(DLQ, &no_bus());
     env.demo("j1", 3);
     env.demo("j2", 2);
     let cleared = env.json(&["clear", "j1", "--yes", "--drain-timeout", "0s"]);
@@ -109,7 +110,7 @@ async fn clear_and_purge_without_bus_store_removal_events_for_later() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_bus_removals_reach_the_stream() {
     let server = NatsServer::start();
-    let env = Env::new(&server.url());
+    let env = Env::new(DLQ, &server.url());
     env.json(&[
         "demo",
         "--count",
@@ -170,7 +171,7 @@ async fn with_a_bus_removals_reach_the_stream() {
 
 #[tokio::test]
 async fn a_corrupt_record_is_a_clear_error_naming_its_key() {
-    let env = Env::new(&no_bus());
+    let env = Env::new(DLQ, &no_bus());
     env.demo("j1", 3);
     {
         let db = sled::Config::new()

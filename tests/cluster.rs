@@ -10,8 +10,6 @@
 //!   Grafana dashboard use only metrics the product exports, and the dashboard covers them all.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -19,9 +17,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
-use common::cluster::{healthz_ok, meta_leader, NatsCluster, ScriptCluster};
-use common::spawn_tied_to_test;
-use common::stream::stream_ids;
+use dlq_testkit::cluster::{meta_leader, ScriptCluster};
+use dlq_testkit::nats::healthz_ok;
+use dlq_testkit::spawn_tied;
+use dlq_testkit::stream::stream_ids;
+use dlq_testkit::NatsCluster;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -51,7 +51,7 @@ fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let child = spawn_tied_to_test(cmd).expect("spawn dlq");
+    let child = spawn_tied(cmd).expect("spawn dlq");
     let pid = child.id();
     let (tx, rx) = mpsc::channel();
     let waiter = std::thread::spawn(move || {
@@ -117,7 +117,7 @@ impl Emitter {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).unwrap());
-        let mut child = spawn_tied_to_test(cmd).expect("spawn dlq demo");
+        let mut child = spawn_tied(cmd).expect("spawn dlq demo");
         let stdout = child.stdout.take().unwrap();
         let (tx, acks) = mpsc::channel();
         let reader = std::thread::spawn(move || {
@@ -156,7 +156,7 @@ impl Emitter {
                 Err(err) => panic!(
                     "{phase}: the emitter acknowledged {} of {want} events within {within:?} ({err})\n{}",
                     self.acked.len(),
-                    common::cluster::tail(&self.stderr, 30)
+                    dlq_testkit::process::tail(&self.stderr, 30)
                 ),
             }
         }

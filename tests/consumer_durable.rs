@@ -3,21 +3,22 @@
 //! the same projection as the emitter's sink, every event applied exactly once.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::stream::stream_len;
-use common::{spawn_tied_to_test, wait_for, NatsServer};
 use dlq::sink::{SinkConfig, SledSink};
+use dlq_testkit::stream::stream_len;
+use dlq_testkit::{spawn_tied, wait_for, NatsServer};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 
+/// The `dlq` binary under test.
+const DLQ: &str = env!("CARGO_BIN_EXE_dlq");
+
 fn dlq(data_dir: &Path, url: &str, args: &[&str]) -> Command {
-    common::cli::dlq_command(data_dir, url, args)
+    dlq_testkit::cli::dlq_command(DLQ, data_dir, url, args)
 }
 
 fn run(cmd: &mut Command) -> (Output, Value) {
@@ -113,7 +114,7 @@ async fn a_consumer_killed_mid_stream_ends_equal_to_the_sink() {
     let store_arg = store.to_str().unwrap().to_owned();
     let quiet = |mut cmd: Command| {
         cmd.stdout(Stdio::null()).stderr(Stdio::null());
-        spawn_tied_to_test(cmd).unwrap()
+        spawn_tied(cmd).unwrap()
     };
     let follow = |store: &str| {
         dlq(

@@ -4,16 +4,17 @@
 //! still inside the duplicate window).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::path::Path;
 use std::process::Output;
 
 use async_nats::jetstream;
-use common::NatsServer;
 use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::domain::event::Event;
+use dlq_testkit::NatsServer;
 use serde_json::Value;
+
+/// The `dlq` binary under test.
+const DLQ: &str = env!("CARGO_BIN_EXE_dlq");
 
 /// Runs the binary with a config beside the data directory that keeps failures short.
 fn dlq(data_dir: &Path, url: &str, args: &[&str]) -> Output {
@@ -25,7 +26,7 @@ fn dlq(data_dir: &Path, url: &str, args: &[&str]) -> Output {
         )
         .unwrap();
     }
-    common::cli::dlq_output(data_dir, url, args)
+    dlq_testkit::cli::dlq_output(DLQ, data_dir, url, args)
 }
 
 fn json(output: &Output) -> Value {
@@ -169,7 +170,7 @@ async fn a_repaired_event_already_held_by_a_consumer_is_not_counted_twice() {
 async fn an_unreachable_bus_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let port = common::free_port(0);
+    let port = dlq_testkit::free_port(0);
     let url = format!("nats://127.0.0.1:{port}");
     let out = dlq(&data, &url, &["republish", "--dry-run"]);
     assert_eq!(out.status.code(), Some(1));

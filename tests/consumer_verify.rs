@@ -3,14 +3,11 @@
 //! never reached the bus, and three emitter processes into one stream.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
-use common::{wait_for, NatsServer};
 use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::consumer::{compare, read_from_start};
 use dlq::domain::command::Command as SinkCommand;
@@ -20,7 +17,11 @@ use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::{EmitterBuilder, TopicPolicies, TopicPolicy};
 use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq_testkit::{wait_for, NatsServer};
 use serde_json::Value;
+
+/// The `dlq` binary under test.
+const DLQ: &str = env!("CARGO_BIN_EXE_dlq");
 
 fn item(job: &str, id: &str, days_ago: i64) -> DeadLetteredItem {
     let failure = FailureDetail {
@@ -45,7 +46,7 @@ fn item(job: &str, id: &str, days_ago: i64) -> DeadLetteredItem {
 }
 
 fn dlq(data_dir: &Path, url: &str, args: &[&str]) -> Output {
-    common::cli::dlq_output(data_dir, url, args)
+    dlq_testkit::cli::dlq_output(DLQ, data_dir, url, args)
 }
 
 fn json(output: &Output) -> Value {

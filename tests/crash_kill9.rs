@@ -7,8 +7,6 @@
 //! rebuild from the log, and once the bus is up everything reaches the stream exactly once.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -16,9 +14,9 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::stream::stream_ids;
-use common::{spawn_tied_to_test, NatsServer};
 use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq_testkit::stream::stream_ids;
+use dlq_testkit::{spawn_tied, NatsServer};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -43,7 +41,7 @@ fn emit_until_killed(data_dir: &Path, config: &Path, url: &str, want: usize) -> 
         .args(["--drain-timeout", "0s"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    let mut child = spawn_tied_to_test(cmd).expect("spawn dlq demo");
+    let mut child = spawn_tied(cmd).expect("spawn dlq demo");
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();
     let reader = std::thread::spawn(move || {

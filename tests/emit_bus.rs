@@ -2,15 +2,11 @@
 //! frozen, a retry that succeeds, and a failing sink.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use common::stream::{metric_value, metrics, stream_ids, stream_messages};
-use common::{wait_for, NatsServer};
 use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::domain::event::EventKind;
 use dlq::domain::failure::dead_lettered_item;
@@ -18,6 +14,8 @@ use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::{EmitError, Emitter, EmitterBuilder, TopicPolicies, TopicPolicy};
 use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq_testkit::stream::{metric_value, metrics, stream_ids, stream_messages};
+use dlq_testkit::{wait_for, NatsServer};
 
 const PUBLISH_TIMEOUT: Duration = Duration::from_millis(500);
 const RETRY_DELAY: Duration = Duration::from_millis(300);

@@ -4,20 +4,18 @@
 //! dead-lettered items re-run on resume leave the DLQ.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-mod ops;
-mod runner;
-
-use common::cli::dlq_command;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::{poll_until, spawn_tied_to_test, NatsServer, DEAD_BUS_URL};
+use dlq_testkit::cli::dlq_command;
+use dlq_testkit::flow::{self, counts, Flow};
+use dlq_testkit::{poll_until, spawn_tied, NatsServer, DEAD_BUS_URL};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use runner::{counts, Flow};
 use serde_json::{json, Value};
+
+/// The `dlq` binary under test.
+const DLQ: &str = env!("CARGO_BIN_EXE_dlq");
 
 /// 200 items, those with `n % 10 == 3` always fail (20 items).
 fn two_hundred_items() -> Vec<Value> {
@@ -48,10 +46,10 @@ error_policy:
 #[tokio::test]
 async fn failing_items_reach_the_dlq_and_the_stream_with_their_history() {
     let nats = NatsServer::start();
-    let flow = Flow::new(&nats.url());
+    let flow = Flow::new(DLQ, &nats.url());
     flow.items(&two_hundred_items());
     let out = flow.run(TEN_PERCENT, "tenpct");
-    let (code, report) = runner::report(&out);
+    let (code, report) = flow::report(&out);
     assert_eq!(code, 0, "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(counts(&report), (180, 20, 0, 0));
     assert_eq!(report["summary"]["error_types"]["CommandFailed"], 20);
@@ -107,7 +105,7 @@ async fn failing_items_reach_the_dlq_and_the_stream_with_their_history() {
     assert_eq!(patterns[0]["count"], 20);
 
     // Every dead-lettered item is in the stream exactly once (the run waited for the drain).
-    let messages = common::stream::stream_messages(&nats.url(), "DLQ").await;
+    let messages = dlq_testkit::stream::stream_messages(&nats.url(), "DLQ").await;
     let mut streamed: BTreeMap<String, usize> = BTreeMap::new();
     for (_, event) in &messages {
         if event["kind"] == "dead_lettered" {
@@ -138,7 +136,7 @@ async fn failing_items_reach_the_dlq_and_the_stream_with_their_history() {
 
 #[tokio::test]
 async fn hostile_item_data_is_passed_as_data_and_runs_nothing() {
-    let flow = Flow::new(DEAD_BUS_URL);
+    let flow = Flow::new(DLQ, DEAD_BUS_URL);
     let canary = flow.dir.join("pwned");
     let canary = canary.to_str().unwrap();
     let hostile = [
@@ -167,7 +165,7 @@ map:
     - shell: "printf '%s\n' ${item.name} | od -c > /dev/null; printf '%s' ${item.name} > \"$DLQ_WORKFLOW_DIR/out-${item.id}\""
     - shell: "echo '${item.name}' > /dev/null"
 "#;
-    let (code, report) = runner::report(&flow.run(workflow, "hostile"));
+    let (code, report) = flow::report(&flow.run(workflow, "hostile"));
     assert_eq!(code, 0);
     assert_eq!(counts(&report), (hostile.len() as u64, 0, 0, 0));
     for i in 1..=6 {
@@ -195,7 +193,7 @@ map:
 
 #[tokio::test]
 async fn a_job_killed_with_sigkill_resumes_and_records_every_item_once() {
-    let flow = Flow::new(DEAD_BUS_URL);
+    let flow = Flow::new(DLQ, DEAD_BUS_URL);
     let items: Vec<Value> = (0..60)
         .map(|n| json!({"id": format!("s{n:02}"), "fail": n % 6 == 0}))
         .collect();
@@ -203,13 +201,14 @@ async fn a_job_killed_with_sigkill_resumes_and_records_every_item_once() {
     let path = flow.write("flow.yml", SLOW_ITEMS);
     let path = path.to_str().unwrap();
     let mut cmd = dlq_command(
+        DLQ,
         &flow.env.data,
         DEAD_BUS_URL,
         &["run", path, "--job-id", "killed", "--progress", "quiet"],
     );
     cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    let mut child = spawn_tied_to_test(cmd).unwrap();
+    let mut child = spawn_tied(cmd).unwrap();
     let recorded = poll_until(Duration::from_secs(60), || {
         let n = flow.outcomes("killed").len();
         (n >= 12).then_some(n)
@@ -220,7 +219,7 @@ async fn a_job_killed_with_sigkill_resumes_and_records_every_item_once() {
     let before = flow.outcomes("killed").len();
     assert!(before < 60, "killed before the end ({before} outcomes)");
 
-    let (code, report) = runner::report(&flow.resume("killed", &[]));
+    let (code, report) = flow::report(&flow.resume("killed", &[]));
     assert_eq!(code, 0);
     assert_eq!(counts(&report), (50, 10, 0, 0));
     let outcomes = flow.outcomes("killed");
@@ -246,7 +245,7 @@ async fn a_job_killed_with_sigkill_resumes_and_records_every_item_once() {
 #[tokio::test]
 async fn resume_with_dlq_items_resolves_those_that_now_succeed() {
     let nats = NatsServer::start();
-    let flow = Flow::new(&nats.url());
+    let flow = Flow::new(DLQ, &nats.url());
     let items: Vec<Value> = (0..10)
         .map(|n| json!({"id": format!("r{n}"), "n": n}))
         .collect();
@@ -261,13 +260,13 @@ map:
   agent_template:
     - shell: "test ${item.n} -ge 4 || test -f \"$DLQ_WORKFLOW_DIR/fixed-${item.id}\" || { echo 'validation failed: needs fix' >&2; exit 1; }"
 "#;
-    let (code, first) = runner::report(&flow.run(workflow, "fixable"));
+    let (code, first) = flow::report(&flow.run(workflow, "fixable"));
     assert_eq!(code, 0);
     assert_eq!(counts(&first), (6, 4, 0, 0));
     flow.write("fixed-r0", "");
     flow.write("fixed-r1", "");
 
-    let (code, second) = runner::report(&flow.resume("fixable", &["--include-dlq-items"]));
+    let (code, second) = flow::report(&flow.resume("fixable", &["--include-dlq-items"]));
     assert_eq!(code, 0);
     assert_eq!(counts(&second), (8, 2, 0, 0));
     let left: BTreeSet<String> = flow
@@ -284,7 +283,7 @@ map:
         "history appended on the second failure"
     );
 
-    let messages = common::stream::stream_messages(&nats.url(), "DLQ").await;
+    let messages = dlq_testkit::stream::stream_messages(&nats.url(), "DLQ").await;
     let resolved: BTreeSet<String> = messages
         .iter()
         .filter(|(_, e)| e["kind"] == "item_removed" && e["reason"] == "resolved")
@@ -295,7 +294,7 @@ map:
 
 #[test]
 fn malformed_workflows_are_usage_errors_naming_the_problem_and_create_no_job() {
-    let flow = Flow::new(DEAD_BUS_URL);
+    let flow = Flow::new(DLQ, DEAD_BUS_URL);
     flow.items(&[json!({"id": "a"})]);
     let cases = [
         ("name: x\nmode: mapreduce\nmap:\n  input: items.json\n  max_paralel: 2\n  agent_template:\n    - shell: \"true\"\n", "max_paralel"),
@@ -322,7 +321,7 @@ fn malformed_workflows_are_usage_errors_naming_the_problem_and_create_no_job() {
 /// The example workflows in `examples/workflows/` run as the README says.
 #[tokio::test]
 async fn the_example_workflows_run() {
-    let flow = Flow::new(DEAD_BUS_URL);
+    let flow = Flow::new(DLQ, DEAD_BUS_URL);
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/workflows");
     for name in ["process-items.yml", "flaky-api.yml", "items.json"] {
         std::fs::copy(examples.join(name), flow.dir.join(name)).unwrap();
@@ -341,7 +340,7 @@ async fn the_example_workflows_run() {
             "0s",
         ])
     };
-    let (code, report) = runner::report(&run("process-items.yml", "ex1"));
+    let (code, report) = flow::report(&run("process-items.yml", "ex1"));
     assert_eq!(code, 0);
     assert_eq!(counts(&report), (9, 3, 0, 0));
     assert!(report["reduce_output"]
@@ -361,7 +360,7 @@ async fn the_example_workflows_run() {
     assert_eq!(retried["resolved"], 3, "{retried}");
     assert!(flow.env.items().await.is_empty());
 
-    let (code, report) = runner::report(&run("flaky-api.yml", "ex2"));
+    let (code, report) = flow::report(&run("flaky-api.yml", "ex2"));
     assert_eq!(code, 0, "{report}");
     assert_eq!(counts(&report), (25, 5, 0, 0));
     let names: Vec<String> = flow
@@ -385,7 +384,7 @@ async fn the_example_workflows_run() {
 /// While `dlq run` holds the data directory, operator commands go through the API it serves.
 #[tokio::test]
 async fn operator_commands_reach_a_running_job_through_its_api() {
-    let flow = Flow::new(DEAD_BUS_URL);
+    let flow = Flow::new(DLQ, DEAD_BUS_URL);
     let items: Vec<Value> = (0..6)
         .map(|n| json!({"id": format!("w{n}"), "n": n}))
         .collect();
@@ -403,6 +402,7 @@ map:
     let path = flow.write("flow.yml", wf);
     let path = path.to_str().unwrap();
     let mut cmd = dlq_command(
+        DLQ,
         &flow.env.data,
         DEAD_BUS_URL,
         &[
@@ -418,7 +418,7 @@ map:
     );
     cmd.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
-    let child = spawn_tied_to_test(cmd).unwrap();
+    let child = spawn_tied(cmd).unwrap();
     // The three failing items reach the DLQ while the others wait for `go`.
     let listed = poll_until(Duration::from_secs(60), || {
         let out = flow.env.run(&["list", "--job-id", "held"]);
@@ -436,7 +436,7 @@ map:
     assert!(flow.env.data.join("serve.json").exists());
     flow.write("go", "");
     let out = child.wait_with_output().unwrap();
-    let (code, report) = runner::report(&out);
+    let (code, report) = flow::report(&out);
     assert_eq!(code, 0);
     assert_eq!(counts(&report), (3, 3, 0, 0));
     assert!(

@@ -2,16 +2,14 @@
 //! and a real nats-server: the job's Prometheus metrics and the report agree with what ran.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::stream::{metric_value, metrics};
-use common::NatsServer;
 use dlq::bus::{BusConfig, NatsBus};
 use dlq::emitter::EmitterBuilder;
 use dlq::runner::context::RunOptions;
 use dlq::runner::job;
 use dlq::runner::progress::ProgressMode;
 use dlq::sink::{SinkConfig, SledSink};
+use dlq_testkit::stream::{metric_value, metrics};
+use dlq_testkit::NatsServer;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 

@@ -3,19 +3,18 @@
 //! whole process group, and the circuit breaker's transitions.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-mod ops;
-mod runner;
-
 use std::collections::BTreeSet;
 
-use common::DEAD_BUS_URL;
-use runner::{counts, Flow};
+use dlq_testkit::flow::{self, counts, Flow};
+use dlq_testkit::DEAD_BUS_URL;
 use serde_json::{json, Value};
+
+/// The `dlq` binary under test.
+const DLQ: &str = env!("CARGO_BIN_EXE_dlq");
 
 /// `count` items `p00..`; those whose index is in `failing` exit 5.
 fn flow_with(count: usize, failing: &[usize]) -> Flow {
-    let flow = Flow::new(DEAD_BUS_URL);
+    let flow = Flow::new(DLQ, DEAD_BUS_URL);
     let items: Vec<Value> = (0..count)
         .map(|n| json!({"id": format!("p{n:02}"), "fail": failing.contains(&n)}))
         .collect();
@@ -58,8 +57,7 @@ async fn dlq_ids(flow: &Flow) -> BTreeSet<String> {
 #[tokio::test]
 async fn skip_records_failures_as_skipped_and_keeps_them_out_of_the_dlq() {
     let flow = flow_with(10, &[2, 5]);
-    let (code, report) =
-        runner::report(&flow.run(&workflow("  on_item_failure: skip", ""), "skip"));
+    let (code, report) = flow::report(&flow.run(&workflow("  on_item_failure: skip", ""), "skip"));
     assert_eq!(code, 0);
     assert_eq!(counts(&report), (8, 0, 2, 0));
     assert!(dlq_ids(&flow).await.is_empty());
@@ -76,7 +74,7 @@ async fn skip_records_failures_as_skipped_and_keeps_them_out_of_the_dlq() {
 async fn stop_halts_after_the_failed_item_and_resume_finishes_the_rest() {
     let flow = flow_with(10, &[3]);
     let out = flow.run(&workflow("  on_item_failure: stop", ""), "stop");
-    let (code, report) = runner::report(&out);
+    let (code, report) = flow::report(&out);
     assert_eq!(
         code,
         4,
@@ -93,7 +91,7 @@ async fn stop_halts_after_the_failed_item_and_resume_finishes_the_rest() {
     assert!(report["stopped"].as_str().unwrap().contains("p03"));
     assert_eq!(dlq_ids(&flow).await, BTreeSet::from(["p03".to_owned()]));
 
-    let (code, report) = runner::report(&flow.resume("stop", &[]));
+    let (code, report) = flow::report(&flow.resume("stop", &[]));
     assert_eq!(code, 0);
     assert_eq!(counts(&report), (9, 1, 0, 0));
 }
@@ -101,7 +99,7 @@ async fn stop_halts_after_the_failed_item_and_resume_finishes_the_rest() {
 #[tokio::test]
 async fn custom_handlers_take_items_or_fall_back_to_the_dlq() {
     let flow = flow_with(6, &[1, 4]);
-    let (code, report) = runner::report(&flow.run(
+    let (code, report) = flow::report(&flow.run(
         &workflow("  on_item_failure: custom:quarantine", ""),
         "custom",
     ));
@@ -113,7 +111,7 @@ async fn custom_handlers_take_items_or_fall_back_to_the_dlq() {
 
     let flow = flow_with(6, &[1, 4]);
     let (code, report) =
-        runner::report(&flow.run(&workflow("  on_item_failure: custom:broken", ""), "custom2"));
+        flow::report(&flow.run(&workflow("  on_item_failure: custom:broken", ""), "custom2"));
     assert_eq!(code, 0);
     assert_eq!(
         counts(&report),
@@ -129,7 +127,7 @@ async fn custom_handlers_take_items_or_fall_back_to_the_dlq() {
 #[tokio::test]
 async fn max_failures_stops_the_job_and_leaves_the_rest_pending() {
     let flow = flow_with(20, &[1, 2, 3, 4, 5]);
-    let (code, report) = runner::report(&flow.run(&workflow("  max_failures: 2", ""), "maxf"));
+    let (code, report) = flow::report(&flow.run(&workflow("  max_failures: 2", ""), "maxf"));
     assert_eq!(code, 4);
     let (ok, failed, skipped, pending) = counts(&report);
     assert_eq!((ok, failed, skipped), (1, 2, 0));
@@ -142,7 +140,7 @@ async fn failure_threshold_stops_once_enough_items_completed() {
     // 4 of the first 10 fail: 40% > 30% once 10 items completed.
     let flow = flow_with(30, &[0, 1, 2, 3]);
     let (code, report) =
-        runner::report(&flow.run(&workflow("  failure_threshold: 0.3", ""), "thresh"));
+        flow::report(&flow.run(&workflow("  failure_threshold: 0.3", ""), "thresh"));
     assert_eq!(code, 4);
     let (ok, failed, _, pending) = counts(&report);
     assert_eq!((ok, failed, pending), (6, 4, 20));
@@ -154,7 +152,7 @@ async fn failure_threshold_stops_once_enough_items_completed() {
 
 #[tokio::test]
 async fn a_timeout_kills_the_whole_process_group_and_is_classified() {
-    let flow = Flow::new(DEAD_BUS_URL);
+    let flow = Flow::new(DLQ, DEAD_BUS_URL);
     flow.items(&[json!({"id": "slow"})]);
     let pidfile = flow.dir.join("grandchild.pid");
     let wf = format!(
@@ -170,7 +168,7 @@ map:
 "#,
         pidfile.display()
     );
-    let (code, report) = runner::report(&flow.run(&wf, "timeout"));
+    let (code, report) = flow::report(&flow.run(&wf, "timeout"));
     assert_eq!(code, 0);
     assert_eq!(counts(&report), (0, 1, 0, 0));
     assert_eq!(report["summary"]["error_types"]["Timeout"], 1);
@@ -185,7 +183,7 @@ map:
         .trim()
         .parse()
         .unwrap();
-    let gone = common::poll_until(std::time::Duration::from_secs(10), || {
+    let gone = dlq_testkit::poll_until(std::time::Duration::from_secs(10), || {
         is_dead(pid).then_some(())
     });
     assert!(gone.is_some(), "grandchild {pid} survived the timeout");
@@ -196,7 +194,7 @@ async fn the_circuit_breaker_opens_pauses_and_closes_without_dead_lettering_good
     // p00-p02 fail (3 consecutive failures open the breaker), the rest succeed.
     let flow = flow_with(8, &[0, 1, 2]);
     let policy = "  circuit_breaker:\n    failure_threshold: 3\n    success_threshold: 2\n    timeout: 200ms\n    half_open_requests: 1";
-    let (code, report) = runner::report(&flow.run(&workflow(policy, ""), "breaker"));
+    let (code, report) = flow::report(&flow.run(&workflow(policy, ""), "breaker"));
     assert_eq!(code, 0);
     assert_eq!(
         counts(&report),
@@ -257,7 +255,7 @@ map:
   agent_template:
     - shell: "echo ${item.id} > work.txt; test ${item.fail} = false || { echo 'merge conflict in work.txt' >&2; exit 1; }"
 "#;
-    let (code, report) = runner::report(&flow.run(wf, "iso"));
+    let (code, report) = flow::report(&flow.run(wf, "iso"));
     assert_eq!(code, 0);
     assert_eq!(counts(&report), (1, 1, 0, 0));
     let item = flow.env.items().await.remove(0);
@@ -286,7 +284,7 @@ async fn error_collection_reports_immediately_in_batches_or_at_the_end() {
         ("  error_collection: aggregate", "agg", vec![4]),
     ] {
         let flow = flow_with(8, &[0, 2, 4, 6]);
-        let (code, report) = runner::report(&flow.run(&workflow(policy, ""), job));
+        let (code, report) = flow::report(&flow.run(&workflow(policy, ""), job));
         assert_eq!(code, 0);
         assert_eq!(counts(&report), (4, 4, 0, 0));
         let sizes: Vec<usize> = flow

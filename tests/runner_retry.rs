@@ -4,21 +4,19 @@
 //! never run one item twice; bad input changes nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-mod ops;
-mod runner;
-
-use common::cli::dlq_command;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{poll_until, spawn_tied_to_test, NatsServer, DEAD_BUS_URL};
+use dlq_testkit::cli::dlq_command;
+use dlq_testkit::flow::{self, counts, Flow};
+use dlq_testkit::{poll_until, spawn_tied, NatsServer, DEAD_BUS_URL};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use runner::{counts, Flow};
 use serde_json::{json, Value};
+
+/// The `dlq` binary under test.
+const DLQ: &str = env!("CARGO_BIN_EXE_dlq");
 
 /// Items `f0..f{n}`; each fails until `fixed-<id>` exists in the flow directory, logging every
 /// run in `runs.log`. Items with `perm: true` fail with a permission error (not eligible).
@@ -40,13 +38,13 @@ error_policy:
 "#;
 
 fn fixable(url: &str, n: usize, sleep: f64, perm: &[usize]) -> Flow {
-    let flow = Flow::new(url);
+    let flow = Flow::new(DLQ, url);
     let items: Vec<Value> = (0..n)
         .map(|i| json!({"id": format!("f{i}"), "n": i, "sleep": sleep, "perm": perm.contains(&i)}))
         .collect();
     flow.items(&items);
     let out = flow.run(FIXABLE, "job");
-    let (code, report) = runner::report(&out);
+    let (code, report) = flow::report(&out);
     assert_eq!(code, 0, "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(counts(&report).1, n as u64, "every item starts in the DLQ");
     std::fs::remove_file(flow.dir.join("runs.log")).unwrap();
@@ -114,7 +112,7 @@ async fn fixed_items_resolve_and_the_rest_get_longer_histories() {
         .map(|f| f.attempt_number)
         .collect();
     assert_eq!(numbers, [1, 2, 3]);
-    let messages = common::stream::stream_messages(&nats.url(), "DLQ").await;
+    let messages = dlq_testkit::stream::stream_messages(&nats.url(), "DLQ").await;
     let resolved: BTreeSet<String> = messages
         .iter()
         .filter(|(_, e)| e["kind"] == "item_removed" && e["reason"] == "resolved")
@@ -218,6 +216,7 @@ async fn an_interrupted_retry_finishes_in_flight_items_and_a_rerun_skips_resolve
         flow.write(&format!("fixed-f{i}"), "");
     }
     let mut cmd = dlq_command(
+        DLQ,
         &flow.env.data,
         DEAD_BUS_URL,
         &[
@@ -232,7 +231,7 @@ async fn an_interrupted_retry_finishes_in_flight_items_and_a_rerun_skips_resolve
         ],
     );
     cmd.stdout(Stdio::piped()).stderr(Stdio::null());
-    let child = spawn_tied_to_test(cmd).unwrap();
+    let child = spawn_tied(cmd).unwrap();
     let started = poll_until(Duration::from_secs(30), || {
         (runs(&flow).len() >= 3).then_some(())
     });
@@ -274,6 +273,7 @@ async fn concurrent_retries_of_one_job_never_run_an_item_twice() {
     }
     let spawn = || {
         let mut cmd = dlq_command(
+            DLQ,
             &flow.env.data,
             DEAD_BUS_URL,
             &[
@@ -288,7 +288,7 @@ async fn concurrent_retries_of_one_job_never_run_an_item_twice() {
             ],
         );
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-        spawn_tied_to_test(cmd).unwrap()
+        spawn_tied(cmd).unwrap()
     };
     let (a, b) = (spawn(), spawn());
     let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
@@ -320,28 +320,30 @@ async fn concurrent_retries_through_dlq_serve_run_each_item_once() {
     for i in 0..8 {
         flow.write(&format!("fixed-f{i}"), "");
     }
-    let port = common::free_port(0);
+    let port = dlq_testkit::free_port(0);
     let listen = format!("127.0.0.1:{port}");
     let mut serve = dlq_command(
+        DLQ,
         &flow.env.data,
         DEAD_BUS_URL,
         &["serve", "--listen", &listen],
     );
     serve.stdout(Stdio::null()).stderr(Stdio::null());
-    let server = spawn_tied_to_test(serve).unwrap();
+    let server = spawn_tied(serve).unwrap();
     let up = poll_until(Duration::from_secs(30), || {
-        common::http_get(port, "/healthz").filter(|(status, _)| *status == 200)
+        dlq_testkit::http_get(port, "/healthz").filter(|(status, _)| *status == 200)
     });
     assert!(up.is_some(), "dlq serve answered /healthz");
 
     let spawn = || {
         let mut cmd = dlq_command(
+            DLQ,
             &flow.env.data,
             DEAD_BUS_URL,
             &["retry", "job", "--parallel", "3"],
         );
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-        spawn_tied_to_test(cmd).unwrap()
+        spawn_tied(cmd).unwrap()
     };
     let (a, b) = (spawn(), spawn());
     let mut resolved = 0;

@@ -4,20 +4,20 @@
 //! listener; and the error naming a process that holds the directory without an API.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-mod ops;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use common::{free_port, poll_until, spawn_tied_to_test, DEAD_BUS_URL};
 use dlq::domain::event::{EventKind, RemovalReason};
+use dlq_testkit::cli::{failure, listed_ids, Env};
+use dlq_testkit::{free_port, poll_until, spawn_tied, DEAD_BUS_URL};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use ops::{failure, listed_ids, Env};
 use serde_json::{json, Value};
+
+/// The `dlq` binary under test.
+const DLQ: &str = env!("CARGO_BIN_EXE_dlq");
 
 /// A running `dlq serve` on a free loopback port.
 struct Server {
@@ -36,7 +36,7 @@ impl Server {
         cmd.args(extra)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
-        let child = spawn_tied_to_test(cmd).unwrap();
+        let child = spawn_tied(cmd).unwrap();
         let mut server = Server { child, port, log };
         let up = poll_until(Duration::from_secs(60), || {
             if let Ok(Some(status)) = server.child.try_wait() {
@@ -196,7 +196,7 @@ fn mirrored() -> Vec<(Vec<&'static str>, &'static str)> {
 
 #[test]
 fn every_route_answers_what_the_cli_prints_and_the_cli_goes_through_it() {
-    let env = Env::new(DEAD_BUS_URL);
+    let env = Env::new(DLQ, DEAD_BUS_URL);
     env.demo("j1", 12);
     env.demo("j2", 3);
     let local: Vec<String> = mirrored()
@@ -365,7 +365,7 @@ fn every_route_answers_what_the_cli_prints_and_the_cli_goes_through_it() {
 
 #[test]
 fn with_a_token_every_route_but_healthz_needs_it() {
-    let env = Env::new(DEAD_BUS_URL);
+    let env = Env::new(DLQ, DEAD_BUS_URL);
     env.demo("j1", 2);
     let token_file = env.path("token");
     std::fs::write(&token_file, "s3cret-token\n").unwrap();
@@ -422,7 +422,7 @@ fn with_a_token_every_route_but_healthz_needs_it() {
 
 #[test]
 fn a_remote_listener_is_refused_and_stale_or_missing_servers_are_handled() {
-    let env = Env::new(DEAD_BUS_URL);
+    let env = Env::new(DLQ, DEAD_BUS_URL);
     let port = free_port(0).to_string();
     let out = serve_command(&env, &["--listen", &format!("0.0.0.0:{port}")])
         .output()
@@ -471,7 +471,7 @@ fn reconcile_holder(env: &Env, timeout: &str) -> Child {
         .env("RUST_LOG", "error")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    spawn_tied_to_test(cmd).unwrap()
+    spawn_tied(cmd).unwrap()
 }
 
 /// Polls `dlq --lock-wait 0s list` until it fails because `holder` holds the directory.
@@ -485,7 +485,7 @@ fn held_list(env: &Env) -> std::process::Output {
 
 #[test]
 fn a_holder_without_an_api_is_named_in_the_error() {
-    let env = Env::new(DEAD_BUS_URL);
+    let env = Env::new(DLQ, DEAD_BUS_URL);
     env.demo("j1", 2);
     let mut holder = reconcile_holder(&env, "300s");
     let (code, stderr) = failure(&held_list(&env));
@@ -512,7 +512,7 @@ fn a_holder_without_an_api_is_named_in_the_error() {
 /// `--lock-wait`) instead of failing: `dlq list` racing `dlq run`'s start must not fail either.
 #[test]
 fn a_command_waits_for_a_directory_held_by_a_short_command() {
-    let env = Env::new(DEAD_BUS_URL);
+    let env = Env::new(DLQ, DEAD_BUS_URL);
     env.demo("j1", 2);
     let mut holder = reconcile_holder(&env, "4s");
     held_list(&env);

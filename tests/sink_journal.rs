@@ -3,15 +3,13 @@
 //! are in `crash_kill9.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::items::template_item;
 use dlq::domain::command::Command;
 use dlq::sink::test_support::JOURNAL_DIR as DIR;
 use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq_testkit::items::template_item;
 use tempfile::TempDir;
 
 fn open(dir: &Path) -> SledSink {

@@ -11,14 +11,7 @@
 //! `benches/results/baselines.md` (`baselines-quick.md` with `--quick`). Without `--bench`
 //! (under `cargo test --all-targets`) it is a seconds-long smoke run that writes no file.
 //! It reports and never asserts a timing; see `benches/README.md`, "baselines". `--json PATH`
-//! also writes the lines in the suite's shape (`benches/common/suite.rs`).
-
-#[path = "../../tests/common/mod.rs"]
-mod common;
-#[path = "../common/load.rs"]
-mod load;
-#[path = "../common/suite.rs"]
-mod suite;
+//! also writes the lines in the suite's shape (`dlq_testkit::bench::suite`).
 
 mod publish;
 mod reference;
@@ -28,6 +21,7 @@ mod store;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use dlq_testkit::bench::suite;
 use run::load_average;
 use suite::filesystem_of;
 

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use dlq::bus::{Bus, NatsBus};
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::{EmitterBuilder, TopicPolicies};
+use dlq_testkit::items::dead_lettered_event;
+use dlq_testkit::NatsServer;
 
-use crate::common::items::dead_lettered_event;
-use crate::common::NatsServer;
 use crate::run::{bus_config, open_sink, run_concurrent, stream_messages, wait_healthy, Items};
 use crate::{Line, Mode, IN_FLIGHT, PUBLISH_TIMEOUT, TOPIC};
 

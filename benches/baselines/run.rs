@@ -51,7 +51,7 @@ impl Items {
 
 // ---------------------------------------------------------------- helpers
 
-pub use crate::load::{histogram, run_concurrent, Run};
+pub use dlq_testkit::bench::load::{histogram, run_concurrent, Run};
 
 /// Median wall time in ms of `reps` calls of `f`.
 pub fn median_ms<T>(reps: usize, mut f: impl FnMut() -> T) -> (f64, T) {

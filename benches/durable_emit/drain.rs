@@ -8,10 +8,10 @@ use dlq::domain::command::Command;
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::EmitterBuilder;
 use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq_testkit::items::{dead_lettered_event, template_item};
+use dlq_testkit::NatsServer;
 use futures::StreamExt;
 
-use crate::common::items::{dead_lettered_event, template_item};
-use crate::common::NatsServer;
 use crate::run::{connect_bus, cpu_seconds, disk_bytes_written, next_item, run_concurrent};
 use crate::run::{wait_healthy, Row, PUBLISH_TIMEOUT, TOPIC};
 

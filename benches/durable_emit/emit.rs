@@ -5,8 +5,8 @@ use std::path::Path;
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::{EmitterBuilder, TopicPolicies};
 use dlq::sink::Sink;
+use dlq_testkit::items::template_item_sized;
 
-use crate::common::items::template_item_sized;
 use crate::flushes;
 use crate::limit::{event_bytes, kb, Limits};
 use crate::run::{connect_bus, disk_bytes_written, next_item, open_sink, run_concurrent};

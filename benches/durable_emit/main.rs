@@ -8,13 +8,6 @@
 //! 64 KiB of `item_data`, and (4) the reconciler draining backlogs. It reports and never
 //! asserts; see `benches/README.md`.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-#[path = "../common/load.rs"]
-mod load;
-#[path = "../common/suite.rs"]
-mod suite;
-
 mod drain;
 mod emit;
 mod flushes;
@@ -24,7 +17,8 @@ mod run;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::NatsServer;
+use dlq_testkit::bench::suite;
+use dlq_testkit::NatsServer;
 use emit::{Payload, LIMIT_SHARE};
 use run::Row;
 use suite::SuiteRow;

@@ -9,7 +9,7 @@ use dlq::domain::model::DeadLetteredItem;
 use dlq::sink::{SinkConfig, SledSink};
 use hdrhistogram::Histogram;
 
-pub use crate::load::{histogram, run_concurrent};
+pub use dlq_testkit::bench::load::{histogram, run_concurrent};
 
 pub const TOPIC: &str = "bench";
 pub const JOBS: usize = 64;

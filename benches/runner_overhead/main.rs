@@ -20,20 +20,17 @@
 //! `cargo test --all-targets` (no `--bench` argument), which writes no results file. Full and
 //! quick write `benches/results/runner_overhead[-quick].md`. Each figure is the median wall time
 //! of `--runs` runs (3 full, 1 otherwise). Item counts in each report are asserted; times never.
-//! `--json PATH` also writes the figures in the suite's shape (`benches/common/suite.rs`).
+//! `--json PATH` also writes the figures in the suite's shape (`dlq_testkit::bench::suite`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
 mod report;
 mod runs;
-#[path = "../common/suite.rs"]
-mod suite;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use dlq_testkit::bench::suite;
 use report::{git_head, loadavg, machine, ms_per, rate, verdict, Row};
 use runs::{baseline, median, run_dlq, Job, Run};
 
@@ -148,9 +145,9 @@ fn main() {
     let [a, b, fixed, ok_n, ok_m, fail_m, fail_m0] = measure(runs, &mut cases).try_into().unwrap();
     drop(cases);
 
-    let bus_runs = if common::nats::installed_binary().is_some() {
+    let bus_runs = if dlq_testkit::nats::installed_binary().is_some() {
         eprintln!("4/4: DLQ overhead with a private nats-server up");
-        let mut server = common::NatsServer::start();
+        let mut server = dlq_testkit::NatsServer::start();
         let url = server.url();
         let mut cases: Vec<Case> = vec![
             ("bus up: M x true", Box::new(dlq(m, "true", &url, None))),

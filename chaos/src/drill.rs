@@ -4,12 +4,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::cluster::{NatsCluster, NODES};
+use dlq_testkit::cluster::NODES;
+use dlq_testkit::NatsServer;
+
+use crate::cluster;
 use crate::emit::unix_ms;
 use crate::faults::{self, Mark, Rig, Servers};
 use crate::fleet::{copy_tail, Fleet, FleetConfig, SharedTally};
 use crate::observe::{read_stream, Seen, Subscriber};
-use crate::procs::NatsProc;
+use crate::procs::blocking;
 use crate::proxy::Proxy;
 use crate::report::{self, DrillResult, ModeResult, Sample};
 use crate::summary::{run_repair, run_verify, summarise, Times};
@@ -214,7 +217,7 @@ async fn run_mode(args: &DrillArgs, baseline: bool, work: &Path, out: &Path) -> 
             32 * 1024,
         );
     }
-    servers.kill().await;
+    servers.kill();
     drop(proxy);
 
     let samples = samples.lock().map(|s| s.clone()).unwrap_or_default();
@@ -250,12 +253,13 @@ async fn run_mode(args: &DrillArgs, baseline: bool, work: &Path, out: &Path) -> 
 /// never kills: one that does not lead the stream, so the subscriber keeps its connection.
 async fn start_servers(args: &DrillArgs, work: &Path) -> Res<Servers> {
     if args.fault != Fault::ClusterKill {
-        return Ok(Servers::Single(Box::new(NatsProc::start(work).await?)));
+        let server = blocking(|| NatsServer::try_start_in(work))?;
+        return Ok(Servers::Single(Box::new(server)));
     }
-    let script = crate::cluster::script(args.cluster_script.as_deref())?;
-    let cluster = NatsCluster::start(&work.join("cluster"), &script).await?;
+    let script = cluster::script(args.cluster_script.as_deref())?;
+    let mut cluster = cluster::start(&work.join("cluster"), &script)?;
     let config = dlq::bus::BusConfig {
-        url: cluster.urls(),
+        url: cluster::urls(&cluster),
         replicas: 3,
         publish_timeout: Duration::from_secs(5),
         ..dlq::bus::BusConfig::default()
@@ -271,19 +275,20 @@ async fn start_servers(args: &DrillArgs, work: &Path) -> Res<Servers> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     drop(bus);
-    let leader = cluster
-        .wait_stream_leader(STREAM, Duration::from_secs(60))
-        .await?;
+    let leader = cluster::wait_stream_leader(&mut cluster, STREAM, Duration::from_secs(60)).await?;
     let survivor = (0..NODES.len())
         .rev()
         .find(|&i| NODES.get(i).copied() != Some(leader.as_str()))
         .unwrap_or(0);
     eprintln!(
         "dlq-chaos: cluster up ({}), stream {STREAM} (3 replicas) led by {leader}; the subscriber uses {}",
-        cluster.urls(),
+        cluster::urls(&cluster),
         NODES.get(survivor).copied().unwrap_or("?")
     );
-    Ok(Servers::Cluster { cluster, survivor })
+    Ok(Servers::Cluster {
+        cluster: Box::new(cluster),
+        survivor,
+    })
 }
 
 fn mark(t0: Instant, what: &str) -> Mark {

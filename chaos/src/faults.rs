@@ -4,9 +4,12 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::cluster::{NatsCluster, NODES};
+use dlq_testkit::cluster::NODES;
+use dlq_testkit::{NatsCluster, NatsServer};
+
+use crate::cluster;
 use crate::fleet::Fleet;
-use crate::procs::NatsProc;
+use crate::procs::blocking;
 use crate::proxy::{Proxy, ProxyMode};
 use crate::{err, CutMode, Fault, Res, SinkMode};
 
@@ -22,11 +25,11 @@ pub struct Mark {
 /// The bus of a drill: one server, or the three-node cluster.
 pub enum Servers {
     /// One `nats-server -js`.
-    Single(Box<NatsProc>),
+    Single(Box<NatsServer>),
     /// Three nodes; `survivor` is never killed (the subscriber is connected to it).
     Cluster {
         /// The nodes.
-        cluster: NatsCluster,
+        cluster: Box<NatsCluster>,
         /// Index of the node the drill never kills.
         survivor: usize,
     },
@@ -37,7 +40,7 @@ impl Servers {
     pub fn url(&self) -> String {
         match self {
             Servers::Single(server) => server.url(),
-            Servers::Cluster { cluster, .. } => cluster.urls(),
+            Servers::Cluster { cluster, .. } => cluster::urls(cluster),
         }
     }
 
@@ -53,7 +56,7 @@ impl Servers {
     pub fn logs(&self) -> Vec<(String, std::path::PathBuf)> {
         match self {
             Servers::Single(server) => {
-                vec![("nats-server".into(), server.log_path().to_path_buf())]
+                vec![("nats-server".into(), server.log_path())]
             }
             Servers::Cluster { cluster, .. } => NODES
                 .iter()
@@ -64,14 +67,14 @@ impl Servers {
     }
 
     /// SIGKILLs every server.
-    pub async fn kill(&mut self) {
+    pub fn kill(&mut self) {
         match self {
-            Servers::Single(server) => server.kill().await,
-            Servers::Cluster { cluster, .. } => cluster.kill_all().await,
+            Servers::Single(server) => server.kill(),
+            Servers::Cluster { cluster, .. } => cluster.kill_all(),
         }
     }
 
-    fn single(&mut self) -> Res<&mut NatsProc> {
+    fn single(&mut self) -> Res<&mut NatsServer> {
         match self {
             Servers::Single(server) => Ok(server),
             Servers::Cluster { .. } => Err(err("this fault needs a single server")),
@@ -139,17 +142,20 @@ pub async fn run(
     let mut outage_start = start;
     match fault {
         Fault::BusKill => {
-            rig.servers.single()?.kill().await;
+            rig.servers.single()?.kill();
             rig.mark("nats-server SIGKILLed");
             tokio::time::sleep(duration).await;
-            rig.servers.single()?.restart().await?;
+            let server = rig.servers.single()?;
+            blocking(|| server.try_restart())?;
             rig.mark("nats-server restarted (same port and store)");
         }
         Fault::BusFreeze => {
-            rig.servers.single()?.freeze().await?;
+            let server = rig.servers.single()?;
+            blocking(|| server.try_stop())?;
             rig.mark("nats-server SIGSTOPped");
             tokio::time::sleep(duration).await;
-            rig.servers.single()?.thaw().await?;
+            let server = rig.servers.single()?;
+            blocking(|| server.try_cont())?;
             rig.mark("nats-server SIGCONTed and healthy");
         }
         Fault::NetCut => {
@@ -165,7 +171,7 @@ pub async fn run(
             rig.mark("network restored: the proxy forwards again");
         }
         Fault::EmitterKill => {
-            rig.servers.single()?.kill().await;
+            rig.servers.single()?.kill();
             rig.mark("nats-server SIGKILLed");
             tokio::time::sleep(duration / 3).await;
             rig.fleet.kill(0).await?;
@@ -175,7 +181,8 @@ pub async fn run(
             rig.mark("emitter chaos-0 restarted on its data dir");
             let left = duration.saturating_sub(start.elapsed());
             tokio::time::sleep(left).await;
-            rig.servers.single()?.restart().await?;
+            let server = rig.servers.single()?;
+            blocking(|| server.try_restart())?;
             rig.mark("nats-server restarted (same port and store)");
         }
         Fault::SinkFail => {
@@ -221,10 +228,9 @@ async fn cluster_kill(
     let (Some(&a), Some(&b)) = (others.first(), others.get(1)) else {
         return Err(err("the cluster has fewer than three nodes"));
     };
-    let leader = cluster
-        .wait_stream_leader(STREAM, Duration::from_secs(10))
-        .await?;
-    let first = NatsCluster::index_of(&leader)
+    let leader = cluster::wait_stream_leader(cluster, STREAM, Duration::from_secs(10)).await?;
+    let first = cluster
+        .index_of(&leader)
         .filter(|&i| i != survivor)
         .unwrap_or(a);
     let second = if first == a { b } else { a };
@@ -233,7 +239,7 @@ async fn cluster_kill(
     } else {
         "a stream replica"
     };
-    cluster.kill(first).await?;
+    cluster.kill(first);
     note(format!(
         "{} ({role}) SIGKILLed: two of three nodes left",
         name(first)
@@ -243,7 +249,7 @@ async fn cluster_kill(
     let elected = async {
         loop {
             let left = half.saturating_duration_since(Instant::now());
-            if let Ok(now) = cluster.wait_stream_leader(STREAM, left).await {
+            if let Ok(now) = cluster::wait_stream_leader(cluster, STREAM, left).await {
                 if now != name(first) {
                     return now;
                 }
@@ -255,7 +261,7 @@ async fn cluster_kill(
         note(format!("stream leader now {leader}"));
     }
     tokio::time::sleep_until(half.into()).await;
-    cluster.kill(second).await?;
+    cluster.kill(second);
     let outage_start = Instant::now();
     note(format!(
         "{} SIGKILLed: only {} left, JetStream has no quorum (publishes fail)",
@@ -263,17 +269,15 @@ async fn cluster_kill(
         name(survivor)
     ));
     tokio::time::sleep_until((start + duration).into()).await;
-    cluster.restart(first).await?;
-    cluster.restart(second).await?;
+    blocking(|| cluster.try_respawn(first))?;
+    blocking(|| cluster.try_respawn(second))?;
     note(format!(
         "{} and {} restarted (same ports and stores)",
         name(first),
         name(second)
     ));
-    cluster.wait_healthy(&[0, 1, 2]).await?;
-    let group = cluster
-        .wait_stream_group(STREAM, Duration::from_secs(60))
-        .await?;
+    blocking(|| cluster.try_wait_ready(&[0, 1, 2]))?;
+    let group = cluster::wait_stream_group(cluster, STREAM, Duration::from_secs(60)).await?;
     note(format!(
         "cluster recovered: every node healthy, stream leader {}, {} of {} other replicas current",
         group.leader.as_deref().unwrap_or("?"),

@@ -53,8 +53,6 @@ enum Command {
     Drill(Box<DrillArgs>),
     /// Internal: one emitter process (started by `drill`).
     Emit(emit::EmitArgs),
-    /// Internal: runs a command and kills it when stdin closes (so no server outlives a drill).
-    Guard(procs::GuardArgs),
 }
 
 /// The fault a drill injects.
@@ -174,7 +172,6 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli.command {
-        Command::Guard(args) => procs::guard(&args),
         Command::Emit(args) => run_async(emit::run(args)),
         Command::Drill(args) => run_async(drill::run_cli(*args)),
     }

@@ -1,13 +1,12 @@
-//! Helpers for the job-runner tests (`runner_job.rs`, `runner_policies.rs`): a workflow
-//! directory with its input, `dlq run` / `dlq resume` through the binary, and the job's files.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The job runner through the binary: a workflow directory with its input, `dlq run` /
+//! `dlq resume`, and the job's files.
 
 use std::path::PathBuf;
 use std::process::Output;
 
 use serde_json::Value;
 
-use crate::ops::Env;
+use crate::cli::Env;
 
 /// A data directory (via [`Env`]) and a directory holding a workflow and its input.
 pub struct Flow {
@@ -18,9 +17,10 @@ pub struct Flow {
 }
 
 impl Flow {
-    /// A new flow directory next to a fresh data directory.
-    pub fn new(url: &str) -> Flow {
-        let env = Env::new(url);
+    /// A new flow directory next to a fresh data directory, for the `dlq` binary `bin` (see
+    /// [`Env::new`]).
+    pub fn new(bin: impl Into<PathBuf>, url: &str) -> Flow {
+        let env = Env::new(bin, url);
         let dir = env.path("flow");
         std::fs::create_dir_all(&dir).unwrap();
         Flow { env, dir }

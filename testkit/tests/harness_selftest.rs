@@ -1,13 +1,11 @@
 //! Tests of the test harness itself, against a real `nats-server` (never the one on :4222).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream::StorageType};
 use async_nats::HeaderMap;
-use common::{wait_for, NatsServer};
+use dlq_testkit::{wait_for, NatsServer};
 use tokio::time::timeout;
 
 const STEP: Duration = Duration::from_secs(10);

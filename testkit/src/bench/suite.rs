@@ -1,10 +1,8 @@
 //! The one row shape every bench writes with `--json PATH`, and `suite_table` reads back.
 //!
-//! A bench includes this file with `#[path = "common/suite.rs"] mod suite;`. Each row is one
-//! figure measured on this machine, with the limit or baseline it is read against (if any),
-//! the ratio between the two and the target. `suite_table` merges the files of one
-//! suite run into `benches/results/suite.md` and `suite.json`.
-#![allow(dead_code)]
+//! Each row is one figure measured on this machine, with the limit or baseline it is read
+//! against (if any), the ratio between the two and the target. `suite_table` merges
+//! the files of one suite run into `benches/results/suite.md` and `suite.json`.
 
 use std::path::Path;
 
@@ -40,6 +38,7 @@ pub struct SuiteRow {
 }
 
 impl SuiteRow {
+    /// A row of `value` in `unit`; rates (`…/s`) count as higher-is-better.
     pub fn new(section: &str, figure: impl Into<String>, value: f64, unit: &str) -> SuiteRow {
         SuiteRow {
             section: section.into(),
@@ -59,16 +58,19 @@ impl SuiteRow {
         self
     }
 
+    /// Per-call latency p50, p99, p999, given in µs.
     pub fn latency_us(mut self, p50: u64, p99: u64, p999: u64) -> SuiteRow {
         self.latency_ms = Some([p50, p99, p999].map(|us| us as f64 / 1e3));
         self
     }
 
+    /// The target for this figure, and whether this run met it.
     pub fn target(mut self, text: impl Into<String>, met: bool) -> SuiteRow {
         (self.target, self.met) = (Some(text.into()), Some(met));
         self
     }
 
+    /// What a reader needs to read the figure right.
     pub fn note(mut self, note: impl Into<String>) -> SuiteRow {
         self.note = note.into();
         self
@@ -86,7 +88,9 @@ pub struct SuiteFile {
     pub mode: String,
     /// Cores, load average, filesystem of the measured directory, etc.
     pub machine: Vec<(String, String)>,
+    /// How long the bench ran.
     pub elapsed_secs: f64,
+    /// Its figures.
     pub rows: Vec<SuiteRow>,
 }
 
@@ -124,9 +128,7 @@ pub fn write_results(stem: &str, quick: bool, text: &str) {
     } else {
         format!("{stem}.md")
     };
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("benches/results")
-        .join(name);
+    let path = crate::workspace_root().join("benches/results").join(name);
     std::fs::write(&path, text).expect("write the results file");
     eprintln!("results written to {}", path.display());
 }
@@ -187,7 +189,6 @@ pub fn thousands(n: u64) -> String {
 }
 
 /// The command line that reproduces a bench run: `cargo bench --bench NAME [-- --quick ARGS]`.
-#[allow(dead_code)] // not every bench that includes this module prints its command
 pub fn bench_command(name: &str, quick: bool, shown: &[String]) -> String {
     let mut command = format!("cargo bench --bench {name}");
     if quick || !shown.is_empty() {

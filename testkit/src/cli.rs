@@ -1,18 +1,40 @@
-//! Helpers for the operator-command tests (`cli_ops.rs`, `cli_ops_admin.rs`): run the `dlq`
-//! binary, read its JSON, open the sink after it exited, and write reference-000 layouts.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Running the `dlq` binary the way the end-to-end tests do.
+//!
+//! A library cannot name the binary itself (`CARGO_BIN_EXE_dlq` is only set for the dlq
+//! package's own tests and benches), so every helper takes its path: a test passes
+//! `env!("CARGO_BIN_EXE_dlq")`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use chrono::{DateTime, Duration, Utc};
 use dlq::domain::event::Event;
 use dlq::domain::model::DeadLetteredItem;
 use dlq::sink::{Sink, SinkConfig, SledSink};
-use serde_json::{json, Value};
+use serde_json::Value;
+
+/// `BIN --data-dir DIR --nats-url URL --format json ARGS...`, with `DLQ_CONFIG` pointing at
+/// `DIR.yml` (each test writes its config beside its data directory).
+pub fn dlq_command(bin: &str, data_dir: &Path, url: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.arg("--data-dir")
+        .arg(data_dir)
+        .args(["--nats-url", url, "--format", "json"])
+        .args(args)
+        .env("DLQ_CONFIG", data_dir.with_extension("yml"));
+    cmd
+}
+
+/// Runs [`dlq_command`] to completion.
+pub fn dlq_output(bin: &str, data_dir: &Path, url: &str, args: &[&str]) -> Output {
+    dlq_command(bin, data_dir, url, args)
+        .output()
+        .expect("run the dlq binary")
+}
 
 /// A data directory with its config file and a bus URL.
 pub struct Env {
+    /// The `dlq` binary.
+    pub bin: PathBuf,
     /// Keeps the temporary directory alive.
     pub work: tempfile::TempDir,
     /// The data directory.
@@ -22,8 +44,9 @@ pub struct Env {
 }
 
 impl Env {
-    /// A fresh data directory; `url` is the bus (pass a free port for none).
-    pub fn new(url: &str) -> Env {
+    /// A fresh data directory for the `dlq` binary `bin` (a test passes
+    /// `env!("CARGO_BIN_EXE_dlq")`); `url` is the bus (pass [`crate::DEAD_BUS_URL`] for none).
+    pub fn new(bin: impl Into<PathBuf>, url: &str) -> Env {
         let work = tempfile::tempdir().unwrap();
         let data = work.path().join("data");
         // No emit-path retries and short timeouts keep runs without a bus fast.
@@ -33,6 +56,7 @@ impl Env {
         )
         .unwrap();
         Env {
+            bin: bin.into(),
             work,
             data,
             url: url.to_owned(),
@@ -47,7 +71,7 @@ impl Env {
     /// `dlq --format json <args>` (unless `args` has its own `--format`) on this data
     /// directory, stdin closed, logging errors only.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlq"));
+        let mut cmd = Command::new(&self.bin);
         cmd.arg("--data-dir")
             .arg(&self.data)
             .args(["--nats-url", &self.url])
@@ -123,60 +147,6 @@ pub fn failure(out: &Output) -> (Option<i32>, String) {
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// An item in reference 000's format (no `job_id`, no `error_pattern`, its own style of
-/// signature) that last failed `hours_ago` hours ago and first failed `first_days_ago` days ago.
-pub fn reference_item(id: &str, hours_ago: i64, first_days_ago: i64) -> Value {
-    let now = Utc::now();
-    let last: DateTime<Utc> = now - Duration::hours(hours_ago);
-    let first = now - Duration::days(first_days_ago) - Duration::hours(hours_ago);
-    json!({
-        "item_id": id,
-        "item_data": { "file": format!("src/{id}.rs"), "priority": 5 },
-        "first_attempt": first,
-        "last_attempt": last,
-        "failure_count": 1,
-        "failure_history": [{
-            "attempt_number": 1,
-            "timestamp": last,
-            "error_type": { "CommandFailed": { "exit_code": 101 } },
-            "error_message": "cargo test failed with exit code 101",
-            "stack_trace": "thread 'main' panicked at src/main.rs:42...",
-            "agent_id": "agent-1",
-            "step_failed": "shell: cargo test",
-            "duration_ms": 45000,
-            "json_log_location": format!("/logs/session-{id}.json")
-        }],
-        "error_signature": "CommandFailed::cargo test failed with exit",
-        "reprocess_eligible": true,
-        "manual_review_required": false,
-        "worktree_artifacts": {
-            "worktree_path": "/worktrees/agent-1",
-            "branch_name": "agent-1",
-            "uncommitted_changes": "src/main.rs modified",
-            "error_logs": "error.log contents..."
-        }
-    })
-}
-
-/// Writes a job directory of reference 000 (`items/{id}.json` and `index.json`) at `dir`.
-pub fn write_reference_job(dir: &Path, job_id: &str, items: &[Value]) {
-    std::fs::create_dir_all(dir.join("items")).unwrap();
-    let mut ids = Vec::new();
-    for item in items {
-        let id = item["item_id"].as_str().unwrap().to_owned();
-        let text = serde_json::to_string_pretty(item).unwrap();
-        std::fs::write(dir.join("items").join(format!("{id}.json")), text).unwrap();
-        ids.push(id);
-    }
-    let index = json!({
-        "job_id": job_id,
-        "item_count": ids.len(),
-        "item_ids": ids,
-        "updated_at": Utc::now(),
-    });
-    std::fs::write(dir.join("index.json"), index.to_string()).unwrap();
 }
 
 /// The `item_id`s of a `dlq list --format json` answer, in order.

@@ -5,9 +5,14 @@
 //! must be reported. The cluster drill runs 20 s against a private three-node JetStream cluster
 //! (`deploy/nats-cluster/`), with the baseline. The full drills (`--duration 5m`) are described
 //! in `chaos/README.md`.
+//!
+//! The drill runs `dlq verify` and `dlq republish` with the `dlq` binary next to `dlq-chaos`
+//! (another package's binary: Cargo builds it for the dlq package's own tests, so `cargo test
+//! --workspace` has it; after `cargo test -p dlq-chaos` alone, build it with `cargo build -p
+//! dlq`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,8 +24,8 @@ const DRILL_TIMEOUT: Duration = Duration::from_secs(150);
 /// recover after a 20 s fault.
 const CLUSTER_DRILL_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// A running drill; killed on drop (its guard then kills nats-server and the emitters stop
-/// when their stdin closes), so a failing test leaves no process behind.
+/// A running drill; killed on drop (its nats-servers die with it and the emitters stop when
+/// their stdin closes), so a failing test leaves no process behind.
 struct Drill(Child);
 
 impl Drop for Drill {
@@ -28,6 +33,17 @@ impl Drop for Drill {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The `dlq` binary of the same build as `dlq-chaos` (the drill's own default for `--dlq-bin`).
+fn dlq_bin() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_dlq-chaos")).with_file_name("dlq");
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `cargo test --workspace`, or `cargo build -p dlq` first",
+        bin.display()
+    );
+    bin
 }
 
 /// Runs `dlq-chaos drill --fault FAULT` with the short settings (10 s) plus `extra`, returns
@@ -55,12 +71,8 @@ fn drill_for(fault: &str, duration: &str, timeout: Duration, extra: &[&str]) -> 
         "100",
     ])
     .args(["--emitters", "2", "--warmup", "3s", "--after", "5s"])
-    .args([
-        "--drain-timeout",
-        "60s",
-        "--dlq-bin",
-        env!("CARGO_BIN_EXE_dlq"),
-    ])
+    .args(["--drain-timeout", "60s", "--dlq-bin"])
+    .arg(dlq_bin())
     .arg("--out")
     .arg(out.path())
     .args(extra)

@@ -1,10 +1,10 @@
-//! A private `nats-server` process with JetStream for one test.
+//! A private `nats-server` process with JetStream, for one test or one chaos drill.
 //!
-//! Each server gets its own loopback port, monitoring port and temporary store dir (file
-//! storage, so data survives `kill()` + `restart()`). It never touches a system server on
-//! 127.0.0.1:4222. `Drop` kills and reaps the process; and since the process is spawned with
-//! `PR_SET_PDEATHSIG` from a thread that lives as long as the test binary, it also dies if the
-//! test binary itself is killed.
+//! Each server gets its own loopback port, monitoring port and store dir (file storage, so
+//! data survives `kill()` + `restart()`): a temporary dir that goes with the server
+//! ([`NatsServer::start`]) or one the caller keeps ([`NatsServer::try_start_in`]). It never
+//! touches a system server on 127.0.0.1:4222. `Drop` kills and reaps the process; and since the
+//! process is spawned with [`spawn_tied`], it also dies if this process itself is killed.
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -15,7 +15,10 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tempfile::TempDir;
 
-use super::{free_port, http_get, poll_until, spawn_tied_to_test};
+use crate::net::{http_get, try_free_port};
+use crate::process::{proc_state, read_from, spawn_tied, tail};
+use crate::wait::poll_until;
+use crate::Error;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 const START_ATTEMPTS: usize = 8;
@@ -23,6 +26,8 @@ const RESTART_WINDOW: Duration = Duration::from_secs(10);
 const INSTALL_HINT: &str = "install it with `scripts/install-nats-server.sh` \
      (Debian: `apt-get install nats-server`) or set NATS_SERVER_BIN to its path";
 
+/// One `nats-server -js` on a loopback port with its own store, which can be killed, frozen,
+/// thawed and restarted on the same port and store.
 pub struct NatsServer {
     bin: PathBuf,
     extra: Vec<String>,
@@ -30,38 +35,53 @@ pub struct NatsServer {
     monitor_port: u16,
     child: Option<Child>,
     stopped: bool,
+    /// Holds the store, the log and the stderr file.
+    dir: PathBuf,
     store: PathBuf,
-    // Last field: dropped after `Drop::drop` has killed the process.
-    dir: TempDir,
+    // Last field: a temporary `dir` is removed after `Drop::drop` has killed the process.
+    _temp: Option<TempDir>,
 }
 
 impl NatsServer {
-    /// Starts `nats-server -js` on a free loopback port and waits until it is ready.
+    /// Starts `nats-server -js` on a free loopback port with a temporary store and waits until
+    /// it is ready; panics (with the log tail) if it cannot.
     pub fn start() -> NatsServer {
         NatsServer::start_with_args(&[])
     }
 
     /// Like [`NatsServer::start`], with extra command-line flags (kept for `restart`).
     pub fn start_with_args(extra: &[&str]) -> NatsServer {
-        let bin = find_binary();
-        let dir = tempfile::Builder::new()
+        let temp = tempfile::Builder::new()
             .prefix("dlq-nats-")
             .tempdir()
             .expect("create temp dir for nats-server");
-        let store = dir.path().join("store");
-        std::fs::create_dir_all(&store).expect("create store dir");
+        let dir = temp.path().to_path_buf();
+        NatsServer::try_start(&dir, extra, Some(temp)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts `nats-server -js` on a free loopback port with its store (`nats-store/`), log
+    /// (`nats-server.log`) and stderr (`nats-server.stderr`) in `dir`, which outlives the
+    /// server; returns once it is ready.
+    pub fn try_start_in(dir: &Path) -> Result<NatsServer, Error> {
+        NatsServer::try_start(dir, &[], None)
+    }
+
+    fn try_start(dir: &Path, extra: &[&str], temp: Option<TempDir>) -> Result<NatsServer, Error> {
+        let store = dir.join("nats-store");
+        std::fs::create_dir_all(&store)?;
         let mut server = NatsServer {
-            bin,
+            bin: find_binary()?,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             port: 0,
             monitor_port: 0,
             child: None,
             stopped: false,
+            dir: dir.to_path_buf(),
             store,
-            dir,
+            _temp: temp,
         };
-        server.boot(true);
-        server
+        server.boot(true)?;
+        Ok(server)
     }
 
     /// `nats://127.0.0.1:PORT`.
@@ -69,6 +89,7 @@ impl NatsServer {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
+    /// The client port (kept across restarts).
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -80,8 +101,14 @@ impl NatsServer {
 
     /// Pid of the current process; panics if the server was killed and not restarted.
     pub fn pid(&self) -> u32 {
-        let child = self.child.as_ref().expect("nats-server is not running");
-        child.id()
+        self.try_pid().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_pid(&self) -> Result<u32, Error> {
+        let child = self.child.as_ref();
+        child
+            .map(Child::id)
+            .ok_or_else(|| Error::new("nats-server is not running"))
     }
 
     /// The `-sd` store dir (JetStream data lives in `jetstream/` below it).
@@ -91,19 +118,20 @@ impl NatsServer {
 
     /// The server's log file (appended to across restarts).
     pub fn log_path(&self) -> PathBuf {
-        self.dir.path().join("nats-server.log")
+        self.dir.join("nats-server.log")
     }
 
     /// The last `lines` lines of the log, plus anything the process wrote to stderr.
     pub fn log_tail(&self, lines: usize) -> String {
-        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
-        let all: Vec<&str> = log.lines().collect();
-        let tail = all[all.len().saturating_sub(lines)..].join("\n");
         let stderr = std::fs::read_to_string(self.stderr_path()).unwrap_or_default();
-        format!("--- nats-server log tail ---\n{tail}\n--- stderr ---\n{stderr}")
+        format!(
+            "--- nats-server log tail ---\n{}\n--- stderr ---\n{stderr}",
+            tail(&self.log_path(), lines)
+        )
     }
 
-    /// SIGKILL and reap. No-op if already dead. The port and store dir are kept for `restart`.
+    /// SIGKILL (after SIGCONT if stopped) and reap. No-op if already dead. The port and store
+    /// dir are kept for `restart`.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let pid = Pid::from_raw(child.id() as i32);
@@ -116,40 +144,57 @@ impl NatsServer {
         self.stopped = false;
     }
 
+    /// [`NatsServer::try_stop`], panicking on failure.
+    pub fn stop(&mut self) {
+        self.try_stop().unwrap_or_else(|e| panic!("{e}"));
+    }
+
     /// SIGSTOP: the process is frozen; its port stays open (the kernel still completes TCP
     /// handshakes) but nothing is answered, so publishes hang. Returns once the kernel reports
     /// the process as stopped.
-    pub fn stop(&mut self) {
-        let pid = self.pid();
-        kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).expect("SIGSTOP nats-server");
+    pub fn try_stop(&mut self) -> Result<(), Error> {
+        let pid = self.try_pid()?;
+        kill(Pid::from_raw(pid as i32), Signal::SIGSTOP)
+            .map_err(|e| Error::new(format!("SIGSTOP nats-server {pid}: {e}")))?;
         self.stopped = true;
         poll_until(Duration::from_secs(5), || {
             (proc_state(pid) == Some('T')).then_some(())
         })
-        .unwrap_or_else(|| panic!("nats-server {pid} did not stop"));
+        .ok_or_else(|| Error::new(format!("nats-server {pid} did not stop")))
+    }
+
+    /// [`NatsServer::try_cont`], panicking on failure.
+    pub fn cont(&mut self) {
+        self.try_cont().unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// SIGCONT, then waits until the server answers `/healthz` again.
-    pub fn cont(&mut self) {
-        let pid = self.pid();
-        kill(Pid::from_raw(pid as i32), Signal::SIGCONT).expect("SIGCONT nats-server");
+    pub fn try_cont(&mut self) -> Result<(), Error> {
+        let pid = self.try_pid()?;
+        kill(Pid::from_raw(pid as i32), Signal::SIGCONT)
+            .map_err(|e| Error::new(format!("SIGCONT nats-server {pid}: {e}")))?;
         self.stopped = false;
         poll_until(READY_TIMEOUT, || {
             healthz_ok(self.monitor_port).then_some(())
         })
-        .unwrap_or_else(|| {
-            panic!(
+        .ok_or_else(|| {
+            Error::new(format!(
                 "nats-server not healthy after SIGCONT\n{}",
                 self.log_tail(40)
-            )
-        });
+            ))
+        })
+    }
+
+    /// [`NatsServer::try_restart`], panicking on failure.
+    pub fn restart(&mut self) {
+        self.try_restart().unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// Starts the server again on the same port and store dir (killing it first if it is still
     /// running). Retries for up to 10 s while the port is still held.
-    pub fn restart(&mut self) {
+    pub fn try_restart(&mut self) -> Result<(), Error> {
         self.kill();
-        self.boot(false);
+        self.boot(false)
     }
 
     /// True while the process exists (also while stopped); reaps it if it exited by itself.
@@ -165,48 +210,51 @@ impl NatsServer {
         }
     }
 
+    /// True while the process is frozen by [`NatsServer::stop`].
     pub fn is_stopped(&self) -> bool {
         self.stopped
     }
 
     fn stderr_path(&self) -> PathBuf {
-        self.dir.path().join("nats-server.stderr")
+        self.dir.join("nats-server.stderr")
     }
 
     /// Launches on a new port (`start`: up to 8 tries) or the same one (`restart`: for up to
     /// 10 s). The monitoring port is picked anew each try.
-    fn boot(&mut self, new_port: bool) {
+    fn boot(&mut self, new_port: bool) -> Result<(), Error> {
         let deadline = Instant::now() + RESTART_WINDOW;
         for attempt in 1.. {
             if new_port {
-                self.port = free_port(0);
+                self.port = try_free_port(0)?;
             }
-            self.monitor_port = free_port(self.port);
-            if let Ok(child) = self.launch() {
+            self.monitor_port = try_free_port(self.port)?;
+            if let Some(child) = self.launch()? {
                 self.child = Some(child);
-                return;
+                return Ok(());
             }
             let exhausted = if new_port {
                 attempt >= START_ATTEMPTS
             } else {
                 Instant::now() > deadline
             };
-            assert!(
-                !exhausted,
-                "nats-server: port {} still in use after {attempt} tries\n{}",
-                self.port,
-                self.log_tail(40)
-            );
+            if exhausted {
+                return Err(Error::new(format!(
+                    "nats-server: port {} still in use after {attempt} tries\n{}",
+                    self.port,
+                    self.log_tail(40)
+                )));
+            }
             std::thread::sleep(Duration::from_millis(if new_port { 10 } else { 200 }));
         }
+        unreachable!("the loop above returns")
     }
 
-    /// Spawns the process and waits until it is ready. `Err(())` means a port was taken (the
-    /// caller may retry); any other failure panics with the log tail.
-    fn launch(&self) -> Result<Child, ()> {
+    /// Spawns the process and waits until it is ready. `Ok(None)` means a port was taken (the
+    /// caller may retry); any other failure is an error with the log tail.
+    fn launch(&self) -> Result<Option<Child>, Error> {
         let log = self.log_path();
         let log_offset = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
-        let stderr = std::fs::File::create(self.stderr_path()).expect("create stderr file");
+        let stderr = std::fs::File::create(self.stderr_path())?;
         let flags = format!("-js -a 127.0.0.1 -p {} -m {}", self.port, self.monitor_port);
         let mut cmd = Command::new(&self.bin);
         cmd.args(flags.split(' '))
@@ -218,8 +266,12 @@ impl NatsServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);
-        let mut child = spawn_tied_to_test(cmd)
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}; {INSTALL_HINT}", self.bin.display()));
+        let mut child = spawn_tied(cmd).map_err(|e| {
+            Error::new(format!(
+                "cannot run {}: {e}; {INSTALL_HINT}",
+                self.bin.display()
+            ))
+        })?;
         // The monitor listener starts before the client one, and another process may own
         // the client port, so "Server is ready" in *our* log proves the bind succeeded.
         let outcome = poll_until(READY_TIMEOUT, || {
@@ -232,21 +284,21 @@ impl NatsServer {
             ready.then_some(Ok(()))
         });
         match outcome {
-            Some(Ok(())) => Ok(child),
+            Some(Ok(())) => Ok(Some(child)),
             Some(Err(_)) if read_from(&log, log_offset).contains("address already in use") => {
-                Err(())
+                Ok(None)
             }
-            Some(Err(status)) => panic!(
+            Some(Err(status)) => Err(Error::new(format!(
                 "nats-server exited during startup ({status})\n{}",
                 self.log_tail(40)
-            ),
+            ))),
             None => {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!(
+                Err(Error::new(format!(
                     "nats-server not ready within {READY_TIMEOUT:?}\n{}",
                     self.log_tail(40)
-                )
+                )))
             }
         }
     }
@@ -271,30 +323,21 @@ pub fn installed_binary() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// [`installed_binary`], or a panic saying how to install it.
-fn find_binary() -> PathBuf {
-    let bin = installed_binary().unwrap_or_else(|| panic!("nats-server not found; {INSTALL_HINT}"));
-    assert!(
-        bin.is_file(),
-        "NATS_SERVER_BIN={} does not exist; {INSTALL_HINT}",
-        bin.display()
-    );
-    bin
+/// [`installed_binary`] if it exists, else an error saying how to install it.
+pub fn find_binary() -> Result<PathBuf, Error> {
+    let bin = installed_binary()
+        .ok_or_else(|| Error::new(format!("nats-server not found; {INSTALL_HINT}")))?;
+    if !bin.is_file() {
+        return Err(Error::new(format!(
+            "NATS_SERVER_BIN={} does not exist; {INSTALL_HINT}",
+            bin.display()
+        )));
+    }
+    Ok(bin)
 }
 
-/// `GET /healthz` on the monitoring port returns 200.
-fn healthz_ok(monitor_port: u16) -> bool {
+/// `GET /healthz` on a monitoring port answers 200 (in a cluster: the node is current with
+/// the meta leader and its streams).
+pub fn healthz_ok(monitor_port: u16) -> bool {
     matches!(http_get(monitor_port, "/healthz"), Some((200, _)))
-}
-
-fn read_from(path: &Path, offset: u64) -> String {
-    let bytes = std::fs::read(path).unwrap_or_default();
-    let start = (offset as usize).min(bytes.len());
-    String::from_utf8_lossy(&bytes[start..]).into_owned()
-}
-
-/// The state letter from `/proc/PID/stat` (`R`, `S`, `T` stopped, `Z` zombie, ...).
-fn proc_state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
 }

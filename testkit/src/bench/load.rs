@@ -1,8 +1,5 @@
 //! Concurrent load for the benches: `k` tasks sharing `total` calls of one async closure, with
 //! each call's latency in a histogram.
-//!
-//! Each bench uses part of it (hence `dead_code` allowed), like `tests/common`.
-#![allow(dead_code)]
 
 use std::future::Future;
 use std::time::Instant;

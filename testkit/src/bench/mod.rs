@@ -1,0 +1,5 @@
+//! What the benches share: concurrent load with latency histograms ([`load`]) and the one row
+//! format every bench writes with `--json` and `suite_table` merges ([`suite`]).
+
+pub mod load;
+pub mod suite;
