@@ -220,7 +220,7 @@ pub enum CliError {
     Query(#[from] crate::query::QueryError),
     /// The job runner failed.
     #[error(transparent)]
-    Run(crate::runner::error::RunError),
+    Run(crate::runner::RunError),
     /// Writing output failed.
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),

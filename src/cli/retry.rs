@@ -12,8 +12,7 @@ use super::open;
 use super::run::{runner_options, RunnerArgs};
 use super::{Cli, CliError, Format, EXIT_INCOMPLETE, EXIT_OK};
 use crate::filter::Filter;
-use crate::runner::error::RunError;
-use crate::runner::retry::{retry_job, RetryOptions, RetryReport};
+use crate::runner::{retry_job, RetryOptions, RetryReport, RunError};
 use crate::serve::ServeError;
 
 /// Options of `dlq retry`.

@@ -80,7 +80,7 @@ pub enum RunError {
 impl RunError {
     /// The `dlq` exit code for this error: 2 for a bad workflow or job id, 3 for an unknown
     /// job, 1 otherwise.
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         match self {
             RunError::Workflow(_)
             | RunError::BadJobId(_)
@@ -93,7 +93,7 @@ impl RunError {
     }
 
     /// An I/O error on `path`.
-    pub fn store(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> RunError {
+    pub(super) fn store(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> RunError {
         let path = path.into();
         move |source| RunError::Store { path, source }
     }

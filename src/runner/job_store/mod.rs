@@ -25,35 +25,35 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::error::RunError;
-use super::events::{JobEvent, JobEventKind};
 use super::input::WorkItem;
-use super::stats::Outcome;
+use super::job_events::{JobEvent, JobEventKind};
+use super::job_summary::Outcome;
 use super::workflow::Workflow;
 use crate::model::ErrorType;
 
 /// Longest job id.
-pub const MAX_JOB_ID_BYTES: usize = 128;
+pub(super) const MAX_JOB_ID_BYTES: usize = 128;
 
 /// Everything fixed at the start of a job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobRecord {
+pub(crate) struct JobRecord {
     /// The job's id.
-    pub job_id: String,
+    pub(super) job_id: String,
     /// The workflow as parsed.
-    pub workflow: Workflow,
+    pub(super) workflow: Workflow,
     /// The workflow file.
-    pub workflow_path: PathBuf,
+    pub(super) workflow_path: PathBuf,
     /// Directory relative paths of the workflow resolve against (the file's directory).
-    pub base_dir: PathBuf,
+    pub(super) base_dir: PathBuf,
     /// When the job was created.
-    pub created_at: DateTime<Utc>,
+    pub(super) created_at: DateTime<Utc>,
     /// The selected work items, in dispatch order.
-    pub items: Vec<WorkItem>,
+    pub(super) items: Vec<WorkItem>,
 }
 
 /// One item's outcome.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OutcomeRecord {
+pub(super) struct OutcomeRecord {
     /// The item.
     pub item_id: String,
     /// How it ended.
@@ -72,14 +72,14 @@ pub struct OutcomeRecord {
 
 /// Handle on one job's directory.
 #[derive(Debug)]
-pub struct JobStore {
+pub(crate) struct JobStore {
     dir: PathBuf,
     outcomes: Mutex<File>,
     events: Mutex<File>,
 }
 
 /// Checks that `job_id` can name a directory and a DLQ job.
-pub fn validate_job_id(job_id: &str) -> Result<(), RunError> {
+pub(super) fn validate_job_id(job_id: &str) -> Result<(), RunError> {
     let ok = !job_id.is_empty()
         && job_id.len() <= MAX_JOB_ID_BYTES
         && !job_id.starts_with('.')
@@ -94,12 +94,12 @@ pub fn validate_job_id(job_id: &str) -> Result<(), RunError> {
 }
 
 /// The directory holding every job of a data directory.
-pub fn jobs_dir(data_dir: &Path) -> PathBuf {
+pub(crate) fn jobs_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("jobs")
 }
 
 /// The ids of the jobs in a data directory, sorted.
-pub fn list_jobs(data_dir: &Path) -> Result<Vec<String>, RunError> {
+pub(crate) fn list_jobs(data_dir: &Path) -> Result<Vec<String>, RunError> {
     let dir = jobs_dir(data_dir);
     let entries = match fs::read_dir(&dir) {
         Ok(entries) => entries,
@@ -119,7 +119,7 @@ pub fn list_jobs(data_dir: &Path) -> Result<Vec<String>, RunError> {
 
 impl JobStore {
     /// Creates the directory of a new job and writes `job.json`.
-    pub fn create(data_dir: &Path, record: &JobRecord) -> Result<JobStore, RunError> {
+    pub(super) fn create(data_dir: &Path, record: &JobRecord) -> Result<JobStore, RunError> {
         validate_job_id(&record.job_id)?;
         let dir = jobs_dir(data_dir).join(&record.job_id);
         if dir.join("job.json").exists() {
@@ -135,7 +135,7 @@ impl JobStore {
     }
 
     /// Opens an existing job; returns it with its record.
-    pub fn open(data_dir: &Path, job_id: &str) -> Result<(JobStore, JobRecord), RunError> {
+    pub(crate) fn open(data_dir: &Path, job_id: &str) -> Result<(JobStore, JobRecord), RunError> {
         validate_job_id(job_id)?;
         let dir = jobs_dir(data_dir).join(job_id);
         let path = dir.join("job.json");
@@ -168,17 +168,17 @@ impl JobStore {
     }
 
     /// The job's directory.
-    pub fn dir(&self) -> &Path {
+    pub(super) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// Every outcome recorded so far, in order.
-    pub fn outcomes(&self) -> Result<Vec<OutcomeRecord>, RunError> {
+    pub(super) fn outcomes(&self) -> Result<Vec<OutcomeRecord>, RunError> {
         read_lines(&self.dir.join("outcomes.jsonl"))
     }
 
     /// Records an outcome durably (written and fdatasync'ed).
-    pub fn append_outcome(&self, record: &OutcomeRecord) -> Result<(), RunError> {
+    pub(super) fn append_outcome(&self, record: &OutcomeRecord) -> Result<(), RunError> {
         let path = self.dir.join("outcomes.jsonl");
         let mut line = serde_json::to_vec(record).map_err(|err| RunError::Corrupt {
             path: path.clone(),
@@ -191,7 +191,7 @@ impl JobStore {
     }
 
     /// Appends a job event (not synced: events are informational).
-    pub fn append_event(&self, kind: JobEventKind) -> Result<(), RunError> {
+    pub(super) fn append_event(&self, kind: JobEventKind) -> Result<(), RunError> {
         let path = self.dir.join("events.jsonl");
         let event = JobEvent {
             at: Utc::now(),
@@ -207,12 +207,12 @@ impl JobStore {
     }
 
     /// The job's events, in order.
-    pub fn events(&self) -> Result<Vec<JobEvent>, RunError> {
+    pub(crate) fn events(&self) -> Result<Vec<JobEvent>, RunError> {
         read_lines(&self.dir.join("events.jsonl"))
     }
 
     /// Saves the latest summary as `summary.json`.
-    pub fn write_summary(&self, summary: &impl Serialize) -> Result<(), RunError> {
+    pub(super) fn write_summary(&self, summary: &impl Serialize) -> Result<(), RunError> {
         let path = self.dir.join("summary.json");
         let bytes = serde_json::to_vec_pretty(summary).map_err(|err| RunError::Corrupt {
             path: path.clone(),
@@ -222,28 +222,42 @@ impl JobStore {
     }
 
     /// The working directory of an item's agent: a readable, collision-free name.
-    pub fn agent_dir(&self, item_id: &str) -> PathBuf {
+    pub(super) fn agent_dir(&self, item_id: &str) -> PathBuf {
         self.dir.join("agents").join(agent_dir_name(item_id))
     }
 }
 
 /// A file-system-safe directory name for an item id: its safe characters (at most 48) and 12
 /// hex characters of its hash, so different ids never share a directory.
-pub fn agent_dir_name(item_id: &str) -> String {
-    let readable: String = item_id
-        .chars()
+pub(super) fn agent_dir_name(item_id: &str) -> String {
+    let readable = safe_chars(item_id, '_', 48);
+    let digest = Sha256::digest(item_id.as_bytes());
+    let hash: String = format!("{digest:x}").chars().take(12).collect();
+    format!("{readable}-{hash}")
+}
+
+/// The id of a job started without one: `<workflow name, made id-safe>-<UTC time to the
+/// millisecond>`.
+pub(super) fn default_job_id(workflow_name: &str) -> String {
+    let safe = safe_chars(workflow_name, '-', 64);
+    let safe = safe.trim_matches('-');
+    let prefix = if safe.is_empty() { "job" } else { safe };
+    format!("{prefix}-{}", Utc::now().format("%Y%m%dT%H%M%S%3fZ"))
+}
+
+/// The first `max` characters of `text`, each outside `[A-Za-z0-9_-]` replaced by
+/// `replacement`.
+fn safe_chars(text: &str, replacement: char, max: usize) -> String {
+    text.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
                 c
             } else {
-                '_'
+                replacement
             }
         })
-        .take(48)
-        .collect();
-    let digest = Sha256::digest(item_id.as_bytes());
-    let hash: String = format!("{digest:x}").chars().take(12).collect();
-    format!("{readable}-{hash}")
+        .take(max)
+        .collect()
 }
 
 fn poisoned(path: &Path) -> RunError {
@@ -312,5 +326,4 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), RunError> {
 }
 
 #[cfg(test)]
-#[path = "store_tests.rs"]
 mod tests;
