@@ -25,7 +25,7 @@ use crate::runner::workflow::{BackoffStrategy, RetryConfig};
 use std::time::Duration;
 
 /// Upper bound of every delay computed here: one day.
-pub(super) const DELAY_CEILING: Duration = Duration::from_secs(24 * 60 * 60);
+const DELAY_CEILING: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Delay before retry number `retry` (1-based: retry 1 happens after the first failed
 /// attempt; 0 counts as 1). `jitter_sample` is uniform in [0, 1) and only used when

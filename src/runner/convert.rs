@@ -13,7 +13,7 @@ use crate::model::FailureDetail;
 use crate::signature::classify;
 
 /// The step name recorded when no step is known (e.g. the agent never started).
-pub(super) const AGENT_STEP: &str = "agent_execution";
+const AGENT_STEP: &str = "agent_execution";
 
 /// The agent id used for an item's agent: stable across attempts and resumes.
 pub(super) fn agent_id(item_id: &str) -> String {

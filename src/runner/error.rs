@@ -18,7 +18,7 @@ pub enum RunError {
     Input(#[from] InputError),
     /// Reading or writing the job's state failed.
     #[error("job state {path}: {source} (check the data directory's permissions and free space)")]
-    Store {
+    JobState {
         /// The file or directory.
         path: PathBuf,
         /// The I/O error.
@@ -92,9 +92,9 @@ impl RunError {
         }
     }
 
-    /// An I/O error on `path`.
-    pub(super) fn store(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> RunError {
+    /// An I/O error on `path`, a file or directory of the job's state.
+    pub(super) fn job_state(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> RunError {
         let path = path.into();
-        move |source| RunError::Store { path, source }
+        move |source| RunError::JobState { path, source }
     }
 }

@@ -1,4 +1,4 @@
-//! Job metrics: outcome counts, failure rate, error types and recurring failure patterns.
+//! A job's summary: outcome counts, failure rate, error types and recurring failure patterns.
 //!
 //! Pure: the runner feeds every final outcome into a [`Tally`]; [`Tally::summary`] gives the
 //! [`JobSummary`] printed at the end of a job, saved with it, exported as Prometheus metrics and
@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 use crate::model::ErrorType;
 use crate::signature::{remediation, signature};
 
-/// A signature must recur this often to be reported as a failure pattern (reference 004).
-pub(super) const PATTERN_MIN_OCCURRENCES: u64 = 3;
+/// A signature must recur this often to be reported as a failure pattern: fewer is a one-off,
+/// not a pattern.
+const PATTERN_MIN_OCCURRENCES: u64 = 3;
 
 /// How many item ids a pattern lists as samples.
 const PATTERN_SAMPLES: usize = 5;
@@ -47,7 +48,8 @@ pub struct FailurePattern {
     pub sample_items: Vec<String>,
 }
 
-/// The metrics of a job (reference 004's error metrics, plus `pending`).
+/// The metrics of a job: its outcome counts (`pending` included), failure rate, error types
+/// and recurring failure patterns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct JobSummary {
     /// Items in the job.

@@ -21,7 +21,7 @@ use super::job_summary::Tally;
 use super::workflow::{ErrorPolicy, OnItemFailure};
 
 /// Completed items needed before `failure_threshold` is checked.
-pub(super) const THRESHOLD_MIN_COMPLETED: u64 = 10;
+const THRESHOLD_MIN_COMPLETED: u64 = 10;
 
 /// What to do with an item whose every attempt failed.
 #[derive(Debug, Clone, PartialEq, Eq)]

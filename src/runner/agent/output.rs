@@ -14,7 +14,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncSeekExt};
 pub(super) const MESSAGE_LINE_CHARS: usize = 200;
 
 /// Longest step label quoted in a failure message, in `char`s.
-pub(super) const LABEL_CHARS: usize = 120;
+const LABEL_CHARS: usize = 120;
 
 /// The last `max` bytes of `path` after byte `from`, as text cut at a character boundary;
 /// `None` when there are none.
@@ -96,7 +96,7 @@ pub(super) fn failure_message(
 }
 
 /// The last non-empty line of `text`, trimmed and cut to [`MESSAGE_LINE_CHARS`].
-pub(super) fn last_line(text: &str) -> Option<String> {
+fn last_line(text: &str) -> Option<String> {
     let line = text.lines().map(str::trim).rfind(|l| !l.is_empty())?;
     Some(cut_chars(line, MESSAGE_LINE_CHARS))
 }
@@ -113,7 +113,7 @@ pub(super) fn short_label(label: &str) -> String {
 }
 
 /// `text` cut to `max` chars, with `…` when something was cut.
-pub(super) fn cut_chars(text: &str, max: usize) -> String {
+fn cut_chars(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_string(),

@@ -15,10 +15,10 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use crate::runner::process_group::{self, Output};
 
 /// Time limit of one git command.
-pub(super) const GIT_TIMEOUT: Duration = Duration::from_secs(60);
+const GIT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Most bytes of `git status --porcelain` kept in the artifacts.
-pub(super) const MAX_STATUS_BYTES: usize = 16 * 1024;
+const MAX_STATUS_BYTES: usize = 16 * 1024;
 
 /// Longest sanitised job or item id kept in a branch name, before the hash suffix.
 const MAX_REF_COMPONENT: usize = 80;
@@ -65,7 +65,7 @@ pub(super) fn branch_name(job_id: &str, item_id: &str) -> String {
 /// a `.` that git forbids (leading, doubled, trailing); a trailing `.lock` gets a `_`. When
 /// anything changed, 8 hex digits of the SHA-256 of `raw` are appended so that distinct ids
 /// keep distinct branches.
-pub(super) fn ref_component(raw: &str) -> String {
+fn ref_component(raw: &str) -> String {
     let mut out = String::with_capacity(raw.len());
     for c in raw.chars().take(MAX_REF_COMPONENT) {
         let allowed = c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');

@@ -28,10 +28,16 @@ use thiserror::Error;
 use crate::decide::MAX_ID_BYTES;
 use crate::filter::{Filter, FilterError};
 
+mod load;
+mod sort;
+
+pub(super) use load::load_input;
+use sort::SortSpec;
+
 /// Largest input document accepted, in bytes (file or command output).
-pub(super) const MAX_INPUT_BYTES: usize = 256 * 1024 * 1024;
+const MAX_INPUT_BYTES: usize = 256 * 1024 * 1024;
 /// Longest accepted `json_path`, in bytes.
-pub(super) const MAX_JSON_PATH_BYTES: usize = 4096;
+const MAX_JSON_PATH_BYTES: usize = 4096;
 
 /// One unit of work: a stable id and the item's JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -359,12 +365,6 @@ fn write_canonical(value: &Value, out: &mut String) {
         scalar => out.push_str(&scalar.to_string()),
     }
 }
-
-mod load;
-mod sort;
-
-pub(super) use load::load_input;
-use sort::SortSpec;
 
 #[cfg(test)]
 mod tests;

@@ -32,7 +32,7 @@ use super::workflow::Workflow;
 use crate::model::ErrorType;
 
 /// Longest job id.
-pub(super) const MAX_JOB_ID_BYTES: usize = 128;
+const MAX_JOB_ID_BYTES: usize = 128;
 
 /// Everything fixed at the start of a job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -104,11 +104,11 @@ pub(crate) fn list_jobs(data_dir: &Path) -> Result<Vec<String>, RunError> {
     let entries = match fs::read_dir(&dir) {
         Ok(entries) => entries,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(err) => return Err(RunError::store(dir)(err)),
+        Err(err) => return Err(RunError::job_state(dir)(err)),
     };
     let mut ids = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(RunError::store(&dir))?;
+        let entry = entry.map_err(RunError::job_state(&dir))?;
         if entry.path().join("job.json").is_file() {
             ids.push(entry.file_name().to_string_lossy().into_owned());
         }
@@ -125,7 +125,7 @@ impl JobStore {
         if dir.join("job.json").exists() {
             return Err(RunError::JobExists(record.job_id.clone()));
         }
-        fs::create_dir_all(&dir).map_err(RunError::store(&dir))?;
+        fs::create_dir_all(&dir).map_err(RunError::job_state(&dir))?;
         let bytes = serde_json::to_vec_pretty(record).map_err(|err| RunError::Corrupt {
             path: dir.join("job.json"),
             reason: err.to_string(),
@@ -147,7 +147,7 @@ impl JobStore {
                     data_dir: data_dir.to_owned(),
                 })
             }
-            Err(err) => return Err(RunError::store(path)(err)),
+            Err(err) => return Err(RunError::job_state(path)(err)),
         };
         let record: JobRecord =
             serde_json::from_slice(&bytes).map_err(|err| RunError::Corrupt {
@@ -186,8 +186,8 @@ impl JobStore {
         })?;
         line.push(b'\n');
         let file = self.outcomes.lock().map_err(|_| poisoned(&path))?;
-        (&*file).write_all(&line).map_err(RunError::store(&path))?;
-        file.sync_data().map_err(RunError::store(&path))
+        (&*file).write_all(&line).map_err(RunError::job_state(&path))?;
+        file.sync_data().map_err(RunError::job_state(&path))
     }
 
     /// Appends a job event (not synced: events are informational).
@@ -203,7 +203,7 @@ impl JobStore {
         })?;
         line.push(b'\n');
         let file = self.events.lock().map_err(|_| poisoned(&path))?;
-        (&*file).write_all(&line).map_err(RunError::store(&path))
+        (&*file).write_all(&line).map_err(RunError::job_state(&path))
     }
 
     /// The job's events, in order.
@@ -229,7 +229,7 @@ impl JobStore {
 
 /// A file-system-safe directory name for an item id: its safe characters (at most 48) and 12
 /// hex characters of its hash, so different ids never share a directory.
-pub(super) fn agent_dir_name(item_id: &str) -> String {
+fn agent_dir_name(item_id: &str) -> String {
     let readable = safe_chars(item_id, '_', 48);
     let digest = Sha256::digest(item_id.as_bytes());
     let hash: String = format!("{digest:x}").chars().take(12).collect();
@@ -261,7 +261,7 @@ fn safe_chars(text: &str, replacement: char, max: usize) -> String {
 }
 
 fn poisoned(path: &Path) -> RunError {
-    RunError::Store {
+    RunError::JobState {
         path: path.to_owned(),
         source: std::io::Error::other("a writer panicked while holding this file"),
     }
@@ -274,17 +274,17 @@ fn open_log(path: &Path) -> Result<File, RunError> {
         .read(true)
         .append(true)
         .open(path)
-        .map_err(RunError::store(path))?;
+        .map_err(RunError::job_state(path))?;
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)
-        .map_err(RunError::store(path))?;
+        .map_err(RunError::job_state(path))?;
     if !bytes.is_empty() && bytes.last() != Some(&b'\n') {
         let keep = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-        file.set_len(keep as u64).map_err(RunError::store(path))?;
-        file.sync_data().map_err(RunError::store(path))?;
+        file.set_len(keep as u64).map_err(RunError::job_state(path))?;
+        file.sync_data().map_err(RunError::job_state(path))?;
         tracing::warn!(path = %path.display(), dropped = bytes.len() - keep, "cut a torn last line (the runner was killed mid-write)");
     }
-    file.seek(SeekFrom::End(0)).map_err(RunError::store(path))?;
+    file.seek(SeekFrom::End(0)).map_err(RunError::job_state(path))?;
     Ok(file)
 }
 
@@ -292,7 +292,7 @@ fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, Run
     let text = match fs::read_to_string(path) {
         Ok(text) => text,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(err) => return Err(RunError::store(path)(err)),
+        Err(err) => return Err(RunError::job_state(path)(err)),
     };
     let complete = match text.rfind('\n') {
         Some(end) => &text[..end],
@@ -313,14 +313,14 @@ fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, Run
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), RunError> {
     let tmp = path.with_extension("tmp");
-    let mut file = File::create(&tmp).map_err(RunError::store(&tmp))?;
-    file.write_all(bytes).map_err(RunError::store(&tmp))?;
-    file.sync_all().map_err(RunError::store(&tmp))?;
-    fs::rename(&tmp, path).map_err(RunError::store(path))?;
+    let mut file = File::create(&tmp).map_err(RunError::job_state(&tmp))?;
+    file.write_all(bytes).map_err(RunError::job_state(&tmp))?;
+    file.sync_all().map_err(RunError::job_state(&tmp))?;
+    fs::rename(&tmp, path).map_err(RunError::job_state(path))?;
     if let Some(parent) = path.parent() {
         File::open(parent)
             .and_then(|dir| dir.sync_all())
-            .map_err(RunError::store(parent))?;
+            .map_err(RunError::job_state(parent))?;
     }
     Ok(())
 }

@@ -264,7 +264,7 @@ impl Workflow {
     }
 
     /// Checks what the schema alone cannot: ranges, references and non-empty lists.
-    pub(super) fn validate(&self) -> Result<(), WorkflowError> {
+    fn validate(&self) -> Result<(), WorkflowError> {
         if self.name.trim().is_empty() {
             return Err(invalid("name", "must not be empty"));
         }
