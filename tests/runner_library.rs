@@ -1,12 +1,10 @@
-//! The job runner as a library (`dlq::runner::job::start`) in-process, with a real sled sink
+//! The job runner as a library (`dlq::runner::start`) in-process, with a real sled sink
 //! and a real nats-server: the job's Prometheus metrics and the report agree with what ran.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use dlq::bus::{BusConfig, NatsBus};
 use dlq::emitter::EmitterBuilder;
-use dlq::runner::context::RunOptions;
-use dlq::runner::job;
-use dlq::runner::progress::ProgressMode;
+use dlq::runner::{self, ProgressMode, RunOptions};
 use dlq::sink::{SinkConfig, SledSink};
 use dlq_testkit::stream::{metric_value, metrics};
 use dlq_testkit::NatsServer;
@@ -37,7 +35,7 @@ async fn a_job_exports_its_counts_and_failures_as_metrics() {
     .await
     .unwrap();
     let emitter = EmitterBuilder::new(sink, bus).build();
-    let report = job::start(
+    let report = runner::start(
         emitter.clone(),
         &workflow,
         Some("metrics-job".into()),

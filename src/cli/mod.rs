@@ -244,6 +244,6 @@ macro_rules! request_error_from {
 request_error_from!(
     crate::sink::SinkError,
     crate::query::QueryError,
-    crate::runner::error::RunError,
+    crate::runner::RunError,
     std::io::Error
 );

@@ -12,7 +12,7 @@ use super::open;
 use super::run::{runner_options, RunnerArgs};
 use super::{Cli, CliError, EXIT_INCOMPLETE, EXIT_OK};
 use crate::render::retry::write_retry;
-use crate::runner::retry::{retry_job, RetryOptions};
+use crate::runner::{retry_job, RetryOptions};
 use crate::serve::ServeError;
 
 /// Options of `dlq retry`.

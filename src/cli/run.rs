@@ -10,11 +10,8 @@ use tokio_util::sync::CancellationToken;
 use super::open::{self, NodeEmitter};
 use super::{Cli, CliError, Format, EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK};
 use crate::render::table::{cut, write_table};
-use crate::runner::context::{RunOptions, DEFAULT_AGENT_COMMAND};
-use crate::runner::error::RunError;
-use crate::runner::job::{self, JobReport};
-use crate::runner::progress::ProgressMode;
-use crate::runner::store::{list_jobs, JobStore};
+use crate::runner::DEFAULT_AGENT_COMMAND;
+use crate::runner::{self, list_jobs, JobReport, JobStore, ProgressMode, RunError, RunOptions};
 use crate::sink::Sink;
 
 /// How progress is shown.
@@ -37,7 +34,7 @@ pub struct RunnerArgs {
     #[arg(long, env = "DLQ_AGENT_COMMAND")]
     pub agent_command: Option<String>,
     /// Topic the failed items are dead-lettered under (per-topic retry settings apply).
-    #[arg(long, default_value = crate::runner::context::DEFAULT_TOPIC)]
+    #[arg(long, default_value = crate::runner::DEFAULT_TOPIC)]
     pub dlq_topic: String,
     /// How progress is shown.
     #[arg(long, value_enum, default_value_t)]
@@ -146,7 +143,7 @@ impl JobApi {
 /// Runs a new job.
 pub async fn run_job(cli: &Cli, args: &RunArgs) -> Result<u8, CliError> {
     session(cli, &args.runner, |emitter, options, cancel, mode| {
-        job::start(
+        runner::start(
             emitter,
             &args.workflow,
             args.job_id.clone(),
@@ -161,7 +158,7 @@ pub async fn run_job(cli: &Cli, args: &RunArgs) -> Result<u8, CliError> {
 /// Continues a job.
 pub async fn resume_job(cli: &Cli, args: &ResumeArgs) -> Result<u8, CliError> {
     session(cli, &args.runner, |emitter, options, cancel, mode| {
-        job::resume(
+        runner::resume(
             emitter,
             &args.job_id,
             args.include_dlq_items,
@@ -365,10 +362,10 @@ pub async fn run_jobs(cli: &Cli) -> Result<u8, CliError> {
     let mut rows = Vec::new();
     let mut docs = Vec::new();
     for id in ids {
-        let path = crate::runner::store::jobs_dir(&cli.data_dir)
+        let path = crate::runner::jobs_dir(&cli.data_dir)
             .join(&id)
             .join("summary.json");
-        let summary: Option<crate::runner::stats::JobSummary> = std::fs::read(&path)
+        let summary: Option<crate::runner::JobSummary> = std::fs::read(&path)
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok());
         let cells = match &summary {

@@ -5,7 +5,7 @@
 pub mod items;
 pub mod removal;
 pub mod report;
-pub mod retry;
+pub(crate) mod retry;
 pub mod table;
 
 /// Output formats.

@@ -3,10 +3,14 @@
 use std::io::Write;
 
 use super::Format;
-use crate::runner::retry::RetryReport;
+use crate::runner::RetryReport;
 
 /// Writes a retry report in `format` (json/jsonl: one JSON document; otherwise text).
-pub fn write_retry(out: &mut impl Write, format: Format, r: &RetryReport) -> std::io::Result<()> {
+pub(crate) fn write_retry(
+    out: &mut impl Write,
+    format: Format,
+    r: &RetryReport,
+) -> std::io::Result<()> {
     match format {
         Format::Json | Format::Jsonl => {
             serde_json::to_writer(&mut *out, r).map_err(std::io::Error::from)?;

@@ -4,7 +4,7 @@
 
 pub mod list;
 #[cfg(feature = "runner")]
-pub mod retry;
+pub(crate) mod retry;
 
 pub use list::{ListArgs, DEFAULT_LIMIT};
 
@@ -29,7 +29,7 @@ pub enum RequestError {
     /// The job runner failed.
     #[cfg(feature = "runner")]
     #[error(transparent)]
-    Run(#[from] crate::runner::error::RunError),
+    Run(#[from] crate::runner::RunError),
     /// Writing the answer failed.
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),

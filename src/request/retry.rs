@@ -3,11 +3,11 @@
 
 use super::RequestError;
 use crate::query::cel::CelFilter;
-use crate::runner::retry::RetryOptions;
+use crate::runner::RetryOptions;
 
 /// Checks `options` and compiles `filter` into them; a bad number or filter is a usage error
 /// (CLI exit 2, HTTP 400) and nothing is retried.
-pub fn checked(
+pub(crate) fn checked(
     mut options: RetryOptions,
     filter: Option<&str>,
 ) -> Result<RetryOptions, RequestError> {

@@ -25,26 +25,14 @@ use crate::runner::workflow::{BackoffStrategy, RetryConfig};
 use std::time::Duration;
 
 /// Upper bound of every delay computed here: one day.
-pub const DELAY_CEILING: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// [`schedule`] lists at most this many delays.
-pub const MAX_SCHEDULE_LEN: usize = 1000;
+const DELAY_CEILING: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Delay before retry number `retry` (1-based: retry 1 happens after the first failed
 /// attempt; 0 counts as 1). `jitter_sample` is uniform in [0, 1) and only used when
 /// `config.jitter` is set.
-pub fn retry_delay(config: &RetryConfig, retry: u32, jitter_sample: f64) -> Duration {
+pub(super) fn retry_delay(config: &RetryConfig, retry: u32, jitter_sample: f64) -> Duration {
     let sample = config.jitter.then_some(jitter_sample);
     delay(config, retry, sample)
-}
-
-/// The delays before each retry of an item allowed `max_attempts` attempts in total
-/// (`max_attempts − 1` delays, at most [`MAX_SCHEDULE_LEN`]), without jitter.
-pub fn schedule(config: &RetryConfig, max_attempts: u32) -> Vec<Duration> {
-    (1..max_attempts)
-        .take(MAX_SCHEDULE_LEN)
-        .map(|retry| delay(config, retry, None))
-        .collect()
 }
 
 fn delay(config: &RetryConfig, retry: u32, jitter_sample: Option<f64>) -> Duration {
@@ -135,6 +123,18 @@ mod tests {
 
     const MS: fn(u64) -> Duration = Duration::from_millis;
     const S: fn(u64) -> Duration = Duration::from_secs;
+
+    /// [`schedule`] lists at most this many delays.
+    const MAX_SCHEDULE_LEN: usize = 1000;
+
+    /// The delays before each retry of an item allowed `max_attempts` attempts in total
+    /// (`max_attempts − 1` delays, at most [`MAX_SCHEDULE_LEN`]), without jitter.
+    fn schedule(config: &RetryConfig, max_attempts: u32) -> Vec<Duration> {
+        (1..max_attempts)
+            .take(MAX_SCHEDULE_LEN)
+            .map(|retry| delay(config, retry, None))
+            .collect()
+    }
 
     fn config(backoff: BackoffStrategy) -> RetryConfig {
         RetryConfig {

@@ -2,17 +2,17 @@
 //! options and the cancellation token.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::agent::{AgentSpec, IsolationMode, StepSpec};
-use super::events::JobEventKind;
+use super::agent::AgentSpec;
 use super::input::WorkItem;
-use super::stats::{Outcome, Tally};
-use super::store::{JobRecord, JobStore};
-use super::workflow::{Isolation, Step};
+use super::job_events::JobEventKind;
+use super::job_store::{JobRecord, JobStore};
+use super::job_summary::{Outcome, Tally};
+use super::workflow::{Step, Workflow};
 use crate::bus::Bus;
 use crate::emitter::Emitter;
 use crate::metrics as m;
@@ -20,10 +20,10 @@ use crate::sink::SledSink;
 
 /// The command `claude:` steps run when neither the config nor `DLQ_AGENT_COMMAND` says
 /// otherwise: Claude Code in print mode; the prompt is appended as one argument.
-pub const DEFAULT_AGENT_COMMAND: &str = "claude --print";
+pub(crate) const DEFAULT_AGENT_COMMAND: &str = "claude --print";
 
 /// The topic failed items are dead-lettered under (per-topic retry settings apply).
-pub const DEFAULT_TOPIC: &str = "mapreduce";
+pub(crate) const DEFAULT_TOPIC: &str = "mapreduce";
 
 /// Options of a run that are not part of the workflow.
 #[derive(Debug, Clone)]
@@ -51,7 +51,7 @@ impl RunOptions {
 }
 
 /// Shared state of a running job.
-pub struct JobContext<B: Bus> {
+pub(super) struct JobContext<B: Bus> {
     /// Where failures go.
     pub emitter: Emitter<SledSink, B>,
     /// The job's state on disk.
@@ -68,38 +68,30 @@ pub struct JobContext<B: Bus> {
 
 impl<B: Bus> JobContext<B> {
     /// Records a job event; a failure to write it is logged, never fatal.
-    pub fn event(&self, kind: JobEventKind) {
+    pub(super) fn event(&self, kind: JobEventKind) {
         if let Err(err) = self.store.append_event(kind) {
             warn!(error = %err, "could not write a job event");
         }
     }
 
     /// The agent spec that runs `steps` for `item`.
-    pub fn agent_spec(&self, item: &WorkItem, steps: &[Step]) -> AgentSpec {
+    pub(super) fn agent_spec(&self, item: &WorkItem, steps: &[Step]) -> AgentSpec {
         let workflow = &self.record.workflow;
-        let mut env = workflow.env.clone();
-        env.insert(
-            "DLQ_WORKFLOW_DIR".into(),
-            self.record.base_dir.display().to_string(),
-        );
         AgentSpec {
             job_id: self.record.job_id.clone(),
             item_id: item.id.clone(),
             agent_id: super::convert::agent_id(&item.id),
-            steps: steps.iter().map(step_spec).collect(),
+            steps: steps.to_vec(),
             item: item.data.clone(),
             map_vars: self.map_vars.clone(),
-            env,
+            env: step_env(workflow, &self.record.base_dir),
             work_dir: self.store.agent_dir(&item.id),
             cwd: None,
             timeout: workflow
                 .map
                 .agent_timeout_secs
                 .map(std::time::Duration::from_secs),
-            isolation: match workflow.map.isolation {
-                Isolation::None => IsolationMode::None,
-                Isolation::Worktree => IsolationMode::Worktree,
-            },
+            isolation: workflow.map.isolation,
             repo_dir: self.record.base_dir.clone(),
             agent_command: self.options.agent_command.clone(),
         }
@@ -107,7 +99,10 @@ impl<B: Bus> JobContext<B> {
 
     /// Removes an item of this job from the DLQ because it now succeeded (a `resolved`
     /// removal event). An item already gone is not an error.
-    pub async fn remove_resolved(&self, item_id: &str) -> Result<(), crate::emitter::EmitError> {
+    pub(super) async fn remove_resolved(
+        &self,
+        item_id: &str,
+    ) -> Result<(), crate::emitter::EmitError> {
         let command = crate::domain::command::Command::Remove {
             job_id: self.record.job_id.clone(),
             item_id: item_id.to_owned(),
@@ -120,7 +115,7 @@ impl<B: Bus> JobContext<B> {
     }
 
     /// Exports the job's counts as Prometheus gauges.
-    pub fn export_counts(&self, tally: &Tally) {
+    pub(super) fn export_counts(&self, tally: &Tally) {
         let job = self.record.job_id.clone();
         for (outcome, value) in [
             ("succeeded", tally.count(Outcome::Succeeded)),
@@ -135,10 +130,10 @@ impl<B: Bus> JobContext<B> {
     }
 }
 
-/// The agent's form of a workflow step.
-pub fn step_spec(step: &Step) -> StepSpec {
-    match step {
-        Step::Shell(text) => StepSpec::Shell(text.clone()),
-        Step::Claude(text) => StepSpec::Claude(text.clone()),
-    }
+/// The environment of every step: the workflow's `env` and `DLQ_WORKFLOW_DIR`, the directory
+/// relative paths of the workflow resolve against.
+pub(super) fn step_env(workflow: &Workflow, base_dir: &Path) -> BTreeMap<String, String> {
+    let mut env = workflow.env.clone();
+    env.insert("DLQ_WORKFLOW_DIR".into(), base_dir.display().to_string());
+    env
 }

@@ -1,25 +1,22 @@
-//! Pure conversion of an agent's result into dead-letter records (reference 001).
+//! Pure conversion of an agent's result into the failure record of a dead-lettered item.
 //!
-//! [`failure_detail`] turns one failed or timed-out attempt into a [`FailureDetail`];
-//! [`agent_result_to_dlq_item`] builds a complete [`DeadLetteredItem`] for a single attempt.
-//! The runner keeps the details of every attempt of an item and builds the final item from the
-//! whole history with [`crate::domain::failure::dead_lettered_item`], so `failure_count` equals the
+//! [`failure_detail`] turns one failed or timed-out attempt into a [`FailureDetail`]. The
+//! runner keeps the details of every attempt of an item and builds the dead-lettered item from
+//! the whole history with [`crate::domain::failure::dead_lettered_item`], so `failure_count` equals the
 //! attempts made. Successful and cancelled agents produce nothing: a cancelled agent did not
 //! fail, its item stays pending.
 
 use chrono::{DateTime, Utc};
 
 use super::agent::{AgentResult, AgentStatus};
-use super::input::WorkItem;
-use crate::domain::failure::dead_lettered_item;
-use crate::domain::model::{DeadLetteredItem, FailureDetail};
+use crate::domain::model::FailureDetail;
 use crate::domain::signature::classify;
 
 /// The step name recorded when no step is known (e.g. the agent never started).
-pub const AGENT_STEP: &str = "agent_execution";
+const AGENT_STEP: &str = "agent_execution";
 
 /// The agent id used for an item's agent: stable across attempts and resumes.
-pub fn agent_id(item_id: &str) -> String {
+pub(super) fn agent_id(item_id: &str) -> String {
     format!("agent-{item_id}")
 }
 
@@ -28,7 +25,7 @@ pub fn agent_id(item_id: &str) -> String {
 /// Timeouts are classified as [`crate::domain::model::ErrorType::Timeout`] whatever the output said;
 /// other failures are classified from their message and exit code by
 /// [`crate::domain::signature::classify`]. The stderr tail becomes the stack trace.
-pub fn failure_detail(
+pub(super) fn failure_detail(
     result: &AgentResult,
     attempt: u32,
     now: DateTime<Utc>,
@@ -61,25 +58,6 @@ pub fn failure_detail(
     })
 }
 
-/// The dead-lettered item for one attempt of `work_item` in job `job_id`, or `None` when the
-/// agent succeeded or was cancelled.
-pub fn agent_result_to_dlq_item(
-    job_id: &str,
-    result: &AgentResult,
-    work_item: &WorkItem,
-    attempt: u32,
-    now: DateTime<Utc>,
-) -> Option<DeadLetteredItem> {
-    let detail = failure_detail(result, attempt, now)?;
-    dead_lettered_item(
-        job_id,
-        &work_item.id,
-        work_item.data.clone(),
-        vec![detail],
-        result.worktree.clone(),
-    )
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
@@ -88,7 +66,29 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::domain::model::{ErrorType, WorktreeArtifacts};
+    use crate::domain::failure::dead_lettered_item;
+    use crate::domain::model::{DeadLetteredItem, ErrorType, WorktreeArtifacts};
+    use crate::runner::input::WorkItem;
+
+    /// The dead-lettered item for one attempt of `work_item` in job `job_id`, built as the runner
+    /// builds it (from the attempts' failure details), or `None` when the agent succeeded or was
+    /// cancelled.
+    fn agent_result_to_dlq_item(
+        job_id: &str,
+        result: &AgentResult,
+        work_item: &WorkItem,
+        attempt: u32,
+        now: DateTime<Utc>,
+    ) -> Option<DeadLetteredItem> {
+        let detail = failure_detail(result, attempt, now)?;
+        dead_lettered_item(
+            job_id,
+            &work_item.id,
+            work_item.data.clone(),
+            vec![detail],
+            result.worktree.clone(),
+        )
+    }
 
     fn result(status: AgentStatus) -> AgentResult {
         AgentResult {

@@ -18,7 +18,7 @@ pub enum RunError {
     Input(#[from] InputError),
     /// Reading or writing the job's state failed.
     #[error("job state {path}: {source} (check the data directory's permissions and free space)")]
-    Store {
+    JobState {
         /// The file or directory.
         path: PathBuf,
         /// The I/O error.
@@ -78,8 +78,8 @@ pub enum RunError {
 }
 
 impl RunError {
-    /// The `dlq` exit code for this error: 2 for a bad workflow or job id, 3 for an unknown
-    /// job, 1 otherwise.
+    /// Which kind of failure this is: usage for a bad workflow, job id or filter, not found
+    /// for an unknown job, a failure otherwise.
     pub fn class(&self) -> crate::ErrorClass {
         match self {
             RunError::Workflow(_)
@@ -92,9 +92,9 @@ impl RunError {
         }
     }
 
-    /// An I/O error on `path`.
-    pub fn store(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> RunError {
+    /// An I/O error on `path`, a file or directory of the job's state.
+    pub(super) fn job_state(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> RunError {
         let path = path.into();
-        move |source| RunError::Store { path, source }
+        move |source| RunError::JobState { path, source }
     }
 }

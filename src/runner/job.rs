@@ -13,16 +13,18 @@ use chrono::Utc;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use super::agent::{run_agent, AgentSpec, AgentStatus, IsolationMode};
-use super::context::{step_spec, JobContext, RunOptions};
+use super::agent::{run_agent, AgentSpec, AgentStatus};
+use super::context::{step_env, JobContext, RunOptions};
 use super::error::RunError;
-use super::events::JobEventKind;
 use super::input::{load_input, select_items, InputSource, SelectOptions};
+use super::job_events::JobEventKind;
+use super::job_store::{
+    default_job_id, jobs_dir, validate_job_id, JobRecord, JobStore, OutcomeRecord,
+};
+use super::job_summary::{JobSummary, Outcome, Tally};
 use super::map::{run_map, MapEnd, Work};
 use super::progress::{Progress, ProgressMode};
-use super::stats::{JobSummary, Outcome, Tally};
-use super::store::{validate_job_id, JobRecord, JobStore, OutcomeRecord};
-use super::workflow::{Input, Step, Workflow};
+use super::workflow::{Input, Isolation, Step, Workflow};
 use crate::bus::Bus;
 use crate::emitter::Emitter;
 use crate::sink::SledSink;
@@ -72,14 +74,14 @@ pub async fn start<B: Bus>(
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let job_id = job_id.unwrap_or_else(|| default_job_id(&workflow.name));
     validate_job_id(&job_id)?;
-    if super::store::jobs_dir(&options.data_dir)
+    if jobs_dir(&options.data_dir)
         .join(&job_id)
         .join("job.json")
         .exists()
     {
         return Err(RunError::JobExists(job_id));
     }
-    let scratch = super::store::jobs_dir(&options.data_dir).join(&job_id);
+    let scratch = jobs_dir(&options.data_dir).join(&job_id);
     run_steps(
         &workflow,
         &workflow.setup,
@@ -129,7 +131,7 @@ pub async fn start<B: Bus>(
 
 /// Continues a saved job: its pending items, and with `include_dlq_items` its items still in
 /// the DLQ (those that succeed leave the DLQ through a `resolved` removal event).
-pub async fn resume<B: Bus>(
+pub(crate) async fn resume<B: Bus>(
     emitter: Emitter<SledSink, B>,
     job_id: &str,
     include_dlq_items: bool,
@@ -282,20 +284,18 @@ async fn run_steps(
     if steps.is_empty() {
         return Ok(());
     }
-    let mut env = workflow.env.clone();
-    env.insert("DLQ_WORKFLOW_DIR".into(), base_dir.display().to_string());
     let spec = AgentSpec {
         job_id: String::new(),
         item_id: String::new(),
         agent_id: "setup".into(),
-        steps: steps.iter().map(step_spec).collect(),
+        steps: steps.to_vec(),
         item: serde_json::Value::Null,
         map_vars: map_vars.clone(),
-        env,
+        env: step_env(workflow, base_dir),
         work_dir: log_dir.to_path_buf(),
         cwd: Some(base_dir.to_path_buf()),
         timeout: None,
-        isolation: IsolationMode::None,
+        isolation: Isolation::None,
         repo_dir: base_dir.to_path_buf(),
         agent_command: options.agent_command.clone(),
     };
@@ -312,22 +312,4 @@ async fn run_steps(
 
 fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
-}
-
-/// `<workflow name, made id-safe>-<UTC time to the millisecond>`.
-pub fn default_job_id(name: &str) -> String {
-    let safe: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .take(64)
-        .collect();
-    let safe = safe.trim_matches('-');
-    let prefix = if safe.is_empty() { "job" } else { safe };
-    format!("{prefix}-{}", Utc::now().format("%Y%m%dT%H%M%S%3fZ"))
 }

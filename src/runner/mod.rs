@@ -2,26 +2,64 @@
 //! applies the workflow's error policy and dead-letters items that keep failing through the
 //! embedded [`crate::emitter`].
 //!
-//! Pure parts (workflow schema, backoff, circuit breaker, template rendering, conversion of
-//! agent results, error policy decisions, job metrics) are separate from the parts that do I/O
-//! (agent processes, input loading, job state on disk, the orchestrating loop in [`map`] and
-//! [`job`]).
+//! # Use as a library
+//!
+//! [`start`] runs a workflow file as a new job with an emitter of yours and returns its
+//! [`JobReport`]; [`RunOptions`] says where the job's state lives and which command runs
+//! `claude:` steps, [`ProgressMode`] whether progress is shown. Failures to run a job at all
+//! are [`RunError`]s; items that fail are outcomes, counted in the report's [`JobSummary`].
+//!
+//! # Layout
+//!
+//! Pure parts, without I/O:
+//! - `workflow`: the workflow file's schema, parsing and validation (its `error_policy`
+//!   section in `workflow::error_policy`);
+//! - `on_failure`: what the error policy decides for an item that failed every attempt, and
+//!   when the job stops;
+//! - `backoff`: delays between retries; `breaker`: the circuit breaker;
+//! - `template`: `${...}` rendering of steps, item data never executed;
+//! - `convert`: an agent's result as a failure record;
+//! - `job_summary`: the running tally of outcomes and the summary made from it;
+//! - `job_events`: what happened during a job (`dlq events`).
+//!
+//! Parts that do I/O:
+//! - `process_group`: every process the runner starts, in a process group of its own;
+//! - `agent`: one work item's steps as processes, optionally in a git worktree;
+//! - `input`: reading the input document and selecting the work items;
+//! - `job_store`: a job's state on disk (`<data dir>/jobs/<job id>/`);
+//! - `job`: starting and resuming jobs (setup, map, reduce); `map`: the map phase;
+//!   `retry`: `dlq retry` of dead-lettered items;
+//! - `context`, `progress`, `error_collection`, `error`: what they share.
 
-pub mod agent;
-pub mod backoff;
-pub mod breaker;
-pub mod context;
-pub mod convert;
-pub mod error;
-pub mod events;
-pub mod input;
-pub mod job;
-pub mod map;
-pub mod policy;
-pub mod progress;
-pub mod report;
-pub mod retry;
-pub mod shell;
-pub mod stats;
-pub mod store;
-pub mod workflow;
+mod agent;
+mod backoff;
+mod breaker;
+mod context;
+mod convert;
+mod error;
+mod error_collection;
+mod input;
+mod job;
+mod job_events;
+mod job_store;
+mod job_summary;
+mod map;
+mod on_failure;
+mod process_group;
+mod progress;
+mod retry;
+mod template;
+mod workflow;
+
+pub use context::RunOptions;
+pub use error::RunError;
+pub use input::InputError;
+pub use job::{start, JobReport};
+pub use job_summary::{FailurePattern, JobSummary};
+pub use progress::ProgressMode;
+pub use workflow::WorkflowError;
+
+pub(crate) use context::{DEFAULT_AGENT_COMMAND, DEFAULT_TOPIC};
+pub(crate) use job::resume;
+pub(crate) use job_store::{jobs_dir, list_jobs, JobStore};
+pub(crate) use retry::{retry_job, RetryOptions, RetryReport};

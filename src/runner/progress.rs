@@ -19,7 +19,7 @@ pub enum ProgressMode {
 }
 
 /// The progress display of one run.
-pub struct Progress {
+pub(super) struct Progress {
     bar: Option<ProgressBar>,
     lines: bool,
     total: u64,
@@ -29,7 +29,7 @@ pub struct Progress {
 
 impl Progress {
     /// Starts a display for `total` items.
-    pub fn new(mode: ProgressMode, total: u64) -> Self {
+    pub(super) fn new(mode: ProgressMode, total: u64) -> Self {
         let terminal = std::io::stderr().is_terminal();
         let bar = (mode == ProgressMode::Auto && terminal).then(|| {
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
@@ -51,7 +51,7 @@ impl Progress {
     }
 
     /// An item finished; `line` describes it.
-    pub fn finished(&mut self, failed: bool, in_flight: usize, line: &str) {
+    pub(super) fn finished(&mut self, failed: bool, in_flight: usize, line: &str) {
         self.done += 1;
         if failed {
             self.failed += 1;
@@ -65,14 +65,14 @@ impl Progress {
     }
 
     /// The number of agents in flight changed.
-    pub fn in_flight(&self, in_flight: usize) {
+    pub(super) fn in_flight(&self, in_flight: usize) {
         if let Some(bar) = &self.bar {
             bar.set_message(format!("failed {}  in flight {in_flight}", self.failed));
         }
     }
 
     /// A message that is not about one item (breaker, stop, error reports).
-    pub fn note(&self, line: &str) {
+    pub(super) fn note(&self, line: &str) {
         match &self.bar {
             Some(bar) => bar.println(line),
             None if self.lines => eprintln!("{line}"),
@@ -81,7 +81,7 @@ impl Progress {
     }
 
     /// Removes the bar.
-    pub fn finish(&self) {
+    pub(super) fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }

@@ -2,7 +2,7 @@
 //!
 //! The request waits until the retry finished and answers its report, rendered like `dlq
 //! retry` prints it. Two requests for one job at the same time never run one item twice: each
-//! item is claimed by the retry running it (see [`crate::runner::retry`]).
+//! item is claimed by the retry running it (see [`crate::runner::retry_job`]).
 
 use std::path::PathBuf;
 
@@ -16,8 +16,7 @@ use super::client::params::Params;
 use super::routes::{rendered, Answer, Pairs, Shared};
 use crate::render::retry::write_retry;
 use crate::request::RequestError;
-use crate::runner::progress::ProgressMode;
-use crate::runner::retry::{retry_job, RetryOptions};
+use crate::runner::{retry_job, ProgressMode, RetryOptions};
 
 /// The JSON body of `POST /v1/jobs/{job_id}/retry` (`{}` for the defaults of the CLI).
 #[derive(Debug, Default, Deserialize)]

@@ -38,7 +38,7 @@ pub struct AppState {
     /// The Prometheus recorder's handle, rendered by `/metrics`.
     pub metrics: PrometheusHandle,
     /// How `POST /v1/jobs/{job_id}/retry` runs agents (data directory, agent command, topic).
-    pub run: crate::runner::context::RunOptions,
+    pub run: crate::runner::RunOptions,
 }
 
 /// The shared state as handlers receive it.

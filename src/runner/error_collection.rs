@@ -3,29 +3,29 @@
 //! the default). Reports go to the progress display and the job's events.
 
 use super::context::JobContext;
-use super::events::JobEventKind;
+use super::job_events::JobEventKind;
 use super::progress::Progress;
 use super::workflow::ErrorCollection;
 use crate::bus::Bus;
 
 /// Collects failure lines and emits them per the strategy.
 #[derive(Debug)]
-pub struct ErrorReporter {
+pub(super) struct ErrorCollector {
     strategy: ErrorCollection,
     pending: Vec<String>,
 }
 
-impl ErrorReporter {
+impl ErrorCollector {
     /// A reporter for `strategy`.
-    pub fn new(strategy: ErrorCollection) -> Self {
-        ErrorReporter {
+    pub(super) fn new(strategy: ErrorCollection) -> Self {
+        ErrorCollector {
             strategy,
             pending: Vec::new(),
         }
     }
 
     /// Adds one failed item's line; reports now if the strategy says so.
-    pub fn add<B: Bus>(&mut self, ctx: &JobContext<B>, progress: &Progress, line: String) {
+    pub(super) fn add<B: Bus>(&mut self, ctx: &JobContext<B>, progress: &Progress, line: String) {
         self.pending.push(line);
         let due = match self.strategy {
             ErrorCollection::Immediate => true,
@@ -38,7 +38,7 @@ impl ErrorReporter {
     }
 
     /// Reports whatever is collected.
-    pub fn flush<B: Bus>(&mut self, ctx: &JobContext<B>, progress: &Progress) {
+    pub(super) fn flush<B: Bus>(&mut self, ctx: &JobContext<B>, progress: &Progress) {
         if self.pending.is_empty() {
             return;
         }

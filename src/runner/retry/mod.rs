@@ -13,41 +13,35 @@
 //! run again. Within one process (e.g. two API requests to `dlq serve`) an item being retried
 //! is claimed, so two concurrent retries never run the same item; two processes cannot open
 //! the same data directory at all.
-
-use std::collections::HashSet;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
 use serde::Serialize;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
 
-use super::agent::{run_agent, AgentStatus};
-use super::backoff::retry_delay;
 use super::context::{JobContext, RunOptions};
-use super::convert::failure_detail;
 use super::error::RunError;
-use super::events::JobEventKind;
-use super::input::WorkItem;
+use super::job_store::{JobRecord, JobStore};
 use super::progress::{Progress, ProgressMode};
-use super::stats::Outcome;
-use super::store::{JobRecord, JobStore, OutcomeRecord};
 use super::workflow::Workflow;
 use crate::bus::Bus;
-use crate::domain::failure::dead_lettered_item;
 use crate::emitter::Emitter;
 use crate::query::cel::CelFilter;
 use crate::sink::SledSink;
+
+mod item;
+
+use item::{retry_item, ItemEnd};
 
 /// How many item ids a dry run lists.
 const DRY_RUN_LISTED: usize = 1000;
 
 /// What to retry and how.
 #[derive(Debug, Clone)]
-pub struct RetryOptions {
+pub(crate) struct RetryOptions {
     /// Items retried at once.
     pub parallel: usize,
     /// Attempts per item.
@@ -77,7 +71,7 @@ impl Default for RetryOptions {
 
 /// What a retry did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
-pub struct RetryReport {
+pub(crate) struct RetryReport {
     /// The job.
     pub job_id: String,
     /// Nothing ran.
@@ -102,44 +96,10 @@ pub struct RetryReport {
     pub items: Vec<String>,
 }
 
-/// How one item's retry ended.
-enum ItemEnd {
-    Resolved,
-    FailedAgain,
-    Busy,
-    Gone,
-    NotRecorded,
-    Interrupted,
-}
-
-fn claims() -> &'static Mutex<HashSet<(String, String)>> {
-    static CLAIMS: OnceLock<Mutex<HashSet<(String, String)>>> = OnceLock::new();
-    CLAIMS.get_or_init(Default::default)
-}
-
-/// Releases a claim when the item's retry ends, however it ends.
-struct Claim(String, String);
-
-impl Claim {
-    fn take(job_id: &str, item_id: &str) -> Option<Claim> {
-        let mut set = claims().lock().ok()?;
-        set.insert((job_id.to_owned(), item_id.to_owned()))
-            .then(|| Claim(job_id.to_owned(), item_id.to_owned()))
-    }
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        if let Ok(mut set) = claims().lock() {
-            set.remove(&(std::mem::take(&mut self.0), std::mem::take(&mut self.1)));
-        }
-    }
-}
-
 /// Retries the dead-lettered items of `job_id`. The agent template is the job's own, or that
 /// of `workflow` (required when the job was not run by this data directory, e.g. imported).
 #[allow(clippy::too_many_arguments)]
-pub async fn retry_job<B: Bus>(
+pub(crate) async fn retry_job<B: Bus>(
     emitter: Emitter<SledSink, B>,
     run: RunOptions,
     job_id: &str,
@@ -307,114 +267,4 @@ fn select(
         selected.push(item.item_id);
     }
     Ok(selected)
-}
-
-/// Retries one item: up to `max_retries` attempts, then resolve or record the failures.
-async fn retry_item<B: Bus>(
-    ctx: Arc<JobContext<B>>,
-    item_id: String,
-    max_retries: u32,
-    stop: CancellationToken,
-) -> (String, ItemEnd) {
-    let end = retry_claimed(&ctx, &item_id, max_retries, &stop).await;
-    (item_id, end)
-}
-
-async fn retry_claimed<B: Bus>(
-    ctx: &JobContext<B>,
-    item_id: &str,
-    max_retries: u32,
-    stop: &CancellationToken,
-) -> ItemEnd {
-    let job_id = &ctx.record.job_id;
-    let Some(_claim) = Claim::take(job_id, item_id) else {
-        return ItemEnd::Busy;
-    };
-    // Read the item again now that it is ours: another retry may have resolved it.
-    let item = match ctx.emitter.sink().item(job_id, item_id) {
-        Ok(Some(stored)) => stored.item,
-        Ok(None) => return ItemEnd::Gone,
-        Err(err) => {
-            warn!(error = %err, item_id, "cannot read the item; leaving it unchanged");
-            return ItemEnd::NotRecorded;
-        }
-    };
-    let work = WorkItem {
-        id: item.item_id.clone(),
-        data: item.item_data.clone(),
-    };
-    let spec = ctx.agent_spec(&work, &ctx.record.workflow.map.agent_template);
-    let retry = ctx.record.workflow.effective_retry();
-    let mut history = Vec::new();
-    let mut worktree = None;
-    for attempt in 1..=max_retries.max(1) {
-        if attempt > 1 {
-            if stop.is_cancelled() {
-                break;
-            }
-            tokio::time::sleep(retry_delay(&retry, attempt - 1, fastrand::f64())).await;
-        }
-        let result = run_agent(&spec, &ctx.cancel).await;
-        match result.status {
-            AgentStatus::Success => return resolve(ctx, item_id, attempt).await,
-            AgentStatus::Cancelled => break,
-            AgentStatus::Failed(_) | AgentStatus::Timeout => {
-                if let Some(detail) = failure_detail(&result, attempt, Utc::now()) {
-                    history.push(detail);
-                }
-                worktree = result.worktree.clone().or(worktree);
-            }
-        }
-    }
-    if history.is_empty() {
-        return ItemEnd::Interrupted;
-    }
-    let attempts = history.len() as u32;
-    let last = history
-        .last()
-        .map(|f| (f.error_type.name().to_owned(), f.error_message.clone()));
-    let Some(update) = dead_lettered_item(job_id, item_id, item.item_data, history, worktree)
-    else {
-        return ItemEnd::NotRecorded;
-    };
-    match ctx.emitter.dead_letter(&ctx.options.topic, update).await {
-        Ok(_) => {
-            let (error_type, error) = last.unwrap_or_default();
-            ctx.event(JobEventKind::AgentFailed {
-                item_id: item_id.to_owned(),
-                attempts,
-                error_type,
-                error,
-            });
-            ItemEnd::FailedAgain
-        }
-        Err(err) => {
-            warn!(error = %err, item_id, "could not record the failed retry; the item is unchanged");
-            ItemEnd::NotRecorded
-        }
-    }
-}
-
-/// Removes a retried item that succeeded and records it as succeeded for the job.
-async fn resolve<B: Bus>(ctx: &JobContext<B>, item_id: &str, attempts: u32) -> ItemEnd {
-    if let Err(err) = ctx.remove_resolved(item_id).await {
-        warn!(error = %err, item_id, "the retry succeeded but the item could not be removed");
-        return ItemEnd::NotRecorded;
-    }
-    let record = OutcomeRecord {
-        item_id: item_id.to_owned(),
-        outcome: Outcome::Succeeded,
-        attempts,
-        at: Utc::now(),
-        error_type: None,
-        error: None,
-    };
-    if let Err(err) = ctx.store.append_outcome(&record) {
-        warn!(error = %err, item_id, "could not record the outcome in the job's state");
-    }
-    ctx.event(JobEventKind::ItemResolved {
-        item_id: item_id.to_owned(),
-    });
-    let _ = std::fs::remove_dir_all(ctx.store.agent_dir(item_id));
-    ItemEnd::Resolved
 }

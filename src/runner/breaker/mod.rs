@@ -24,20 +24,9 @@
 use crate::runner::workflow::CircuitBreakerConfig;
 use std::time::{Duration, Instant};
 
-/// The breaker's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerState {
-    /// Attempts run normally.
-    Closed,
-    /// Attempts are refused until the timeout passes.
-    Open,
-    /// A limited number of probe attempts test recovery.
-    HalfOpen,
-}
-
 /// A state change, reported so the runner can log `CircuitOpen` / `CircuitClosed` events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transition {
+pub(super) enum Transition {
     /// Closed or HalfOpen → Open.
     Opened,
     /// Open → HalfOpen.
@@ -48,16 +37,9 @@ pub enum Transition {
 
 /// Permission to run one attempt; hand it back with [`CircuitBreaker::record`].
 #[derive(Debug)]
-pub struct Permit {
+pub(super) struct Permit {
     /// The half-open episode this probe belongs to; `None` for an ordinary attempt.
     probe_of: Option<u64>,
-}
-
-impl Permit {
-    /// Whether this attempt is a half-open probe.
-    pub fn is_probe(&self) -> bool {
-        self.probe_of.is_some()
-    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -69,7 +51,7 @@ enum State {
 
 /// Closed / open / half-open circuit breaker (see the module documentation).
 #[derive(Debug, Clone)]
-pub struct CircuitBreaker {
+pub(super) struct CircuitBreaker {
     config: CircuitBreakerConfig,
     state: State,
     /// Counts half-open episodes, so probes from an earlier one are recognised.
@@ -78,7 +60,7 @@ pub struct CircuitBreaker {
 
 impl CircuitBreaker {
     /// A closed breaker.
-    pub fn new(config: CircuitBreakerConfig) -> Self {
+    pub(super) fn new(config: CircuitBreakerConfig) -> Self {
         let config = CircuitBreakerConfig {
             failure_threshold: config.failure_threshold.max(1),
             success_threshold: config.success_threshold.max(1),
@@ -94,20 +76,10 @@ impl CircuitBreaker {
         }
     }
 
-    /// The current state. An Open breaker whose timeout has passed stays Open until the next
-    /// [`try_acquire`](Self::try_acquire).
-    pub fn state(&self) -> BreakerState {
-        match self.state {
-            State::Closed { .. } => BreakerState::Closed,
-            State::Open { .. } => BreakerState::Open,
-            State::HalfOpen { .. } => BreakerState::HalfOpen,
-        }
-    }
-
     /// Asks to start one attempt at `now`. Closed: always granted. Open: refused until
     /// `timeout` after opening, then the breaker turns HalfOpen (reported) and grants a probe.
     /// HalfOpen: granted only while fewer than `half_open_requests` probes are in flight.
-    pub fn try_acquire(&mut self, now: Instant) -> (Option<Permit>, Option<Transition>) {
+    pub(super) fn try_acquire(&mut self, now: Instant) -> (Option<Permit>, Option<Transition>) {
         let mut transition = None;
         if let State::Open { until } = self.state {
             if now < until {
@@ -134,7 +106,12 @@ impl CircuitBreaker {
     }
 
     /// Reports the outcome of an attempt started with `permit`, at `now`.
-    pub fn record(&mut self, permit: Permit, success: bool, now: Instant) -> Option<Transition> {
+    pub(super) fn record(
+        &mut self,
+        permit: Permit,
+        success: bool,
+        now: Instant,
+    ) -> Option<Transition> {
         match &mut self.state {
             State::Closed {
                 consecutive_failures,
@@ -174,7 +151,7 @@ impl CircuitBreaker {
     }
 
     /// When an Open breaker will let a probe through; `None` unless Open.
-    pub fn retry_at(&self) -> Option<Instant> {
+    pub(super) fn retry_at(&self) -> Option<Instant> {
         match self.state {
             State::Open { until } => Some(until),
             _ => None,
@@ -201,5 +178,4 @@ fn deadline(now: Instant, timeout: Duration) -> Instant {
 }
 
 #[cfg(test)]
-#[path = "breaker_tests.rs"]
 mod tests;

@@ -7,11 +7,11 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::stats::JobSummary;
+use super::job_summary::JobSummary;
 
 /// One job event with its time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobEvent {
+pub(crate) struct JobEvent {
     /// When it happened.
     pub at: DateTime<Utc>,
     /// What happened.
@@ -22,7 +22,7 @@ pub struct JobEvent {
 /// What happened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event")]
-pub enum JobEventKind {
+pub(crate) enum JobEventKind {
     /// The job started (or resumed) with this many items still to run.
     JobStarted {
         /// The workflow's name.
@@ -128,7 +128,7 @@ pub enum JobEventKind {
 
 impl JobEventKind {
     /// The event's name, as in the JSON `event` field.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             JobEventKind::JobStarted { .. } => "JobStarted",
             JobEventKind::SetupCompleted => "SetupCompleted",

@@ -28,14 +28,20 @@ use thiserror::Error;
 use crate::domain::command::MAX_ID_BYTES;
 use crate::query::cel::{CelError, CelFilter};
 
+mod load;
+mod sort;
+
+pub(super) use load::load_input;
+use sort::SortSpec;
+
 /// Largest input document accepted, in bytes (file or command output).
-pub const MAX_INPUT_BYTES: usize = 256 * 1024 * 1024;
+const MAX_INPUT_BYTES: usize = 256 * 1024 * 1024;
 /// Longest accepted `json_path`, in bytes.
-pub const MAX_JSON_PATH_BYTES: usize = 4096;
+const MAX_JSON_PATH_BYTES: usize = 4096;
 
 /// One unit of work: a stable id and the item's JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WorkItem {
+pub(super) struct WorkItem {
     /// Stable id (see the module documentation).
     pub id: String,
     /// The item as selected from the input.
@@ -44,7 +50,7 @@ pub struct WorkItem {
 
 /// How to pick work items out of an input document.
 #[derive(Debug, Clone, Copy)]
-pub struct SelectOptions<'a> {
+pub(super) struct SelectOptions<'a> {
     /// RFC 9535 JSONPath, e.g. `$.items[*]`, or `$[*]` for a top-level array.
     pub json_path: &'a str,
     /// Filter expression evaluated with `item` bound to each item (see [`crate::query::cel`]).
@@ -59,7 +65,7 @@ pub struct SelectOptions<'a> {
 
 /// Where the input document comes from.
 #[derive(Debug, Clone, Copy)]
-pub enum InputSource<'a> {
+pub(super) enum InputSource<'a> {
     /// A JSON file, relative to the base directory.
     File(&'a Path),
     /// A `sh -c` command run in the base directory; its stdout is the JSON.
@@ -172,7 +178,7 @@ pub enum InputError {
 
 /// Picks the work items of `doc`: json_path, ids, filter, sort_by, offset, max_items, in that
 /// order. A json_path that matches nothing gives no items; an invalid one is an error.
-pub fn select_items(doc: &Value, opts: &SelectOptions) -> Result<Vec<WorkItem>, InputError> {
+pub(super) fn select_items(doc: &Value, opts: &SelectOptions) -> Result<Vec<WorkItem>, InputError> {
     let sort = opts.sort_by.map(SortSpec::parse).transpose()?;
     let filter = opts
         .filter
@@ -360,14 +366,5 @@ fn write_canonical(value: &Value, out: &mut String) {
     }
 }
 
-#[path = "input_load.rs"]
-mod load;
-#[path = "input_sort.rs"]
-mod sort;
-
-pub use load::load_input;
-use sort::SortSpec;
-
 #[cfg(test)]
-#[path = "input_tests.rs"]
 mod tests;

@@ -4,13 +4,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Stdio;
 
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::{InputError, InputSource, MAX_INPUT_BYTES};
-use crate::runner::agent::process::{group_of, kill_group};
+use crate::runner::process_group::{self, kill_group, Output};
 
 /// How much of a failing command's stderr an error quotes.
 const STDERR_TAIL_BYTES: usize = 2048;
@@ -23,7 +22,7 @@ const HEAD_BYTES: usize = 60;
 ///
 /// The command runs in its own process group; when the shell exits, whatever it left running in
 /// that group is killed so its pipes close.
-pub async fn load_input(
+pub(in crate::runner) async fn load_input(
     source: InputSource<'_>,
     base_dir: &Path,
     env: &BTreeMap<String, String>,
@@ -79,39 +78,23 @@ async fn run_command(
         command: command.to_string(),
         source,
     };
-    let mut child = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(command)
-        .current_dir(base_dir)
-        .envs(env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(spawn_err)?;
-    let group = group_of(&child);
-    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        kill_group(group);
-        return Err(spawn_err(std::io::Error::other(
-            "stdout/stderr not captured",
-        )));
-    };
-    let read_out = async {
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c").arg(command).current_dir(base_dir).envs(env);
+    let read_stdout = |stdout, group| async move {
         let result = read_bounded(stdout, MAX_INPUT_BYTES).await;
         if matches!(result, Ok((_, true))) {
             kill_group(group);
         }
         result
     };
-    let wait = async {
-        let status = child.wait().await;
-        kill_group(group);
-        status
-    };
-    let (out, err_tail, status) =
-        tokio::join!(read_out, read_tail(stderr, STDERR_TAIL_BYTES), wait);
+    let read_stderr = |stderr| read_tail(stderr, STDERR_TAIL_BYTES);
+    let Output {
+        status,
+        stdout: out,
+        stderr: err_tail,
+    } = process_group::output(&mut cmd, read_stdout, read_stderr)
+        .await
+        .map_err(spawn_err)?;
     let status = status.map_err(spawn_err)?;
     let (bytes, overflow) = out.map_err(spawn_err)?;
     if overflow {
@@ -199,5 +182,4 @@ fn parse_json(bytes: &[u8], origin: &str) -> Result<Value, InputError> {
 }
 
 #[cfg(test)]
-#[path = "input_load_tests.rs"]
 mod tests;

@@ -1,16 +1,17 @@
-//! The `error_policy` section of a workflow file (reference 004): what happens to failed
-//! items, retries and their backoff, and the circuit breaker. Split from
-//! [`crate::runner::workflow`] to keep each file readable; its types are re-exported there.
+//! The `error_policy` section of a workflow file: what happens to failed items, retries and
+//! their backoff, and the circuit breaker. Its types are re-exported by the parent module; what
+//! the runner decides from them is in [`crate::runner::on_failure`].
 
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::time::Duration;
 
-/// The workflow-level error policy (reference 004).
+/// The workflow-level error policy: how failed items are retried, dead-lettered, skipped or
+/// handled, and when failures stop the job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct ErrorPolicy {
+pub(in crate::runner) struct ErrorPolicy {
     /// What to do with an item that still fails after its retries; default `dlq`.
     pub on_item_failure: OnItemFailure,
     /// Whether other items keep running after a failure; default true.
@@ -43,7 +44,7 @@ impl Default for ErrorPolicy {
 
 /// What happens to an item that failed for good.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum OnItemFailure {
+pub(in crate::runner) enum OnItemFailure {
     /// Dead-letter the item and continue (`dlq`).
     #[default]
     Dlq,
@@ -115,7 +116,7 @@ impl<'de> Deserialize<'de> for OnItemFailure {
 /// When the runner reports item failures.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
-pub enum ErrorCollection {
+pub(in crate::runner) enum ErrorCollection {
     /// All at the end of the job (`aggregate`).
     #[default]
     Aggregate,
@@ -131,7 +132,7 @@ pub enum ErrorCollection {
 /// Circuit breaker settings (see [`crate::runner::breaker`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct CircuitBreakerConfig {
+pub(in crate::runner) struct CircuitBreakerConfig {
     /// Consecutive failures that open the circuit; default 5.
     pub failure_threshold: u32,
     /// Successful probes that close it again; default 2.
@@ -157,7 +158,7 @@ impl Default for CircuitBreakerConfig {
 /// Retries of a failed item (see [`crate::runner::backoff`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct RetryConfig {
+pub(in crate::runner) struct RetryConfig {
     /// Total attempts including the first; default 3.
     pub max_attempts: u32,
     /// How the delay grows between retries; default exponential from 1s, ×2.
@@ -186,7 +187,7 @@ impl Default for RetryConfig {
 /// How the delay between retries grows. YAML: `backoff: { exponential: { initial: 1s, multiplier: 2 } }`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
-pub enum BackoffStrategy {
+pub(in crate::runner) enum BackoffStrategy {
     /// The same delay every time.
     Fixed {
         /// The delay.

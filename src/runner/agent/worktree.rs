@@ -7,26 +7,25 @@
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::process::{group_of, kill_group};
+use crate::runner::process_group::{self, Output};
 
 /// Time limit of one git command.
-pub const GIT_TIMEOUT: Duration = Duration::from_secs(60);
+const GIT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Most bytes of `git status --porcelain` kept in the artifacts.
-pub const MAX_STATUS_BYTES: usize = 16 * 1024;
+const MAX_STATUS_BYTES: usize = 16 * 1024;
 
 /// Longest sanitised job or item id kept in a branch name, before the hash suffix.
 const MAX_REF_COMPONENT: usize = 80;
 
 /// Why a git command failed.
 #[derive(Debug, thiserror::Error)]
-pub enum GitError {
+pub(super) enum GitError {
     /// git could not be started at all.
     #[error("could not run git ({0}): install git or put it on PATH")]
     Spawn(#[source] std::io::Error),
@@ -48,7 +47,7 @@ pub enum GitError {
 
 /// One item's worktree: its path and branch, and the repository it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Worktree {
+pub(super) struct Worktree {
     /// Absolute path of the worktree.
     pub path: PathBuf,
     /// The branch checked out in it.
@@ -58,7 +57,7 @@ pub struct Worktree {
 
 /// The branch of an item's worktree: `dlq/<job_id>/<item_id>`, each id sanitised by
 /// [`ref_component`].
-pub fn branch_name(job_id: &str, item_id: &str) -> String {
+pub(super) fn branch_name(job_id: &str, item_id: &str) -> String {
     format!("dlq/{}/{}", ref_component(job_id), ref_component(item_id))
 }
 
@@ -66,7 +65,7 @@ pub fn branch_name(job_id: &str, item_id: &str) -> String {
 /// a `.` that git forbids (leading, doubled, trailing); a trailing `.lock` gets a `_`. When
 /// anything changed, 8 hex digits of the SHA-256 of `raw` are appended so that distinct ids
 /// keep distinct branches.
-pub fn ref_component(raw: &str) -> String {
+fn ref_component(raw: &str) -> String {
     let mut out = String::with_capacity(raw.len());
     for c in raw.chars().take(MAX_REF_COMPONENT) {
         let allowed = c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
@@ -94,7 +93,7 @@ pub fn ref_component(raw: &str) -> String {
 /// A worktree or branch left at the same place by an earlier attempt of the same item (kept for
 /// debugging after a failure) is discarded and the creation retried once: the new attempt's
 /// state replaces it. The error is git's stderr from the last try.
-pub async fn create(repo: &Path, path: &Path, branch: &str) -> Result<Worktree, GitError> {
+pub(super) async fn create(repo: &Path, path: &Path, branch: &str) -> Result<Worktree, GitError> {
     let tree = Worktree {
         path: path.to_path_buf(),
         branch: branch.to_string(),
@@ -123,7 +122,7 @@ pub async fn create(repo: &Path, path: &Path, branch: &str) -> Result<Worktree, 
 
 impl Worktree {
     /// Removes the worktree and deletes its branch.
-    pub async fn remove(&self) -> Result<(), GitError> {
+    pub(super) async fn remove(&self) -> Result<(), GitError> {
         let path = self.path.as_os_str();
         git(
             &self.repo,
@@ -144,7 +143,7 @@ impl Worktree {
     }
 
     /// `git status --porcelain` of the worktree, `None` when clean; cut to [`MAX_STATUS_BYTES`].
-    pub async fn uncommitted_changes(&self) -> Result<Option<String>, GitError> {
+    pub(super) async fn uncommitted_changes(&self) -> Result<Option<String>, GitError> {
         let out = git(&self.path, &["status".as_ref(), "--porcelain".as_ref()]).await?;
         let text = String::from_utf8_lossy(&out);
         let text = text.trim_end();
@@ -192,42 +191,33 @@ impl Worktree {
 }
 
 /// Runs `git -C dir args...` in its own process group, stdin closed, under [`GIT_TIMEOUT`];
-/// returns its stdout, or its stderr as the error.
+/// returns its stdout, or its stderr as the error. What git leaves running in its group (hooks)
+/// is killed when it exits or times out.
 async fn git(dir: &Path, args: &[&OsStr]) -> Result<Vec<u8>, GitError> {
-    let mut child = tokio::process::Command::new("git")
-        .arg("-C")
+    let mut cmd = tokio::process::Command::new("git");
+    cmd.arg("-C")
         .arg(dir)
         .args(args)
         .env("GIT_TERMINAL_PROMPT", "0")
-        .env("LC_ALL", "C")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(GitError::Spawn)?;
-    let group = group_of(&child);
-    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-    let run = async { tokio::join!(child.wait(), read_all(stdout), read_all(stderr)) };
-    let finished = tokio::time::timeout(GIT_TIMEOUT, run).await;
-    // Kill what is left of the group (hooks git started). On timeout the leader is not reaped
-    // yet, so the group id is still ours; after a normal exit it was reaped an instant ago, far
-    // too soon for the kernel to hand the id to a new group.
-    kill_group(group);
-    let Ok((status, out, err)) = finished else {
-        let _ = child.wait().await;
+        .env("LC_ALL", "C");
+    let run = process_group::output(&mut cmd, |out, _| read_all(out), read_all);
+    let Ok(finished) = tokio::time::timeout(GIT_TIMEOUT, run).await else {
         let args: Vec<_> = args.iter().map(|a| a.to_string_lossy()).collect();
         return Err(GitError::TimedOut {
             args: args.join(" "),
             secs: GIT_TIMEOUT.as_secs(),
         });
     };
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = finished.map_err(GitError::Spawn)?;
     let status = status.map_err(GitError::Spawn)?;
     if status.success() {
-        return Ok(out);
+        return Ok(stdout);
     }
-    let stderr = String::from_utf8_lossy(&err).trim().to_string();
+    let stderr = String::from_utf8_lossy(&stderr).trim().to_string();
     let stderr = if stderr.is_empty() {
         format!("git exited with {status}")
     } else {
@@ -236,12 +226,10 @@ async fn git(dir: &Path, args: &[&OsStr]) -> Result<Vec<u8>, GitError> {
     Err(GitError::Failed { stderr })
 }
 
-async fn read_all(pipe: Option<impl AsyncRead + Unpin>) -> Vec<u8> {
+async fn read_all(mut pipe: impl AsyncRead + Unpin) -> Vec<u8> {
     let mut buf = Vec::new();
-    if let Some(mut pipe) = pipe {
-        if let Err(e) = pipe.read_to_end(&mut buf).await {
-            tracing::debug!(error = %e, "reading git output failed");
-        }
+    if let Err(e) = pipe.read_to_end(&mut buf).await {
+        tracing::debug!(error = %e, "reading git output failed");
     }
     buf
 }

@@ -11,14 +11,14 @@ use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncSeekExt};
 
 /// Longest stderr line quoted in a failure message, in `char`s.
-pub const MESSAGE_LINE_CHARS: usize = 200;
+pub(super) const MESSAGE_LINE_CHARS: usize = 200;
 
 /// Longest step label quoted in a failure message, in `char`s.
-pub const LABEL_CHARS: usize = 120;
+const LABEL_CHARS: usize = 120;
 
 /// The last `max` bytes of `path` after byte `from`, as text cut at a character boundary;
 /// `None` when there are none.
-pub async fn read_tail(path: &Path, from: u64, max: usize) -> Option<String> {
+pub(super) async fn read_tail(path: &Path, from: u64, max: usize) -> Option<String> {
     let mut file = tokio::fs::File::open(path).await.ok()?;
     let len = file.metadata().await.ok()?.len();
     let start = from.max(len.saturating_sub(max as u64));
@@ -31,7 +31,7 @@ pub async fn read_tail(path: &Path, from: u64, max: usize) -> Option<String> {
 
 /// The last JSON log location reported in `path` after byte `from` (protocol in the parent
 /// module doc).
-pub async fn scan_json_log(path: &Path, from: u64) -> Option<String> {
+pub(super) async fn scan_json_log(path: &Path, from: u64) -> Option<String> {
     let mut file = tokio::fs::File::open(path).await.ok()?;
     file.seek(std::io::SeekFrom::Start(from)).await.ok()?;
     let mut reader = tokio::io::BufReader::new(file);
@@ -46,7 +46,7 @@ pub async fn scan_json_log(path: &Path, from: u64) -> Option<String> {
 }
 
 /// The JSON log location one stdout line reports, if it reports one.
-pub fn log_location(line: &[u8]) -> Option<String> {
+pub(super) fn log_location(line: &[u8]) -> Option<String> {
     let text = String::from_utf8_lossy(line);
     let text = text.trim();
     let location = if let Some(rest) = text.strip_prefix("json_log_location:") {
@@ -68,7 +68,7 @@ pub fn log_location(line: &[u8]) -> Option<String> {
 /// (`128 + n` for signal `n`, as shells do). The last stderr line comes first, so that
 /// signatures (which keep the message's first words) group failures by what went wrong rather
 /// than by which step ran: `checksum mismatch (step "shell: ./x" exited with code 3)`.
-pub fn failure_message(
+pub(super) fn failure_message(
     label: &str,
     status: ExitStatus,
     stderr: Option<&str>,
@@ -96,13 +96,13 @@ pub fn failure_message(
 }
 
 /// The last non-empty line of `text`, trimmed and cut to [`MESSAGE_LINE_CHARS`].
-pub fn last_line(text: &str) -> Option<String> {
+fn last_line(text: &str) -> Option<String> {
     let line = text.lines().map(str::trim).rfind(|l| !l.is_empty())?;
     Some(cut_chars(line, MESSAGE_LINE_CHARS))
 }
 
 /// A step label fit for a one-line message: its first line, cut to [`LABEL_CHARS`].
-pub fn short_label(label: &str) -> String {
+pub(super) fn short_label(label: &str) -> String {
     let first = label.lines().next().unwrap_or_default();
     let cut = cut_chars(first, LABEL_CHARS);
     if label.trim_end().contains('\n') && cut == first {
@@ -113,7 +113,7 @@ pub fn short_label(label: &str) -> String {
 }
 
 /// `text` cut to `max` chars, with `…` when something was cut.
-pub fn cut_chars(text: &str, max: usize) -> String {
+fn cut_chars(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_string(),
@@ -121,7 +121,7 @@ pub fn cut_chars(text: &str, max: usize) -> String {
 }
 
 /// The last at most `max` bytes of `bytes` as text, starting at a UTF-8 character boundary.
-pub fn utf8_tail(bytes: &[u8], max: usize) -> String {
+pub(super) fn utf8_tail(bytes: &[u8], max: usize) -> String {
     let mut start = bytes.len().saturating_sub(max);
     while bytes.get(start).is_some_and(|b| b & 0xC0 == 0x80) {
         start += 1;

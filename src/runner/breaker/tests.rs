@@ -3,6 +3,36 @@
 use super::*;
 use proptest::prelude::*;
 
+/// The breaker's state, as the tests observe it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BreakerState {
+    /// Attempts run normally.
+    Closed,
+    /// Attempts are refused until the timeout passes.
+    Open,
+    /// A limited number of probe attempts test recovery.
+    HalfOpen,
+}
+
+impl CircuitBreaker {
+    /// The current state. An Open breaker whose timeout has passed stays Open until the next
+    /// [`try_acquire`](Self::try_acquire).
+    fn state(&self) -> BreakerState {
+        match self.state {
+            State::Closed { .. } => BreakerState::Closed,
+            State::Open { .. } => BreakerState::Open,
+            State::HalfOpen { .. } => BreakerState::HalfOpen,
+        }
+    }
+}
+
+impl Permit {
+    /// Whether this attempt is a half-open probe.
+    fn is_probe(&self) -> bool {
+        self.probe_of.is_some()
+    }
+}
+
 fn config(failures: u32, successes: u32, probes: u32) -> CircuitBreakerConfig {
     CircuitBreakerConfig {
         failure_threshold: failures,

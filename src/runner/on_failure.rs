@@ -17,15 +17,15 @@
 //! failed items among completed ones exceeds it, checked after [`THRESHOLD_MIN_COMPLETED`]
 //! items completed (or all of a smaller job), so one early failure does not stop a large job.
 
-use super::stats::Tally;
+use super::job_summary::Tally;
 use super::workflow::{ErrorPolicy, OnItemFailure};
 
 /// Completed items needed before `failure_threshold` is checked.
-pub const THRESHOLD_MIN_COMPLETED: u64 = 10;
+const THRESHOLD_MIN_COMPLETED: u64 = 10;
 
 /// What to do with an item whose every attempt failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FinalAction {
+pub(super) enum FinalAction {
     /// Write it to the dead-letter queue.
     DeadLetter,
     /// Record it as skipped.
@@ -35,7 +35,7 @@ pub enum FinalAction {
 }
 
 /// The action for an item that failed every attempt, and whether the job must stop.
-pub fn final_action(policy: &ErrorPolicy) -> (FinalAction, bool) {
+pub(super) fn final_action(policy: &ErrorPolicy) -> (FinalAction, bool) {
     let stop = !policy.continue_on_failure;
     match &policy.on_item_failure {
         OnItemFailure::Dlq | OnItemFailure::Retry => (FinalAction::DeadLetter, stop),
@@ -46,7 +46,7 @@ pub fn final_action(policy: &ErrorPolicy) -> (FinalAction, bool) {
 }
 
 /// Why the job must stop now, given the outcomes so far (`None`: keep going).
-pub fn stop_reason(policy: &ErrorPolicy, tally: &Tally, total: u64) -> Option<String> {
+pub(super) fn stop_reason(policy: &ErrorPolicy, tally: &Tally, total: u64) -> Option<String> {
     let failures = tally.failures();
     if let Some(max) = policy.max_failures {
         if failures >= u64::from(max) && failures > 0 {
@@ -74,7 +74,7 @@ pub fn stop_reason(policy: &ErrorPolicy, tally: &Tally, total: u64) -> Option<St
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use crate::runner::stats::Outcome;
+    use crate::runner::job_summary::Outcome;
 
     fn policy(yaml: &str) -> ErrorPolicy {
         let text = format!(

@@ -25,35 +25,35 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::error::RunError;
-use super::events::{JobEvent, JobEventKind};
 use super::input::WorkItem;
-use super::stats::Outcome;
+use super::job_events::{JobEvent, JobEventKind};
+use super::job_summary::Outcome;
 use super::workflow::Workflow;
 use crate::domain::model::ErrorType;
 
 /// Longest job id.
-pub const MAX_JOB_ID_BYTES: usize = 128;
+const MAX_JOB_ID_BYTES: usize = 128;
 
 /// Everything fixed at the start of a job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobRecord {
+pub(crate) struct JobRecord {
     /// The job's id.
-    pub job_id: String,
+    pub(super) job_id: String,
     /// The workflow as parsed.
-    pub workflow: Workflow,
+    pub(super) workflow: Workflow,
     /// The workflow file.
-    pub workflow_path: PathBuf,
+    pub(super) workflow_path: PathBuf,
     /// Directory relative paths of the workflow resolve against (the file's directory).
-    pub base_dir: PathBuf,
+    pub(super) base_dir: PathBuf,
     /// When the job was created.
-    pub created_at: DateTime<Utc>,
+    pub(super) created_at: DateTime<Utc>,
     /// The selected work items, in dispatch order.
-    pub items: Vec<WorkItem>,
+    pub(super) items: Vec<WorkItem>,
 }
 
 /// One item's outcome.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OutcomeRecord {
+pub(super) struct OutcomeRecord {
     /// The item.
     pub item_id: String,
     /// How it ended.
@@ -72,14 +72,14 @@ pub struct OutcomeRecord {
 
 /// Handle on one job's directory.
 #[derive(Debug)]
-pub struct JobStore {
+pub(crate) struct JobStore {
     dir: PathBuf,
     outcomes: Mutex<File>,
     events: Mutex<File>,
 }
 
 /// Checks that `job_id` can name a directory and a DLQ job.
-pub fn validate_job_id(job_id: &str) -> Result<(), RunError> {
+pub(super) fn validate_job_id(job_id: &str) -> Result<(), RunError> {
     let ok = !job_id.is_empty()
         && job_id.len() <= MAX_JOB_ID_BYTES
         && !job_id.starts_with('.')
@@ -94,21 +94,21 @@ pub fn validate_job_id(job_id: &str) -> Result<(), RunError> {
 }
 
 /// The directory holding every job of a data directory.
-pub fn jobs_dir(data_dir: &Path) -> PathBuf {
+pub(crate) fn jobs_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("jobs")
 }
 
 /// The ids of the jobs in a data directory, sorted.
-pub fn list_jobs(data_dir: &Path) -> Result<Vec<String>, RunError> {
+pub(crate) fn list_jobs(data_dir: &Path) -> Result<Vec<String>, RunError> {
     let dir = jobs_dir(data_dir);
     let entries = match fs::read_dir(&dir) {
         Ok(entries) => entries,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(err) => return Err(RunError::store(dir)(err)),
+        Err(err) => return Err(RunError::job_state(dir)(err)),
     };
     let mut ids = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(RunError::store(&dir))?;
+        let entry = entry.map_err(RunError::job_state(&dir))?;
         if entry.path().join("job.json").is_file() {
             ids.push(entry.file_name().to_string_lossy().into_owned());
         }
@@ -119,13 +119,13 @@ pub fn list_jobs(data_dir: &Path) -> Result<Vec<String>, RunError> {
 
 impl JobStore {
     /// Creates the directory of a new job and writes `job.json`.
-    pub fn create(data_dir: &Path, record: &JobRecord) -> Result<JobStore, RunError> {
+    pub(super) fn create(data_dir: &Path, record: &JobRecord) -> Result<JobStore, RunError> {
         validate_job_id(&record.job_id)?;
         let dir = jobs_dir(data_dir).join(&record.job_id);
         if dir.join("job.json").exists() {
             return Err(RunError::JobExists(record.job_id.clone()));
         }
-        fs::create_dir_all(&dir).map_err(RunError::store(&dir))?;
+        fs::create_dir_all(&dir).map_err(RunError::job_state(&dir))?;
         let bytes = serde_json::to_vec_pretty(record).map_err(|err| RunError::Corrupt {
             path: dir.join("job.json"),
             reason: err.to_string(),
@@ -135,7 +135,7 @@ impl JobStore {
     }
 
     /// Opens an existing job; returns it with its record.
-    pub fn open(data_dir: &Path, job_id: &str) -> Result<(JobStore, JobRecord), RunError> {
+    pub(crate) fn open(data_dir: &Path, job_id: &str) -> Result<(JobStore, JobRecord), RunError> {
         validate_job_id(job_id)?;
         let dir = jobs_dir(data_dir).join(job_id);
         let path = dir.join("job.json");
@@ -147,7 +147,7 @@ impl JobStore {
                     data_dir: data_dir.to_owned(),
                 })
             }
-            Err(err) => return Err(RunError::store(path)(err)),
+            Err(err) => return Err(RunError::job_state(path)(err)),
         };
         let record: JobRecord =
             serde_json::from_slice(&bytes).map_err(|err| RunError::Corrupt {
@@ -168,17 +168,17 @@ impl JobStore {
     }
 
     /// The job's directory.
-    pub fn dir(&self) -> &Path {
+    pub(super) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// Every outcome recorded so far, in order.
-    pub fn outcomes(&self) -> Result<Vec<OutcomeRecord>, RunError> {
+    pub(super) fn outcomes(&self) -> Result<Vec<OutcomeRecord>, RunError> {
         read_lines(&self.dir.join("outcomes.jsonl"))
     }
 
     /// Records an outcome durably (written and fdatasync'ed).
-    pub fn append_outcome(&self, record: &OutcomeRecord) -> Result<(), RunError> {
+    pub(super) fn append_outcome(&self, record: &OutcomeRecord) -> Result<(), RunError> {
         let path = self.dir.join("outcomes.jsonl");
         let mut line = serde_json::to_vec(record).map_err(|err| RunError::Corrupt {
             path: path.clone(),
@@ -186,12 +186,14 @@ impl JobStore {
         })?;
         line.push(b'\n');
         let file = self.outcomes.lock().map_err(|_| poisoned(&path))?;
-        (&*file).write_all(&line).map_err(RunError::store(&path))?;
-        file.sync_data().map_err(RunError::store(&path))
+        (&*file)
+            .write_all(&line)
+            .map_err(RunError::job_state(&path))?;
+        file.sync_data().map_err(RunError::job_state(&path))
     }
 
     /// Appends a job event (not synced: events are informational).
-    pub fn append_event(&self, kind: JobEventKind) -> Result<(), RunError> {
+    pub(super) fn append_event(&self, kind: JobEventKind) -> Result<(), RunError> {
         let path = self.dir.join("events.jsonl");
         let event = JobEvent {
             at: Utc::now(),
@@ -203,16 +205,18 @@ impl JobStore {
         })?;
         line.push(b'\n');
         let file = self.events.lock().map_err(|_| poisoned(&path))?;
-        (&*file).write_all(&line).map_err(RunError::store(&path))
+        (&*file)
+            .write_all(&line)
+            .map_err(RunError::job_state(&path))
     }
 
     /// The job's events, in order.
-    pub fn events(&self) -> Result<Vec<JobEvent>, RunError> {
+    pub(crate) fn events(&self) -> Result<Vec<JobEvent>, RunError> {
         read_lines(&self.dir.join("events.jsonl"))
     }
 
     /// Saves the latest summary as `summary.json`.
-    pub fn write_summary(&self, summary: &impl Serialize) -> Result<(), RunError> {
+    pub(super) fn write_summary(&self, summary: &impl Serialize) -> Result<(), RunError> {
         let path = self.dir.join("summary.json");
         let bytes = serde_json::to_vec_pretty(summary).map_err(|err| RunError::Corrupt {
             path: path.clone(),
@@ -222,32 +226,46 @@ impl JobStore {
     }
 
     /// The working directory of an item's agent: a readable, collision-free name.
-    pub fn agent_dir(&self, item_id: &str) -> PathBuf {
+    pub(super) fn agent_dir(&self, item_id: &str) -> PathBuf {
         self.dir.join("agents").join(agent_dir_name(item_id))
     }
 }
 
 /// A file-system-safe directory name for an item id: its safe characters (at most 48) and 12
 /// hex characters of its hash, so different ids never share a directory.
-pub fn agent_dir_name(item_id: &str) -> String {
-    let readable: String = item_id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(48)
-        .collect();
+fn agent_dir_name(item_id: &str) -> String {
+    let readable = safe_chars(item_id, '_', 48);
     let digest = Sha256::digest(item_id.as_bytes());
     let hash: String = format!("{digest:x}").chars().take(12).collect();
     format!("{readable}-{hash}")
 }
 
+/// The id of a job started without one: `<workflow name, made id-safe>-<UTC time to the
+/// millisecond>`.
+pub(super) fn default_job_id(workflow_name: &str) -> String {
+    let safe = safe_chars(workflow_name, '-', 64);
+    let safe = safe.trim_matches('-');
+    let prefix = if safe.is_empty() { "job" } else { safe };
+    format!("{prefix}-{}", Utc::now().format("%Y%m%dT%H%M%S%3fZ"))
+}
+
+/// The first `max` characters of `text`, each outside `[A-Za-z0-9_-]` replaced by
+/// `replacement`.
+fn safe_chars(text: &str, replacement: char, max: usize) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                replacement
+            }
+        })
+        .take(max)
+        .collect()
+}
+
 fn poisoned(path: &Path) -> RunError {
-    RunError::Store {
+    RunError::JobState {
         path: path.to_owned(),
         source: std::io::Error::other("a writer panicked while holding this file"),
     }
@@ -260,17 +278,19 @@ fn open_log(path: &Path) -> Result<File, RunError> {
         .read(true)
         .append(true)
         .open(path)
-        .map_err(RunError::store(path))?;
+        .map_err(RunError::job_state(path))?;
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)
-        .map_err(RunError::store(path))?;
+        .map_err(RunError::job_state(path))?;
     if !bytes.is_empty() && bytes.last() != Some(&b'\n') {
         let keep = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-        file.set_len(keep as u64).map_err(RunError::store(path))?;
-        file.sync_data().map_err(RunError::store(path))?;
+        file.set_len(keep as u64)
+            .map_err(RunError::job_state(path))?;
+        file.sync_data().map_err(RunError::job_state(path))?;
         tracing::warn!(path = %path.display(), dropped = bytes.len() - keep, "cut a torn last line (the runner was killed mid-write)");
     }
-    file.seek(SeekFrom::End(0)).map_err(RunError::store(path))?;
+    file.seek(SeekFrom::End(0))
+        .map_err(RunError::job_state(path))?;
     Ok(file)
 }
 
@@ -278,7 +298,7 @@ fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, Run
     let text = match fs::read_to_string(path) {
         Ok(text) => text,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(err) => return Err(RunError::store(path)(err)),
+        Err(err) => return Err(RunError::job_state(path)(err)),
     };
     let complete = match text.rfind('\n') {
         Some(end) => &text[..end],
@@ -299,18 +319,17 @@ fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, Run
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), RunError> {
     let tmp = path.with_extension("tmp");
-    let mut file = File::create(&tmp).map_err(RunError::store(&tmp))?;
-    file.write_all(bytes).map_err(RunError::store(&tmp))?;
-    file.sync_all().map_err(RunError::store(&tmp))?;
-    fs::rename(&tmp, path).map_err(RunError::store(path))?;
+    let mut file = File::create(&tmp).map_err(RunError::job_state(&tmp))?;
+    file.write_all(bytes).map_err(RunError::job_state(&tmp))?;
+    file.sync_all().map_err(RunError::job_state(&tmp))?;
+    fs::rename(&tmp, path).map_err(RunError::job_state(path))?;
     if let Some(parent) = path.parent() {
         File::open(parent)
             .and_then(|dir| dir.sync_all())
-            .map_err(RunError::store(parent))?;
+            .map_err(RunError::job_state(parent))?;
     }
     Ok(())
 }
 
 #[cfg(test)]
-#[path = "store_tests.rs"]
 mod tests;

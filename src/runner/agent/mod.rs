@@ -5,9 +5,9 @@
 //! dead-letter entry of a failed item.
 //!
 //! **Processes.** Every step runs in its own process group with stdin closed. A `shell:` step is
-//! `sh -c <script>`, rendered by [`super::shell::render_shell`] so that item data reaches the
+//! `sh -c <script>`, rendered by [`crate::runner::template::render_shell`] so that item data reaches the
 //! shell only as environment variables. A `claude:` step runs `agent_command` directly, with the
-//! prompt (rendered by [`super::shell::render_text`]) appended as one argv element; no shell is
+//! prompt (rendered by [`crate::runner::template::render_text`]) appended as one argv element; no shell is
 //! involved. stdout and stderr are appended to `stdout.log` and `stderr.log` in the work
 //! directory: files, not pipes, so a grandchild that keeps an output open cannot hang us. On
 //! timeout or cancellation the step's whole group gets `SIGKILL` (grandchildren included) and
@@ -24,69 +24,35 @@
 //! field `json_log_location` (or `session_log`). The last such line of a `claude:` step wins,
 //! and the last `claude:` step that reported one sets [`AgentResult::json_log_location`].
 //!
-//! **Isolation.** With [`IsolationMode::Worktree`] the steps run in a fresh git worktree of
+//! **Isolation.** With [`Isolation::Worktree`] the steps run in a fresh git worktree of
 //! `repo_dir` at `<work_dir>/worktree` on branch `dlq/<job_id>/<item_id>`. A successful agent's
 //! worktree and branch are removed (its commits with them); a failed, timed out or cancelled
 //! one's are kept and described in [`AgentResult::worktree`].
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::shell::{render_shell, render_text, ItemVars, ShellCommand};
+use super::process_group::{sleep_until, Groups};
+use super::workflow::{Isolation, Step};
 use crate::domain::model::WorktreeArtifacts;
 
-#[path = "agent_output.rs"]
 mod output;
-#[path = "agent_process.rs"]
-pub(crate) mod process;
-#[path = "worktree.rs"]
+mod step;
 mod worktree;
 
-use output::{failure_message, read_tail, scan_json_log, short_label};
-use process::{sleep_until, Ended, Groups};
+use output::read_tail;
+use step::{base_env, open_logs, prepare, run_step, StepIo};
 
 /// How many trailing bytes of stderr an [`AgentResult`] keeps.
-pub const STDERR_TAIL_BYTES: usize = 4096;
-
-/// One step of an agent, as written in the workflow (the lead maps the workflow's step type).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StepSpec {
-    /// A shell template, run with `sh -c`.
-    Shell(String),
-    /// A prompt template, passed to the agent command as its last argument.
-    Claude(String),
-}
-
-impl StepSpec {
-    /// `shell: <template>` or `claude: <template>`: the step as named in results. The template
-    /// text, never the rendered item data.
-    pub fn label(&self) -> String {
-        match self {
-            StepSpec::Shell(t) => format!("shell: {t}"),
-            StepSpec::Claude(t) => format!("claude: {t}"),
-        }
-    }
-}
-
-/// Where an agent's steps run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum IsolationMode {
-    /// In the work directory.
-    #[default]
-    None,
-    /// In a git worktree of `repo_dir` of its own.
-    Worktree,
-}
+pub(super) const STDERR_TAIL_BYTES: usize = 4096;
 
 /// Everything needed to run one work item.
 #[derive(Debug, Clone)]
-pub struct AgentSpec {
+pub(super) struct AgentSpec {
     /// The job the item belongs to (`DLQ_JOB_ID`, branch name).
     pub job_id: String,
     /// The work item's id (`DLQ_ITEM_ID`, branch name, sanitised).
@@ -94,7 +60,7 @@ pub struct AgentSpec {
     /// This agent's id (`DLQ_AGENT_ID`).
     pub agent_id: String,
     /// The steps, run in order until one fails.
-    pub steps: Vec<StepSpec>,
+    pub steps: Vec<Step>,
     /// The work item, for `${item...}` templates.
     pub item: serde_json::Value,
     /// `map.NAME` template variables.
@@ -110,7 +76,7 @@ pub struct AgentSpec {
     /// Time limit of the whole agent (all steps); `None` for no limit.
     pub timeout: Option<Duration>,
     /// Whether the steps run in a worktree of their own.
-    pub isolation: IsolationMode,
+    pub isolation: Isolation,
     /// The repository worktrees are created from.
     pub repo_dir: PathBuf,
     /// Program and arguments of `claude:` steps; the prompt is appended as one argument.
@@ -119,7 +85,7 @@ pub struct AgentSpec {
 
 /// How an agent ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AgentStatus {
+pub(super) enum AgentStatus {
     /// Every step succeeded.
     Success,
     /// A step or the setup failed; the message says which and why.
@@ -132,7 +98,7 @@ pub enum AgentStatus {
 
 /// The outcome of one agent, for the orchestrator and the dead-letter entry.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AgentResult {
+pub(super) struct AgentResult {
     /// The work item's id.
     pub item_id: String,
     /// How the agent ended.
@@ -143,7 +109,7 @@ pub struct AgentResult {
     pub stderr_tail: Option<String>,
     /// Time the whole agent took, setup and cleanup included.
     pub duration: Duration,
-    /// Label of the step that failed or was running (see [`StepSpec::label`]).
+    /// Label of the step that failed or was running (see [`Step::label`]).
     pub step_failed: Option<String>,
     /// The JSON log the agent command reported (see the module doc).
     pub json_log_location: Option<String>,
@@ -153,17 +119,17 @@ pub struct AgentResult {
 
 /// Runs `spec`'s steps in order and reports how they went. Never fails: every problem becomes
 /// an [`AgentStatus`].
-pub async fn run_agent(spec: &AgentSpec, cancel: &CancellationToken) -> AgentResult {
+pub(super) async fn run_agent(spec: &AgentSpec, cancel: &CancellationToken) -> AgentResult {
     let started = Instant::now();
     let deadline = spec.timeout.map(|t| started + t);
-    let mut progress = Progress::default();
-    let end = execute(spec, cancel, deadline, &mut progress).await;
-    progress.groups.kill_all();
-    let stderr_tail = match &progress.stderr_log {
+    let mut observed = Observed::default();
+    let end = execute(spec, cancel, deadline, &mut observed).await;
+    observed.groups.kill_all();
+    let stderr_tail = match &observed.stderr_log {
         Some((path, start)) => read_tail(path, *start, STDERR_TAIL_BYTES).await,
         None => None,
     };
-    let worktree = match progress.worktree.take() {
+    let worktree = match observed.worktree.take() {
         Some(tree) if matches!(end, End::Success) => {
             if let Err(e) = tree.remove().await {
                 tracing::warn!(path = %tree.path.display(), error = %e, "cannot remove worktree");
@@ -184,13 +150,13 @@ pub async fn run_agent(spec: &AgentSpec, cancel: &CancellationToken) -> AgentRes
         step_failed: if status == AgentStatus::Success {
             None
         } else {
-            progress.step_failed
+            observed.step_failed
         },
         status,
         exit_code,
         stderr_tail,
         duration: started.elapsed(),
-        json_log_location: progress.json_log_location,
+        json_log_location: observed.json_log_location,
         worktree,
     }
 }
@@ -215,9 +181,9 @@ impl End {
     }
 }
 
-/// What [`execute`] learned on the way, kept whatever the outcome.
+/// What [`execute`] observed on the way, kept whatever the outcome.
 #[derive(Default)]
-struct Progress {
+struct Observed {
     step_failed: Option<String>,
     json_log_location: Option<String>,
     /// `stderr.log` and its length when this run started (the work dir may hold earlier runs).
@@ -226,34 +192,11 @@ struct Progress {
     groups: Groups,
 }
 
-/// A step ready to run: nothing left to render.
-enum Prepared {
-    Shell(ShellCommand),
-    Program(Vec<String>),
-}
-
-/// The output logs of an agent, opened for appending.
-struct Logs {
-    stdout: std::fs::File,
-    stderr: std::fs::File,
-    stdout_path: PathBuf,
-    stderr_path: PathBuf,
-}
-
-/// Where and how the steps run.
-struct StepIo<'a> {
-    cwd: &'a Path,
-    env: &'a [(OsString, OsString)],
-    logs: &'a Logs,
-    deadline: Option<Instant>,
-    cancel: &'a CancellationToken,
-}
-
 async fn execute(
     spec: &AgentSpec,
     cancel: &CancellationToken,
     deadline: Option<Instant>,
-    p: &mut Progress,
+    p: &mut Observed,
 ) -> End {
     let prepared = match prepare(spec) {
         Ok(prepared) => prepared,
@@ -277,7 +220,7 @@ async fn execute(
         .metadata()
         .ok()
         .map(|m| (logs.stderr_path.clone(), m.len()));
-    if spec.isolation == IsolationMode::Worktree {
+    if spec.isolation == Isolation::Worktree {
         p.step_failed = Some("worktree: create".into());
         let branch = worktree::branch_name(&spec.job_id, &spec.item_id);
         let path = work_dir.join("worktree");
@@ -313,130 +256,6 @@ async fn execute(
     End::Success
 }
 
-/// Renders every step; on error, the failing step's label and the message.
-fn prepare(spec: &AgentSpec) -> Result<Vec<Prepared>, (String, String)> {
-    let vars = ItemVars {
-        item: Some(&spec.item),
-        map: &spec.map_vars,
-    };
-    let mut prepared = Vec::with_capacity(spec.steps.len());
-    for step in &spec.steps {
-        let fail = |message: String| (step.label(), message);
-        prepared.push(match step {
-            StepSpec::Shell(t) => {
-                Prepared::Shell(render_shell(t, &vars).map_err(|e| fail(e.to_string()))?)
-            }
-            StepSpec::Claude(t) => {
-                if spec.agent_command.is_empty() {
-                    let hint =
-                        "a claude step needs an agent command: set the workflow's agent command";
-                    return Err(fail(hint.into()));
-                }
-                let prompt = render_text(t, &vars).map_err(|e| fail(e.to_string()))?;
-                let mut argv = spec.agent_command.clone();
-                argv.push(prompt);
-                Prepared::Program(argv)
-            }
-        });
-    }
-    Ok(prepared)
-}
-
-/// Creates the work dir and opens its logs; returns the work dir made absolute.
-async fn open_logs(work_dir: &Path) -> std::io::Result<(PathBuf, Logs)> {
-    let work_dir = std::path::absolute(work_dir)?;
-    tokio::fs::create_dir_all(&work_dir).await?;
-    let open = |path: PathBuf| async move {
-        let file = tokio::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .await?;
-        Ok::<_, std::io::Error>((file.into_std().await, path))
-    };
-    let (stdout, stdout_path) = open(work_dir.join("stdout.log")).await?;
-    let (stderr, stderr_path) = open(work_dir.join("stderr.log")).await?;
-    Ok((
-        work_dir,
-        Logs {
-            stdout,
-            stderr,
-            stdout_path,
-            stderr_path,
-        },
-    ))
-}
-
-/// The environment every process gets on top of ours: the workflow's, then the agent's ids.
-fn base_env(spec: &AgentSpec, work_dir: &Path, tree: Option<&Path>) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> =
-        spec.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
-    env.push(("DLQ_JOB_ID".into(), spec.job_id.clone().into()));
-    env.push(("DLQ_ITEM_ID".into(), spec.item_id.clone().into()));
-    env.push(("DLQ_AGENT_ID".into(), spec.agent_id.clone().into()));
-    env.push(("DLQ_WORK_DIR".into(), work_dir.into()));
-    if let Some(tree) = tree {
-        env.push(("DLQ_WORKTREE".into(), tree.into()));
-    }
-    env
-}
-
-/// Runs one prepared step to its end, killing its group on timeout or cancellation.
-async fn run_step(label: &str, prepared: &Prepared, io: &StepIo<'_>, p: &mut Progress) -> End {
-    let out_start = io.logs.stdout.metadata().map_or(0, |m| m.len());
-    let err_start = io.logs.stderr.metadata().map_or(0, |m| m.len());
-    let mut cmd = match prepared {
-        Prepared::Shell(shell) => {
-            let mut cmd = tokio::process::Command::new("sh");
-            cmd.arg("-c")
-                .arg(&shell.script)
-                .envs(io.env.iter().cloned());
-            cmd.envs(shell.env.iter().map(|(k, v)| (k, v)));
-            cmd
-        }
-        Prepared::Program(argv) => {
-            let mut cmd = tokio::process::Command::new(argv.first().map_or("", String::as_str));
-            cmd.args(argv.iter().skip(1)).envs(io.env.iter().cloned());
-            cmd
-        }
-    };
-    let (stdout, stderr) = match (io.logs.stdout.try_clone(), io.logs.stderr.try_clone()) {
-        (Ok(out), Ok(err)) => (out, err),
-        (Err(e), _) | (_, Err(e)) => return End::failed(format!("cannot share output logs: {e}")),
-    };
-    cmd.current_dir(io.cwd)
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr);
-    let ended = match process::run(&mut cmd, io.deadline, io.cancel, &mut p.groups).await {
-        Ok(ended) => ended,
-        Err(e) => {
-            let exit_code = (e.kind() == std::io::ErrorKind::NotFound).then_some(127);
-            let message = format!("step \"{}\" could not start: {e}", short_label(label));
-            return End::Failed { message, exit_code };
-        }
-    };
-    if matches!(prepared, Prepared::Program(_)) {
-        if let Some(location) = scan_json_log(&io.logs.stdout_path, out_start).await {
-            p.json_log_location = Some(location);
-        }
-    }
-    match ended {
-        Ended::TimedOut => End::Timeout,
-        Ended::Cancelled => End::Cancelled,
-        Ended::Exited(Err(e)) => End::failed(format!(
-            "step \"{}\" could not be waited for: {e}",
-            short_label(label)
-        )),
-        Ended::Exited(Ok(status)) if status.success() => End::Success,
-        Ended::Exited(Ok(status)) => {
-            let tail = read_tail(&io.logs.stderr_path, err_start, STDERR_TAIL_BYTES).await;
-            let (message, exit_code) = failure_message(label, status, tail.as_deref());
-            End::Failed { message, exit_code }
-        }
-    }
-}
-
 /// Describes the kept worktree of a failed agent.
 async fn artifacts(tree: &worktree::Worktree, error_logs: Option<String>) -> WorktreeArtifacts {
     let uncommitted_changes = tree.uncommitted_changes().await.unwrap_or_else(|e| {
@@ -452,5 +271,4 @@ async fn artifacts(tree: &worktree::Worktree, error_logs: Option<String>) -> Wor
 }
 
 #[cfg(test)]
-#[path = "agent_tests.rs"]
 mod tests;

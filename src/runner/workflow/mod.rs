@@ -11,16 +11,15 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-#[path = "workflow_policy.rs"]
 mod error_policy;
-pub use error_policy::{
+pub(super) use error_policy::{
     BackoffStrategy, CircuitBreakerConfig, ErrorCollection, ErrorPolicy, OnItemFailure, RetryConfig,
 };
 
 /// A parsed and validated workflow file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Workflow {
+pub(super) struct Workflow {
     /// Name of the workflow, shown in job listings; must not be blank.
     pub name: String,
     /// Execution mode; only `mapreduce` exists.
@@ -46,7 +45,7 @@ pub struct Workflow {
 
 /// Execution mode of a workflow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Mode {
+pub(super) enum Mode {
     /// One agent per work item, then a reduce phase (`mapreduce`).
     #[serde(rename = "mapreduce")]
     MapReduce,
@@ -55,7 +54,7 @@ pub enum Mode {
 /// One step: a shell command or a Claude prompt (`- shell: "make"`, `- claude: "/fix ${item}"`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
-pub enum Step {
+pub(super) enum Step {
     /// A command run with `sh -c`.
     Shell(String),
     /// A prompt given to Claude.
@@ -64,14 +63,14 @@ pub enum Step {
 
 impl Step {
     /// The command or prompt text, before template rendering.
-    pub fn text(&self) -> &str {
+    pub(super) fn text(&self) -> &str {
         match self {
             Step::Shell(text) | Step::Claude(text) => text,
         }
     }
 
     /// `shell: <text>` or `claude: <text>`: names the step in failures (`step_failed`).
-    pub fn label(&self) -> String {
+    pub(super) fn label(&self) -> String {
         match self {
             Step::Shell(text) => format!("shell: {text}"),
             Step::Claude(text) => format!("claude: {text}"),
@@ -90,7 +89,7 @@ fn default_max_parallel() -> usize {
 /// The map phase: the work items and the agent run for each of them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct MapPhase {
+pub(super) struct MapPhase {
     /// Where the JSON holding the items comes from.
     pub input: Input,
     /// JSONPath (RFC 9535) selecting the items in the input; default `$[*]`.
@@ -123,7 +122,7 @@ pub struct MapPhase {
 /// `input: { command: "gh issue list --json number" }`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Input {
+pub(super) enum Input {
     /// A JSON file, relative to the working directory.
     File(PathBuf),
     /// A `sh -c` command whose stdout is the JSON.
@@ -171,7 +170,7 @@ impl<'de> Visitor<'de> for InputVisitor {
 /// How agents are isolated from each other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Isolation {
+pub(super) enum Isolation {
     /// Agents share the current directory (`none`).
     #[default]
     None,
@@ -232,7 +231,7 @@ fn check_steps(field: &str, steps: &[Step]) -> Result<(), WorkflowError> {
 
 impl Workflow {
     /// Parses YAML text and validates it.
-    pub fn parse(text: &str) -> Result<Workflow, WorkflowError> {
+    pub(super) fn parse(text: &str) -> Result<Workflow, WorkflowError> {
         let has_content = text.lines().any(|l| {
             let l = l.trim();
             !l.is_empty() && !l.starts_with('#') && l != "---"
@@ -251,7 +250,7 @@ impl Workflow {
     }
 
     /// Reads, parses and validates a workflow file; syntax errors name the file.
-    pub fn load(path: &Path) -> Result<Workflow, WorkflowError> {
+    pub(super) fn load(path: &Path) -> Result<Workflow, WorkflowError> {
         let text = std::fs::read_to_string(path).map_err(|source| WorkflowError::Read {
             path: path.to_path_buf(),
             source,
@@ -265,7 +264,7 @@ impl Workflow {
     }
 
     /// Checks what the schema alone cannot: ranges, references and non-empty lists.
-    pub fn validate(&self) -> Result<(), WorkflowError> {
+    fn validate(&self) -> Result<(), WorkflowError> {
         if self.name.trim().is_empty() {
             return Err(invalid("name", "must not be empty"));
         }
@@ -379,7 +378,7 @@ impl Workflow {
 
     /// The retry settings the runner applies: `retry_config` when given; otherwise the
     /// defaults (3 attempts, exponential) for `on_item_failure: retry`, else one attempt.
-    pub fn effective_retry(&self) -> RetryConfig {
+    pub(super) fn effective_retry(&self) -> RetryConfig {
         match (
             &self.error_policy.retry_config,
             &self.error_policy.on_item_failure,
@@ -395,5 +394,4 @@ impl Workflow {
 }
 
 #[cfg(test)]
-#[path = "workflow_tests.rs"]
 mod tests;

@@ -1,4 +1,4 @@
-//! Job metrics: outcome counts, failure rate, error types and recurring failure patterns.
+//! A job's summary: outcome counts, failure rate, error types and recurring failure patterns.
 //!
 //! Pure: the runner feeds every final outcome into a [`Tally`]; [`Tally::summary`] gives the
 //! [`JobSummary`] printed at the end of a job, saved with it, exported as Prometheus metrics and
@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 use crate::domain::model::ErrorType;
 use crate::domain::signature::{remediation, signature};
 
-/// A signature must recur this often to be reported as a failure pattern (reference 004).
-pub const PATTERN_MIN_OCCURRENCES: u64 = 3;
+/// A signature must recur this often to be reported as a failure pattern: fewer is a one-off,
+/// not a pattern.
+const PATTERN_MIN_OCCURRENCES: u64 = 3;
 
 /// How many item ids a pattern lists as samples.
 const PATTERN_SAMPLES: usize = 5;
@@ -21,7 +22,7 @@ const PATTERN_SAMPLES: usize = 5;
 /// How an item ended. Every item ends in exactly one of these (pending until it ran).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub(super) enum Outcome {
     /// The agent succeeded (possibly after retries, or when re-run from the DLQ).
     Succeeded,
     /// Every attempt failed and the item is in the dead-letter queue.
@@ -47,7 +48,8 @@ pub struct FailurePattern {
     pub sample_items: Vec<String>,
 }
 
-/// The metrics of a job (reference 004's error metrics, plus `pending`).
+/// The metrics of a job: its outcome counts (`pending` included), failure rate, error types
+/// and recurring failure patterns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct JobSummary {
     /// Items in the job.
@@ -70,7 +72,7 @@ pub struct JobSummary {
 
 impl JobSummary {
     /// The `${map.*}` variables for the reduce phase.
-    pub fn map_vars(&self) -> BTreeMap<String, String> {
+    pub(super) fn map_vars(&self) -> BTreeMap<String, String> {
         BTreeMap::from([
             ("total".to_owned(), self.total.to_string()),
             ("successful".to_owned(), self.successful.to_string()),
@@ -96,7 +98,7 @@ struct PatternTally {
 /// Running counts of a job's outcomes. Counting is O(1) per record, so exporting the counts
 /// after every item stays cheap for large jobs.
 #[derive(Debug, Clone, Default)]
-pub struct Tally {
+pub(super) struct Tally {
     total: u64,
     outcomes: BTreeMap<String, Outcome>,
     succeeded: u64,
@@ -108,7 +110,7 @@ pub struct Tally {
 
 impl Tally {
     /// A tally for a job of `total` items.
-    pub fn new(total: u64) -> Self {
+    pub(super) fn new(total: u64) -> Self {
         Tally {
             total,
             ..Tally::default()
@@ -117,7 +119,7 @@ impl Tally {
 
     /// Records an item's final outcome; a later record of the same item replaces the earlier
     /// one (a dead-lettered item that succeeds on resume counts once, as succeeded).
-    pub fn record(&mut self, item_id: &str, outcome: Outcome) {
+    pub(super) fn record(&mut self, item_id: &str, outcome: Outcome) {
         if let Some(previous) = self.outcomes.insert(item_id.to_owned(), outcome) {
             *self.counter(previous) -= 1;
         }
@@ -133,7 +135,7 @@ impl Tally {
     }
 
     /// Records the last failure of an item that failed every attempt.
-    pub fn record_failure(&mut self, item_id: &str, error_type: &ErrorType, message: &str) {
+    pub(super) fn record_failure(&mut self, item_id: &str, error_type: &ErrorType, message: &str) {
         *self
             .error_types
             .entry(error_type.name().to_owned())
@@ -148,23 +150,18 @@ impl Tally {
         }
     }
 
-    /// The outcome recorded for an item, if any.
-    pub fn outcome(&self, item_id: &str) -> Option<Outcome> {
-        self.outcomes.get(item_id).copied()
-    }
-
     /// Items with a final failure (dead-lettered or skipped).
-    pub fn failures(&self) -> u64 {
+    pub(super) fn failures(&self) -> u64 {
         self.count(Outcome::DeadLettered) + self.count(Outcome::Skipped)
     }
 
     /// Items that ran to an outcome.
-    pub fn completed(&self) -> u64 {
+    pub(super) fn completed(&self) -> u64 {
         self.outcomes.len() as u64
     }
 
     /// Items recorded with `outcome`.
-    pub fn count(&self, outcome: Outcome) -> u64 {
+    pub(super) fn count(&self, outcome: Outcome) -> u64 {
         match outcome {
             Outcome::Succeeded => self.succeeded,
             Outcome::DeadLettered => self.dead_lettered,
@@ -173,12 +170,12 @@ impl Tally {
     }
 
     /// Items without an outcome yet.
-    pub fn pending(&self) -> u64 {
+    pub(super) fn pending(&self) -> u64 {
         self.total.saturating_sub(self.completed())
     }
 
     /// The current failure rate: final failures over completed items.
-    pub fn failure_rate(&self) -> f64 {
+    pub(super) fn failure_rate(&self) -> f64 {
         match self.completed() {
             0 => 0.0,
             done => self.failures() as f64 / done as f64,
@@ -186,7 +183,7 @@ impl Tally {
     }
 
     /// The summary at this point.
-    pub fn summary(&self) -> JobSummary {
+    pub(super) fn summary(&self) -> JobSummary {
         let mut failure_patterns: Vec<FailurePattern> = self
             .patterns
             .iter()
