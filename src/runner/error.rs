@@ -97,4 +97,13 @@ impl RunError {
         let path = path.into();
         move |source| RunError::JobState { path, source }
     }
+
+    /// A job state file at `path` that cannot be (de)serialised.
+    pub(super) fn corrupt(path: impl Into<PathBuf>) -> impl FnOnce(serde_json::Error) -> RunError {
+        let path = path.into();
+        move |err| RunError::Corrupt {
+            path,
+            reason: err.to_string(),
+        }
+    }
 }

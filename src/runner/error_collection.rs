@@ -16,7 +16,7 @@ pub(super) struct ErrorCollector {
 }
 
 impl ErrorCollector {
-    /// A reporter for `strategy`.
+    /// A collector for `strategy`.
     pub(super) fn new(strategy: ErrorCollection) -> Self {
         ErrorCollector {
             strategy,

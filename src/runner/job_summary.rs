@@ -66,7 +66,7 @@ pub struct JobSummary {
     pub failure_rate: f64,
     /// Final failures by error type name.
     pub error_types: BTreeMap<String, u64>,
-    /// Signatures seen at least [`PATTERN_MIN_OCCURRENCES`] times, most frequent first.
+    /// Signatures seen at least three times, most frequent first.
     pub failure_patterns: Vec<FailurePattern>,
 }
 

@@ -1,4 +1,5 @@
-//! Pure decisions of the error policy: what happens after an attempt, and when a job stops.
+//! Pure decisions of the workflow's error policy (its schema is `workflow::error_policy`): what
+//! happens after an attempt, and when a job stops.
 //!
 //! Retries come first: an item is attempted up to `retry_config.max_attempts` times (with the
 //! configured backoff between attempts); only when every attempt failed does

@@ -2,7 +2,7 @@
 //!
 //! The request waits until the retry finished and answers its report, rendered like `dlq
 //! retry` prints it. Two requests for one job at the same time never run one item twice: each
-//! item is claimed by the retry running it (see [`crate::runner::retry_job`]).
+//! item is claimed by the retry running it (see `crate::runner::retry`).
 
 use std::path::PathBuf;
 

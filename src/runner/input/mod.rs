@@ -103,7 +103,7 @@ pub enum InputError {
         /// Where it ran.
         dir: PathBuf,
     },
-    /// The document is larger than [`MAX_INPUT_BYTES`].
+    /// The document is larger than the input limit (256 MiB).
     #[error("{origin} is larger than the {limit}-byte input limit: select fewer items at the source or split the job")]
     TooLarge {
         /// The file path or command.

@@ -18,7 +18,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -126,10 +126,8 @@ impl JobStore {
             return Err(RunError::JobExists(record.job_id.clone()));
         }
         fs::create_dir_all(&dir).map_err(RunError::job_state(&dir))?;
-        let bytes = serde_json::to_vec_pretty(record).map_err(|err| RunError::Corrupt {
-            path: dir.join("job.json"),
-            reason: err.to_string(),
-        })?;
+        let bytes =
+            serde_json::to_vec_pretty(record).map_err(RunError::corrupt(dir.join("job.json")))?;
         write_atomically(&dir.join("job.json"), &bytes)?;
         Self::open_dir(dir)
     }
@@ -149,11 +147,7 @@ impl JobStore {
             }
             Err(err) => return Err(RunError::job_state(path)(err)),
         };
-        let record: JobRecord =
-            serde_json::from_slice(&bytes).map_err(|err| RunError::Corrupt {
-                path: path.clone(),
-                reason: err.to_string(),
-            })?;
+        let record: JobRecord = serde_json::from_slice(&bytes).map_err(RunError::corrupt(&path))?;
         Ok((Self::open_dir(dir)?, record))
     }
 
@@ -180,34 +174,17 @@ impl JobStore {
     /// Records an outcome durably (written and fdatasync'ed).
     pub(super) fn append_outcome(&self, record: &OutcomeRecord) -> Result<(), RunError> {
         let path = self.dir.join("outcomes.jsonl");
-        let mut line = serde_json::to_vec(record).map_err(|err| RunError::Corrupt {
-            path: path.clone(),
-            reason: err.to_string(),
-        })?;
-        line.push(b'\n');
-        let file = self.outcomes.lock().map_err(|_| poisoned(&path))?;
-        (&*file)
-            .write_all(&line)
-            .map_err(RunError::job_state(&path))?;
+        let file = append_line(&self.outcomes, &path, record)?;
         file.sync_data().map_err(RunError::job_state(&path))
     }
 
     /// Appends a job event (not synced: events are informational).
     pub(super) fn append_event(&self, kind: JobEventKind) -> Result<(), RunError> {
-        let path = self.dir.join("events.jsonl");
         let event = JobEvent {
             at: Utc::now(),
             kind,
         };
-        let mut line = serde_json::to_vec(&event).map_err(|err| RunError::Corrupt {
-            path: path.clone(),
-            reason: err.to_string(),
-        })?;
-        line.push(b'\n');
-        let file = self.events.lock().map_err(|_| poisoned(&path))?;
-        (&*file)
-            .write_all(&line)
-            .map_err(RunError::job_state(&path))
+        append_line(&self.events, &self.dir.join("events.jsonl"), &event).map(drop)
     }
 
     /// The job's events, in order.
@@ -218,10 +195,7 @@ impl JobStore {
     /// Saves the latest summary as `summary.json`.
     pub(super) fn write_summary(&self, summary: &impl Serialize) -> Result<(), RunError> {
         let path = self.dir.join("summary.json");
-        let bytes = serde_json::to_vec_pretty(summary).map_err(|err| RunError::Corrupt {
-            path: path.clone(),
-            reason: err.to_string(),
-        })?;
+        let bytes = serde_json::to_vec_pretty(summary).map_err(RunError::corrupt(&path))?;
         write_atomically(&path, &bytes)
     }
 
@@ -262,6 +236,21 @@ fn safe_chars(text: &str, replacement: char, max: usize) -> String {
         })
         .take(max)
         .collect()
+}
+
+/// Appends `value` as one JSON line to `file` (at `path`); returns the file, still locked.
+fn append_line<'f>(
+    file: &'f Mutex<File>,
+    path: &Path,
+    value: &impl Serialize,
+) -> Result<MutexGuard<'f, File>, RunError> {
+    let mut line = serde_json::to_vec(value).map_err(RunError::corrupt(path))?;
+    line.push(b'\n');
+    let file = file.lock().map_err(|_| poisoned(path))?;
+    (&*file)
+        .write_all(&line)
+        .map_err(RunError::job_state(path))?;
+    Ok(file)
 }
 
 fn poisoned(path: &Path) -> RunError {
