@@ -27,6 +27,8 @@ run() {
 
 run cargo fmt --all -- --check
 run cargo clippy --workspace --all-targets -- -D warnings
+# The embeddable core (no CLI, admin API, runner or query language) must keep building alone.
+run cargo check -p dlq --no-default-features --lib
 
 # Test output is also kept in a log so the totals can be summed for the closing line.
 log="$(mktemp "${TMPDIR:-/tmp}/dlq-test.XXXXXX")"
