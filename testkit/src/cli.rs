@@ -4,6 +4,7 @@
 //! package's own tests and benches), so every helper takes its path: a test passes
 //! `env!("CARGO_BIN_EXE_dlq")`.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -14,7 +15,7 @@ use serde_json::Value;
 
 /// `BIN --data-dir DIR --nats-url URL --format json ARGS...`, with `DLQ_CONFIG` pointing at
 /// `DIR.yml` (each test writes its config beside its data directory).
-pub fn dlq_command(bin: &str, data_dir: &Path, url: &str, args: &[&str]) -> Command {
+pub fn dlq_command(bin: impl AsRef<OsStr>, data_dir: &Path, url: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(bin);
     cmd.arg("--data-dir")
         .arg(data_dir)
@@ -25,7 +26,7 @@ pub fn dlq_command(bin: &str, data_dir: &Path, url: &str, args: &[&str]) -> Comm
 }
 
 /// Runs [`dlq_command`] to completion.
-pub fn dlq_output(bin: &str, data_dir: &Path, url: &str, args: &[&str]) -> Output {
+pub fn dlq_output(bin: impl AsRef<OsStr>, data_dir: &Path, url: &str, args: &[&str]) -> Output {
     dlq_command(bin, data_dir, url, args)
         .output()
         .expect("run the dlq binary")
