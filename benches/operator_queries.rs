@@ -175,7 +175,7 @@ fn main() {
                     "median of {runs} whole `dlq` processes; peak RSS {:.0} MiB; {total} items in the data set",
                     t.peak_kb as f64 / 1024.0
                 );
-                // Issue 7's target is for 1,000,000 items; smaller sizes show the trend.
+                // The query target is for 1,000,000 items; smaller sizes show the trend.
                 if t.target == "< 100 ms" && items >= 1_000_000 {
                     row = row.target("< 100 ms at 1M items", t.median_ms < 100.0);
                 }

@@ -23,8 +23,8 @@ const SECTIONS: [(&str, &str); 8] = [
     ("4 reconciler drain", "4. Reconciler drain"),
     ("5 queries", "5. Operator queries (whole `dlq` processes)"),
     ("6 memory and disk", "6. Memory and disk"),
-    ("7 consumers", "7. Consumers (not part of issue 7; issue 5's figures)"),
-    ("8 job runner", "8. Job runner overhead (not part of issue 7; issue 3's figures)"),
+    ("7 consumers", "7. Consumers (the consumer targets)"),
+    ("8 job runner", "8. Job runner overhead (the runner targets)"),
 ];
 
 /// Three significant digits, thousands separated from 1,000 up.
@@ -217,7 +217,7 @@ fn sample() -> Vec<SuiteFile> {
         SuiteRow::new("5 queries", "1,000,000 items, via serve: stats", 22.0, "ms")
             .target("< 100 ms", true),
         SuiteRow::new("3 baselines", "stats, 100000 items", 0.0231, "ms")
-            .against(967.0, "reference-000 layout"),
+            .against(967.0, "legacy layout (one JSON file per item)"),
     ];
     vec![SuiteFile {
         bench: "sample".into(),

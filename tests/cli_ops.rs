@@ -1,6 +1,6 @@
 //! The read-only operator commands and export/import, end to end through the `dlq` binary:
 //! list (filters, paging, order, formats), inspect, stats, analyze, export in every format and
-//! import back, import of reference 000's layout, and malformed input.
+//! import back, import of the legacy layout (one JSON file per item), and malformed input.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use dlq_testkit::cli::{failure, listed_ids, Env};

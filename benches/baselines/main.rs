@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Baselines in the same run: `cargo bench --bench baselines -- [--quick] [--dir DIR] [--json PATH]`.
 //!
-//! 1. **Reference-000 layout**: one pretty JSON file per item plus an `index.json` regenerated on
+//! 1. **legacy layout (one JSON file per item)**: one pretty JSON file per item plus an `index.json` regenerated on
 //!    every add (re-implemented in [`reference`]), against our sled sink: adds/s at 1,000, 10,000
 //!    and 100,000 items, a newest-first page of 50 and the statistics at those sizes.
 //! 2. **Publish-only**: JetStream publish with PubAck of the same event bytes, no local sink,
@@ -25,7 +25,7 @@ use dlq_testkit::bench::suite;
 use run::load_average;
 use suite::filesystem_of;
 
-/// Every item of the store benches goes to this one job: reference 000 keeps one directory
+/// Every item of the store benches goes to this one job: the legacy layout keeps one directory
 /// and one `index.json` per job, so a job of n items is where its per-add cost is O(n).
 const JOB: &str = "job-0";
 const TOPIC: &str = "bench";
@@ -33,7 +33,7 @@ const PAGE: usize = 50;
 const FILL_IN_FLIGHT: usize = 256;
 const IN_FLIGHT: [usize; 2] = [1, 64];
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
-/// Issue 7: ours ≥ 1000× the reference-000 layout's add throughput at 100,000 items.
+/// Target: ours ≥ 1000× the legacy layout (one JSON file per item)'s add throughput at 100,000 items.
 const TARGET_SIZE: usize = 100_000;
 const TARGET_FACTOR: f64 = 1000.0;
 
@@ -183,7 +183,7 @@ fn main() {
     let mut lines = Vec::new();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
-        eprintln!("1/2 store: reference-000 layout vs sled sink ...");
+        eprintln!("1/2 store: legacy layout (one JSON file per item) vs sled sink ...");
         store::store_section(dir, &mode, &mut lines).await;
         eprintln!("2/2 publish-only vs durable emit ...");
         publish::publish_section(dir, &mode, &mut lines).await;
@@ -202,7 +202,7 @@ fn main() {
         "- items: ~1 KiB `item_data`, one job; adds/s at n items = the last {} adds up to n (all of them when n ≤ {}), the rest pre-filled untimed\n",
         mode.window, mode.window
     );
-    doc += "- baseline = reference 000's layout (pretty item file + index.json regenerated per add, no fsync, serial); ours = `SledSink` (group commit, fsync per group) and `dlq::query`\n";
+    doc += "- baseline = the legacy layout (one JSON file per item) (pretty item file + index.json regenerated per add, no fsync, serial); ours = `SledSink` (group commit, fsync per group) and `dlq::query`\n";
     doc += "- publish-only = `NatsBus::publish` with PubAck into a private nats-server stream, no sink; ours = `Emitter::dead_letter` (sink, then the same publish)\n\n";
     doc += &table(&lines);
     doc += "\n`ours/baseline` is the plain ratio (rates: above 1 is ours ahead; times: below 1 is ours ahead); `ours ahead by` turns both into \"above 1 is better\". See `benches/README.md`, \"baselines\".\n";
@@ -228,7 +228,7 @@ fn suite_row(l: &Line) -> suite::SuiteRow {
     let against = if l.what.contains("publish-only") {
         "publish-only JetStream (PubAck, no sink)"
     } else {
-        "reference-000 layout"
+        "legacy layout (one JSON file per item)"
     };
     let mut row = suite::SuiteRow::new("3 baselines", l.what.clone(), l.ours, l.unit);
     row.higher_is_better = l.higher_is_better;

@@ -1,4 +1,4 @@
-//! Reference 000's storage, re-implemented for this bench from its description (layout, file
+//! The legacy storage (one JSON file per item), re-implemented for this bench from its description (layout, file
 //! names, index fields) and, for what the guide leaves open, from the behaviour of the system's
 //! `DLQStorage` (`persist`, `update_index`, `load_all`) and `DeadLetterQueue` (`add`,
 //! `list_items`, `get_stats`), which the guide cites as `src/cook/execution/dlq.rs`:

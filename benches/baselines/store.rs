@@ -1,4 +1,4 @@
-//! 1-2. The store: adds, list and stats of the reference-000 layout against our sled sink.
+//! 1-2. The store: adds, list and stats of the legacy layout (one JSON file per item) against our sled sink.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -176,7 +176,7 @@ pub async fn store_section(base: &Path, mode: &Mode, lines: &mut Vec<Line>) {
     let items = Arc::new(Items::new());
     for &size in mode.sizes {
         let window = mode.window.min(size);
-        eprintln!("  {size} items: reference-000 layout ...");
+        eprintln!("  {size} items: legacy layout (one JSON file per item) ...");
         let r = reference_at(base, &items, size, mode);
         eprintln!(
             "    {:.0} adds/s (p99 {:.2} ms); list {:.1} ms; stats {:.1} ms",

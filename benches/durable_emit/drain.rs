@@ -15,7 +15,7 @@ use futures::StreamExt;
 use crate::run::{connect_bus, cpu_seconds, disk_bytes_written, next_item, run_concurrent};
 use crate::run::{wait_healthy, Row, PUBLISH_TIMEOUT, TOPIC};
 
-/// Issue 7: the reconciler drains at least 50,000 events/s.
+/// Target: the reconciler drains at least 50,000 events/s.
 pub const TARGET_RATE: f64 = 50_000.0;
 
 /// Builds a backlog of `n` events with the bus down (256 tasks appending dead-letters

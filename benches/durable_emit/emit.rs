@@ -30,7 +30,7 @@ impl Payload {
 /// An earlier issue's target, still printed at K = 64 with the 1 KiB payload.
 const TARGET_P99_US: u64 = 5_000;
 const TARGET_RATE: f64 = 20_000.0;
-/// Issue 7: durable emit at least half the plain-file group-commit limit.
+/// Target: durable emit at least half the plain-file group-commit limit.
 pub const LIMIT_SHARE: f64 = 0.5;
 
 /// One scenario per K: a fresh sink and emitter, a warm-up, then `payload.emits` calls.

@@ -1,4 +1,4 @@
-//! Runner-overhead benchmark (issue 3): what `dlq run` costs per item beyond the command itself,
+//! Runner-overhead benchmark: what `dlq run` costs per item beyond the command itself,
 //! and what dead-lettering costs per failed agent.
 //!
 //! `cargo bench --bench runner_overhead -- [--quick] [--items N] [--failing N] [--runs N] [--json PATH]`
@@ -301,7 +301,7 @@ fn main() {
             .map(|(name, v, target)| {
                 let row = suite::SuiteRow::new("8 job runner", name, v, "ms").note(note.clone());
                 match target {
-                    Some(t) => row.target(format!("< {t} ms (issue 3)"), v < t),
+                    Some(t) => row.target(format!("< {t} ms"), v < t),
                     None => row,
                 }
             })

@@ -57,7 +57,7 @@ pub struct EmitArgs {
     /// Incarnation number (item ids stay unique across restarts of one data dir).
     #[arg(long, default_value_t = 0)]
     pub incarnation: u32,
-    /// Baseline: no reconciler (reference 003).
+    /// Baseline: no reconciler (a plain sink-then-publish emitter).
     #[arg(long)]
     pub baseline: bool,
     /// Per-attempt publish timeout.

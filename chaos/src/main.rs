@@ -1,9 +1,9 @@
-//! `dlq-chaos`: chaos drills for the dead-letter queue (issue 6).
+//! `dlq-chaos`: chaos drills for the dead-letter queue.
 //!
 //! `dlq-chaos drill` starts its own nats-server, K emitter processes (`dlq-chaos emit`, which
 //! embed the `dlq` library) and an independent subscriber, injects one fault for a duration,
 //! restores, waits for the reconcilers to drain and reports what was lost. With
-//! `--baseline-too` it runs the same drill again with the reconciler disabled (reference 003:
+//! `--baseline-too` it runs the same drill again with the reconciler disabled (the plain sink-then-publish design:
 //! one retry after 500 ms, then give up) so both loss figures sit in one table.
 //! See `chaos/README.md`.
 
@@ -123,7 +123,7 @@ pub struct DrillArgs {
     /// Emitter processes.
     #[arg(long, default_value_t = 4)]
     pub emitters: usize,
-    /// Also run the baseline (reconciler off: one retry after 500 ms, as reference 003).
+    /// Also run the baseline (reconciler off: one retry after 500 ms, as a plain sink-then-publish emitter does).
     #[arg(long)]
     pub baseline_too: bool,
     /// Run only the baseline (for comparisons; the exit code then ignores loss).

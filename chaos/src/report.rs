@@ -212,7 +212,7 @@ pub struct DrillResult {
     pub pass: Option<bool>,
     /// Our emitter.
     pub ours: Option<ModeResult>,
-    /// The reference-003 baseline.
+    /// The baseline: a plain sink-then-publish emitter without a reconciler.
     pub baseline: Option<ModeResult>,
 }
 
@@ -359,7 +359,7 @@ pub fn markdown(d: &DrillResult) -> String {
         s,
         "Started {}. Fault `{fault}`{detail} for {} s after {} s of load; load continued {} s after \
          restoring. {} failures/s from {} emitter processes; {} CPUs. Both modes: {}; ours adds \
-         the reconciler, the baseline (reference 003) has none.\n",
+         the reconciler, the baseline (a plain sink-then-publish emitter) has none.\n",
         d.started_at, d.duration_s, d.warmup_s, d.after_s, d.rate, d.emitters, d.cpus, d.emit_policy
     );
     let modes: Vec<&ModeResult> = [d.baseline.as_ref(), d.ours.as_ref()]
@@ -441,7 +441,7 @@ const READING: &str = "
   believes these are safe. **LOST** counts those never found in the JetStream stream `DLQ` at the
   end (read by sequence, after the load stopped, the reconcilers drained and, for ours,
   `dlq republish` re-published what the bus lost after acknowledging it).
-- The baseline keeps events it could not publish in its sink (reference 003 is sink-first too),
+- The baseline keeps events it could not publish in its sink (that design is sink-first too),
   but nothing ever publishes them: every failure during the outage is missing from the bus.
 - **duplicates by id**: the same event id more than once (re-publishes: JetStream drops them
   inside its duplicate window, a core subscriber sees them; repairs by `dlq republish` carry a

@@ -12,7 +12,7 @@
 //! * [`net`]: [`free_port`], [`http_get`], [`DEAD_BUS_URL`].
 //! * [`wait`]: [`wait_for`] (async) and [`poll_until`] (sync): poll instead of sleeping.
 //! * [`cli`]: the `dlq` binary on a data directory ([`cli::Env`], [`cli::dlq_command`]);
-//!   [`flow`]: a workflow directory run by `dlq run`; [`reference`]: reference 000's layout.
+//!   [`flow`]: a workflow directory run by `dlq run`; [`reference`]: the legacy layout (one JSON file per item).
 //! * [`items`]: realistic items and events; [`stream`]: what reached the stream, and metrics.
 //! * [`bench`]: concurrent load ([`bench::load`]) and the suite's row format
 //!   ([`bench::suite`]).

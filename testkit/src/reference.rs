@@ -1,4 +1,4 @@
-//! Reference 000's storage layout (one JSON file per item and an `index.json` per job), which
+//! The legacy storage (one JSON file per item) layout (one JSON file per item and an `index.json` per job), which
 //! `dlq import` reads.
 
 use std::path::Path;
@@ -6,7 +6,7 @@ use std::path::Path;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{json, Value};
 
-/// An item in reference 000's format (no `job_id`, no `error_pattern`, its own style of
+/// An item in the legacy format of the runner dlq replaces (no `job_id`, no `error_pattern`, its own style of
 /// signature) that last failed `hours_ago` hours ago and first failed `first_days_ago` days ago.
 pub fn reference_item(id: &str, hours_ago: i64, first_days_ago: i64) -> Value {
     let now = Utc::now();
@@ -41,7 +41,7 @@ pub fn reference_item(id: &str, hours_ago: i64, first_days_ago: i64) -> Value {
     })
 }
 
-/// Writes a job directory of reference 000 (`items/{id}.json` and `index.json`) at `dir`.
+/// Writes a job directory in the legacy layout (`items/{id}.json` and `index.json`) at `dir`.
 pub fn write_reference_job(dir: &Path, job_id: &str, items: &[Value]) {
     std::fs::create_dir_all(dir.join("items")).unwrap();
     let mut ids = Vec::new();
