@@ -30,16 +30,29 @@ run cargo clippy --workspace --all-targets -- -D warnings
 # The embeddable core (no CLI, admin API, runner or query language) must keep building alone.
 run cargo check -p dlq --no-default-features --lib
 
-# Test output is also kept in a log so the totals can be summed for the closing line.
+# Test output is also kept in a log so the totals can be summed for the closing line, which is
+# printed whether the tests passed or not.
 log="$(mktemp "${TMPDIR:-/tmp}/dlq-test.XXXXXX")"
 trap 'rm -f "$log"' EXIT
+# Every test binary runs under a time limit, so a hung test fails its own binary instead of
+# eating CI's time; --no-fail-fast runs the others anyway.
+host="$(rustc -vV | sed -n 's/^host: //p')"
+export "CARGO_TARGET_$(echo "$host" | tr 'a-z-' 'A-Z_')_RUNNER=timeout --kill-after=30s ${DLQ_TEST_BINARY_TIMEOUT:-20m}"
+status=0
 announce cargo test --workspace --doc
-cargo test --workspace --doc 2>&1 | tee -a "$log"
+cargo test --workspace --doc --no-fail-fast 2>&1 | tee -a "$log" || status=1
 announce cargo test --workspace --all-targets
-cargo test --workspace --all-targets 2>&1 | tee -a "$log"
+cargo test --workspace --all-targets --no-fail-fast 2>&1 | tee -a "$log" || status=1
 
+# A binary that crashed or timed out prints no result line: count it as one failure.
 totals="$(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed; \([0-9]*\) ignored.*/\1 \2 \3/p' "$log" \
-  | awk '{p += $1; f += $2; i += $3} END {printf "%d passed, %d failed, %d skipped", p, f, i}')"
+  | awk -v status="$status" '{p += $1; f += $2; i += $3}
+      END {if (status != 0 && f == 0) f = 1; printf "%d passed, %d failed, %d skipped", p, f, i}')"
 echo
-echo "scripts/test.sh: fmt, clippy and all tests OK"
+if [ "$status" -eq 0 ]; then
+  echo "scripts/test.sh: fmt, clippy and all tests OK"
+else
+  echo "scripts/test.sh: some tests FAILED (their output is above)"
+fi
 echo "tests: $totals"
+exit "$status"
