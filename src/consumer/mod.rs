@@ -5,13 +5,13 @@
 //! emitter's sink; [`repair`] re-publishes what a stream lost; [`durable`] keeps a consumer's state in its own [`store`], checkpointed by
 //! stream sequence.
 
-pub mod durable;
-pub mod fold;
-pub mod repair;
+mod durable;
+mod fold;
+pub(crate) mod repair;
 mod seqset;
-pub mod store;
-pub mod stream;
-pub mod verify;
+mod store;
+mod stream;
+mod verify;
 
 pub use durable::{run_durable, ConsumeError, DurableConfig, DurableRun};
 pub use fold::{Fold, FoldStats, Offer};

@@ -7,10 +7,10 @@
 //! accumulators (`StatsAccumulator`, `AnalysisAccumulator`), fed item by item, so they are
 //! testable without a disk.
 
-pub mod analyze;
+pub(crate) mod analyze;
 pub mod cel;
-pub mod export;
-pub mod import;
+pub(crate) mod export;
+pub(crate) mod import;
 pub mod list;
 pub mod stats;
 

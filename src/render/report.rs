@@ -22,20 +22,30 @@ pub fn check_report_format(format: Format, command: &str) -> Result<(), RequestE
     }
 }
 
+/// Writes `report` with `table` for the table format, else as one line of JSON.
+fn table_or_json<W: Write, T: serde::Serialize>(
+    out: &mut W,
+    format: Format,
+    report: &T,
+    table: fn(&mut W, &T) -> std::io::Result<()>,
+) -> Result<(), RequestError> {
+    match format {
+        Format::Table => table(out, report)?,
+        _ => {
+            serde_json::to_writer(&mut *out, report).map_err(std::io::Error::from)?;
+            writeln!(out)?;
+        }
+    }
+    Ok(())
+}
+
 /// Writes the statistics in `format` (a table, or one line of JSON).
 pub fn write_stats(
     out: &mut impl Write,
     format: Format,
     stats: &Stats,
 ) -> Result<(), RequestError> {
-    match format {
-        Format::Table => print_stats(out, stats)?,
-        _ => {
-            serde_json::to_writer(&mut *out, stats).map_err(std::io::Error::from)?;
-            writeln!(out)?;
-        }
-    }
-    Ok(())
+    table_or_json(out, format, stats, print_stats)
 }
 
 fn print_stats(out: &mut impl Write, s: &Stats) -> std::io::Result<()> {
@@ -102,14 +112,7 @@ pub fn write_analysis(
     format: Format,
     analysis: &Analysis,
 ) -> Result<(), RequestError> {
-    match format {
-        Format::Table => print_analysis(out, analysis)?,
-        _ => {
-            serde_json::to_writer(&mut *out, analysis).map_err(std::io::Error::from)?;
-            writeln!(out)?;
-        }
-    }
-    Ok(())
+    table_or_json(out, format, analysis, print_analysis)
 }
 
 fn print_analysis(out: &mut impl Write, a: &Analysis) -> std::io::Result<()> {
