@@ -12,7 +12,7 @@ use crate::bus::{Bus, BusError, Published};
 use crate::domain::command::{decide, Command, DecideError, Limits};
 use crate::domain::event::{EncodedEvent, Event};
 use crate::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
-use crate::domain::projection::MemoryProjection;
+use crate::domain::projection::{MemoryProjection, StoredItem};
 use crate::sink::{Backlog, Sink, SinkError};
 
 /// A sink in memory: the same decide/apply logic as the sled sink, no disk.
@@ -177,4 +177,14 @@ pub fn item(job: &str, id: &str) -> DeadLetteredItem {
         None,
     )
     .unwrap()
+}
+
+/// `item(job, id)` as the projection keeps it, last written by the event `last_event_id`.
+pub fn stored_item(job: &str, id: &str, last_event_id: &str) -> StoredItem {
+    StoredItem {
+        item: item(job, id),
+        created_seq: 1,
+        version: 1,
+        last_event_id: last_event_id.to_owned(),
+    }
 }

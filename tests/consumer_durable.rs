@@ -172,3 +172,45 @@ async fn a_consumer_killed_mid_stream_ends_equal_to_the_sink() {
         "every event applied exactly once: {verify}"
     );
 }
+
+/// One durable consumer fed by two emitter nodes: each node's `verify --consumer-store`
+/// compares what that node wrote, and the other node's items are not "extra".
+#[test]
+fn verify_against_a_shared_consumer_store_compares_each_node_alone() {
+    let server = NatsServer::start();
+    let url = server.url();
+    let work = tempfile::tempdir().unwrap();
+    let store = work.path().join("consumer");
+    let store_arg = store.to_str().unwrap();
+    let nodes: Vec<_> = ["node-a", "node-b"]
+        .iter()
+        .map(|node| {
+            let dir = work.path().join(node);
+            std::fs::create_dir(&dir).unwrap();
+            let data = setup(&dir);
+            let emitted = dlq(&data, &url, &["demo", "--count", "4", "--job-id", node])
+                .args(["--node-id", node])
+                .status()
+                .unwrap();
+            assert!(emitted.success());
+            data
+        })
+        .collect();
+    let (out, consumed) = run(&mut dlq(
+        &nodes[0],
+        &url,
+        &["consume", "--durable", "shared", "--store", store_arg],
+    ));
+    assert!(out.status.success(), "{consumed}");
+    assert_eq!(consumed["items"], 8, "{consumed}");
+    for data in &nodes {
+        let (out, verify) = run(&mut dlq(
+            data,
+            &url,
+            &["verify", "--consumer-store", store_arg],
+        ));
+        assert_eq!(verify["extra"], 0, "{verify}");
+        assert_eq!(verify["missing"], 0, "{verify}");
+        assert_eq!(out.status.code(), Some(0), "{verify}");
+    }
+}

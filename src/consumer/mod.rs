@@ -19,4 +19,4 @@ pub use store::{ConsumerStore, PendingSave, StoreError};
 pub use stream::{
     for_each_message, read_from_start, ReadError, StreamMessage, StreamRead, StreamSpan,
 };
-pub use verify::{compare, Difference};
+pub use verify::{compare, compare_node, Difference};

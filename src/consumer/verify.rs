@@ -40,6 +40,17 @@ pub fn compare<E>(
     sink_items: impl IntoIterator<Item = Result<StoredItem, E>>,
     consumer: &MemoryProjection,
 ) -> Result<Vec<Difference>, E> {
+    compare_node(sink_items, consumer, None)
+}
+
+/// Like [`compare`], for a projection that also holds other nodes' items (a durable consumer
+/// fed by several emitters): with `node`, an item the sink lacks counts as extra only when
+/// that node wrote its last event.
+pub fn compare_node<E>(
+    sink_items: impl IntoIterator<Item = Result<StoredItem, E>>,
+    consumer: &MemoryProjection,
+    node: Option<&str>,
+) -> Result<Vec<Difference>, E> {
     let mut remaining = consumer.items.clone();
     let mut differences = Vec::new();
     for stored in sink_items {
@@ -61,8 +72,58 @@ pub fn compare<E>(
     }
     differences.extend(
         remaining
-            .into_keys()
-            .map(|(job_id, item_id)| Difference::Extra { job_id, item_id }),
+            .into_iter()
+            .filter(|(_, theirs)| node.is_none_or(|node| written_by(theirs, node)))
+            .map(|((job_id, item_id), _)| Difference::Extra { job_id, item_id }),
     );
     Ok(differences)
+}
+
+/// Whether `node` wrote the item's last event (event ids are `<node_id>:<seq>`).
+fn written_by(item: &StoredItem, node: &str) -> bool {
+    item.last_event_id
+        .rsplit_once(':')
+        .is_some_and(|(writer, _)| writer == node)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::testing::stored_item;
+
+    #[test]
+    fn other_nodes_items_are_not_extra_for_one_node() {
+        let mine = stored_item("job-a", "1", "node-a:3");
+        let theirs = stored_item("job-b", "1", "node-b:7");
+        let mut consumer = MemoryProjection::default();
+        for item in [&mine, &theirs] {
+            let key = (item.item.job_id.clone(), item.item.item_id.clone());
+            consumer.items.insert(key, item.clone());
+        }
+        let sink = || vec![Ok::<_, ()>(mine.clone())];
+        let all = compare(sink(), &consumer).unwrap();
+        assert_eq!(
+            all,
+            vec![Difference::Extra {
+                job_id: "job-b".into(),
+                item_id: "1".into()
+            }]
+        );
+        assert!(compare_node(sink(), &consumer, Some("node-a"))
+            .unwrap()
+            .is_empty());
+        let lost = compare_node(
+            Vec::<Result<StoredItem, ()>>::new(),
+            &consumer,
+            Some("node-a"),
+        );
+        assert_eq!(
+            lost.unwrap(),
+            vec![Difference::Extra {
+                job_id: "job-a".into(),
+                item_id: "1".into()
+            }]
+        );
+    }
 }
