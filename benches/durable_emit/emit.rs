@@ -7,10 +7,10 @@ use dlq::emitter::{EmitterBuilder, TopicPolicies};
 use dlq::sink::Sink;
 use dlq_testkit::items::template_item_sized;
 
-use crate::flushes;
 use crate::limit::{event_bytes, kb, Limits};
 use crate::run::{connect_bus, disk_bytes_written, next_item, open_sink, run_concurrent};
 use crate::run::{wait_healthy, Row, PUBLISH_TIMEOUT};
+use dlq_testkit::group_commits as flushes;
 
 /// A payload size: its name, the `blob` letters in `item_data`, the K measured, emits per K.
 pub struct Payload {

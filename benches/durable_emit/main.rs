@@ -10,7 +10,6 @@
 
 mod drain;
 mod emit;
-mod flushes;
 mod limit;
 mod run;
 
@@ -218,7 +217,7 @@ fn main() {
     }
     println!();
 
-    flushes::install();
+    dlq_testkit::group_commits::install();
     let started = Instant::now();
     let mut rows = Vec::new();
     let runtime = tokio::runtime::Runtime::new().expect("runtime"); // one worker per core

@@ -28,6 +28,7 @@ pub mod bench;
 pub mod cli;
 pub mod cluster;
 pub mod flow;
+pub mod group_commits;
 pub mod items;
 pub mod nats;
 pub mod net;

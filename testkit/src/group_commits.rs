@@ -1,4 +1,4 @@
-//! Counts the sink writer's group commits and checkpoints: its `debug!("sink group made
+//! Counts every sink's writer's group commits and checkpoints: its `debug!("sink group made
 //! durable")`, one per group's fdatasync, and `debug!("sink checkpoint")`, one per sled flush,
 //! caught by a tracing layer. Appends / group commits = the average group.
 
