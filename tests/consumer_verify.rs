@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
@@ -188,6 +188,7 @@ fn verify_reports_what_never_reached_the_bus_and_passes_once_reconciled() {
     assert_eq!(report["diverging"], 0);
 }
 
+/// Three emitter processes at once into one stream.
 #[test]
 fn three_emitter_processes_merge_into_one_projection() {
     let server = NatsServer::start();
@@ -216,11 +217,20 @@ fn three_emitter_processes_merge_into_one_projection() {
                     "--job-id",
                     &format!("job-{n}"),
                 ])
-                .output()
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
         })
         .collect();
+    // All three run at once: their events interleave in the stream.
     for child in children {
-        assert!(child.unwrap().status.success());
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
     let consume = dlq(&dirs[0], &url, &["consume"]);
     assert!(consume.status.success());
