@@ -242,6 +242,46 @@ async fn a_job_killed_with_sigkill_resumes_and_records_every_item_once() {
     );
 }
 
+/// SIGTERM stops a job gracefully: in-flight items finish, the rest stay pending, the run exits
+/// 4 (incomplete), and a resume records every item exactly once.
+#[tokio::test]
+async fn a_job_stopped_with_sigterm_exits_4_and_leaves_the_rest_pending() {
+    let flow = Flow::new(DLQ, DEAD_BUS_URL);
+    let items: Vec<Value> = (0..60)
+        .map(|n| json!({"id": format!("t{n:02}"), "fail": n % 6 == 0}))
+        .collect();
+    flow.items(&items);
+    let path = flow.write("flow.yml", SLOW_ITEMS);
+    let path = path.to_str().unwrap();
+    let mut cmd = dlq_command(
+        DLQ,
+        &flow.env.data,
+        DEAD_BUS_URL,
+        &["run", path, "--job-id", "stopped", "--progress", "quiet"],
+    );
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = spawn_tied(cmd).unwrap();
+    let recorded = poll_until(Duration::from_secs(60), || {
+        let n = flow.outcomes("stopped").len();
+        (n >= 12).then_some(n)
+    });
+    assert!(recorded.is_some(), "the job made progress");
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(4), "a stopped job exits 4 (incomplete)");
+    let before = flow.outcomes("stopped").len();
+    assert!(before < 60, "stopped before the end ({before} outcomes)");
+
+    let (code, report) = flow::report(&flow.resume("stopped", &[]));
+    assert_eq!(code, 0);
+    assert_eq!(counts(&report), (50, 10, 0, 0));
+    let outcomes = flow.outcomes("stopped");
+    let ids: BTreeSet<_> = outcomes.iter().map(|o| o["item_id"].to_string()).collect();
+    assert_eq!(outcomes.len(), 60, "every item recorded once");
+    assert_eq!(ids.len(), 60);
+}
+
 #[tokio::test]
 async fn resume_with_dlq_items_resolves_those_that_now_succeed() {
     let nats = NatsServer::start();
