@@ -1,5 +1,6 @@
 //! The job runner as a library (`dlq::runner::start`) in-process, with a real sled sink
-//! and a real nats-server: the job's Prometheus metrics and the report agree with what ran.
+//! and a real nats-server: the job's Prometheus metrics and the report agree with what ran,
+//! and an item the DLQ cannot store stays pending instead of being dropped.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use dlq::bus::{BusConfig, NatsBus};
@@ -78,4 +79,56 @@ async fn a_job_exports_its_counts_and_failures_as_metrics() {
     );
     let rate = metric_value("dlq_job_failure_rate", &[job]);
     assert!((rate - 4.0 / 12.0).abs() < 1e-9, "{rate}");
+}
+
+/// When the DLQ cannot store a failed item, the runner never drops it: the item stays pending
+/// (to be run again on resume), the job does not fail, and nothing reaches the sink.
+#[tokio::test]
+async fn an_item_whose_dlq_write_fails_stays_pending() {
+    let work = tempfile::tempdir().unwrap();
+    let items: Vec<_> = (0..6)
+        .map(|n| json!({"id": format!("w{n}"), "bad": n < 2}))
+        .collect();
+    std::fs::write(work.path().join("items.json"), json!(items).to_string()).unwrap();
+    let workflow = work.path().join("flow.yml");
+    std::fs::write(
+        &workflow,
+        "name: failing-dlq\nmode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"if ${item.bad}; then exit 3; fi\"\n",
+    )
+    .unwrap();
+    let data = work.path().join("data");
+    let sink = SledSink::open(SinkConfig::new(&data)).unwrap();
+    sink.faults().set_fail_writes(true);
+    let bus = NatsBus::connect(BusConfig {
+        url: dlq_testkit::DEAD_BUS_URL.into(),
+        ..BusConfig::default()
+    })
+    .await
+    .unwrap();
+    let emitter = EmitterBuilder::new(sink.clone(), bus).build();
+    let report = runner::start(
+        emitter.clone(),
+        &workflow,
+        Some("dlq-down".into()),
+        RunOptions::new(&data),
+        CancellationToken::new(),
+        ProgressMode::Quiet,
+    )
+    .await
+    .unwrap();
+    emitter.shutdown().await.unwrap();
+
+    assert!(!report.complete());
+    assert_eq!(
+        (
+            report.summary.successful,
+            report.summary.failed,
+            report.summary.pending
+        ),
+        (4, 0, 2),
+        "{:?}",
+        report.summary
+    );
+    sink.faults().set_fail_writes(false);
+    assert_eq!(sink.items().count(), 0);
 }
