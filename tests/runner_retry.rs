@@ -372,3 +372,26 @@ async fn concurrent_retries_through_dlq_serve_run_each_item_once() {
     assert!(status.success(), "dlq serve stopped cleanly: {status:?}");
     assert!(flow.env.items().await.is_empty());
 }
+
+/// `--rate N` starts at most N items a second: 5 items at 2 a second cannot all have started
+/// before 2 s have passed (a lower bound, which load can only make longer).
+#[tokio::test]
+async fn rate_limits_how_fast_items_start() {
+    let nats = NatsServer::start();
+    let flow = fixable(&nats.url(), 5, 0.0, &[]);
+    for n in 0..5 {
+        flow.write(&format!("fixed-f{n}"), "");
+    }
+    let started = std::time::Instant::now();
+    let (code, report) = retry(
+        &flow,
+        &["--max-retries", "1", "--parallel", "5", "--rate", "2"],
+    );
+    let elapsed = started.elapsed();
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["resolved"], 5, "{report}");
+    assert!(
+        elapsed >= Duration::from_secs(2),
+        "5 items at 2/s started within {elapsed:?}"
+    );
+}
