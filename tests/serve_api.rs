@@ -536,3 +536,52 @@ fn a_command_waits_for_a_directory_held_by_a_short_command() {
     let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(listed["matched"], 2);
 }
+
+/// `dlq serve` runs retention: items first failed longer ago than `retention_days` are purged
+/// while it holds the directory (an `item_removed` event with reason `purged` each), recent
+/// ones stay; SIGTERM then stops it cleanly and releases the directory.
+#[tokio::test]
+async fn serve_purges_expired_items_and_stops_cleanly_on_sigterm() {
+    let env = Env::new(DLQ, DEAD_BUS_URL);
+    let old = env.path("old");
+    dlq_testkit::reference::write_reference_job(
+        &old.join("aged"),
+        "aged",
+        &[
+            dlq_testkit::reference::reference_item("o1", 1, 40),
+            dlq_testkit::reference::reference_item("o2", 1, 40),
+            dlq_testkit::reference::reference_item("n1", 1, 0),
+        ],
+    );
+    env.json(&["import", old.to_str().unwrap(), "--drain-timeout", "0s"]);
+    let config = env.data.with_extension("yml");
+    let mut yaml = std::fs::read_to_string(&config).unwrap();
+    yaml.push_str("retention:\n  retention_days: 30\n  check_interval: 200ms\n");
+    std::fs::write(&config, yaml).unwrap();
+
+    let server = Server::start(&env, &[]);
+    let left = poll_until(Duration::from_secs(30), || {
+        let ids = listed_ids(&json_of(&server.get("/v1/items?format=json")));
+        (ids.len() == 1).then_some(ids)
+    });
+    assert_eq!(left, Some(vec!["aged/n1".to_owned()]), "{}", server.log());
+    let status = server.stop();
+    assert!(status.success(), "dlq serve exited with {status}");
+
+    // The directory is free again, and the purges are in the log.
+    let purged = env
+        .events()
+        .await
+        .into_iter()
+        .filter(|e| {
+            matches!(
+                &e.kind,
+                EventKind::ItemRemoved {
+                    reason: RemovalReason::Purged,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(purged, 2);
+}
