@@ -204,3 +204,32 @@ async fn the_stream_reader_offers_each_stored_message_once_and_counts_deleted_on
     assert_eq!((span.absent, span.repeats), (2, 0));
     assert!(span.first_time.is_some());
 }
+
+/// A durable consumer behind a lost message is blocked, and says so: the events after the gap
+/// wait (reported, with the age of the oldest), the consumer does not pretend to be caught up
+/// on them; once `dlq republish` repairs the stream, the next run applies them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_consumer_reports_what_waits_behind_a_gap_until_it_is_repaired() {
+    let server = NatsServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let store = dir.path().join("consumer");
+    let store = store.to_str().unwrap();
+    let demo = dlq(&data, &url, &["demo", "--count", "6", "--job-id", "job-g"]);
+    assert!(demo.status.success());
+    delete_from_stream(&url, &[2]).await;
+
+    let consume = ["consume", "--durable", "gap", "--store", store];
+    let blocked = json(&dlq(&data, &url, &consume));
+    assert_eq!(blocked["waiting_for_predecessor"], 4, "{blocked}");
+    assert!(blocked["oldest_waiting"].is_string(), "{blocked}");
+    assert_eq!(blocked["items"], 1, "{blocked}");
+
+    let repair = dlq(&data, &url, &["republish"]);
+    assert_eq!(json(&repair)["republished"], 1);
+    let repaired = json(&dlq(&data, &url, &consume));
+    assert_eq!(repaired["waiting_for_predecessor"], 0, "{repaired}");
+    assert!(repaired["oldest_waiting"].is_null(), "{repaired}");
+    assert_eq!(repaired["items"], 6, "{repaired}");
+}

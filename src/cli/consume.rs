@@ -94,16 +94,25 @@ async fn consume_durable(
         "events_applied": run.fold.stats.applied,
         "duplicates_dropped": run.fold.stats.duplicates,
         "waiting_for_predecessor": run.fold.waiting(),
+        "oldest_waiting": run.fold.oldest_waiting(),
         "items": run.fold.projection.items.len(),
     });
     match cli.format {
-        Format::Table => println!(
-            "consumer {name} at stream sequence {}: {} events applied this run ({} in all), {} items",
-            run.checkpoint,
-            run.applied_this_run,
-            run.fold.stats.applied,
-            run.fold.projection.items.len()
-        ),
+        Format::Table => {
+            println!(
+                "consumer {name} at stream sequence {}: {} events applied this run ({} in all), {} items",
+                run.checkpoint,
+                run.applied_this_run,
+                run.fold.stats.applied,
+                run.fold.projection.items.len()
+            );
+            if let Some(oldest) = run.fold.oldest_waiting() {
+                println!(
+                    "warning: {} events wait behind a gap since {oldest}: an earlier event of their node is missing from the stream (deleted, removed by the stream's limits, or lost); run `dlq republish` on that node to repair it",
+                    run.fold.waiting()
+                );
+            }
+        }
         _ => println!("{report}"),
     }
     Ok(EXIT_OK)

@@ -16,7 +16,7 @@ use tracing::{info, warn};
 
 use super::fold::Fold;
 use super::store::{ConsumerStore, StoreError};
-use super::stream::{fetch_into, wait_into, ReadError};
+use super::stream::{fetch_into, holes, offer_by_sequence, wait_into, ReadError};
 
 /// Consumer-side metric: stream last sequence minus the consumer's checkpoint.
 pub const LAG: &str = "dlq_consumer_lag";
@@ -24,6 +24,15 @@ pub const LAG: &str = "dlq_consumer_lag";
 pub const APPLIED: &str = "dlq_consumer_events_applied_total";
 /// Consumer-side metric: duplicate events dropped.
 pub const DUPLICATES: &str = "dlq_consumer_duplicates_total";
+/// Consumer-side metric: events waiting for a predecessor that has not arrived (a gap in a
+/// node's sequence blocks every later event of that node).
+pub const WAITING: &str = "dlq_consumer_waiting_events";
+/// Consumer-side metric: age in seconds of the oldest event waiting behind a gap (0: none).
+pub const OLDEST_WAITING_AGE: &str = "dlq_consumer_oldest_waiting_age_seconds";
+/// Consumer-side metric: messages the consumer skipped, read by sequence instead.
+pub const READ_BY_SEQUENCE: &str = "dlq_consumer_read_by_sequence_total";
+/// Consumer-side metric: sequences the stream no longer holds (deleted or removed by limits).
+pub const ABSENT: &str = "dlq_consumer_absent_sequences_total";
 
 /// How long a caught-up consumer that follows the stream waits for a message before it looks
 /// at the stream again.
@@ -126,6 +135,20 @@ pub async fn run_durable(
                 );
             }
             let reached = batch.reached.max(checkpoint);
+            // What the consumer did not deliver below the highest sequence it delivered is read
+            // by sequence: the checkpoint passes it, so it would never be read again.
+            for seq in holes(checkpoint, reached, &batch.delivered) {
+                if offer_by_sequence(&stream, seq, &mut fold, &stream_error).await? {
+                    metrics::counter!(READ_BY_SEQUENCE).increment(1);
+                } else {
+                    metrics::counter!(ABSENT).increment(1);
+                    warn!(
+                        seq,
+                        "stream sequence no longer held (deleted or removed by limits)"
+                    );
+                }
+            }
+            report_gaps(&fold);
             if reached > checkpoint {
                 // Encode here; write on a blocking thread while the next batch is fetched. One
                 // write at a time, in order.
@@ -160,6 +183,15 @@ pub async fn run_durable(
         messages,
         checkpoint,
     })
+}
+
+/// Exports how many events wait behind a gap and how old the oldest is.
+fn report_gaps(fold: &Fold) {
+    metrics::gauge!(WAITING).set(fold.waiting() as f64);
+    let age = fold.oldest_waiting().map_or(0.0, |oldest| {
+        (chrono::Utc::now() - oldest).num_milliseconds().max(0) as f64 / 1000.0
+    });
+    metrics::gauge!(OLDEST_WAITING_AGE).set(age);
 }
 
 /// Waits for a save being written, if any.

@@ -137,6 +137,15 @@ impl Fold {
         self.nodes.values().map(|c| c.waiting.len()).sum()
     }
 
+    /// The timestamp of the oldest event waiting for a predecessor (`None` when nothing
+    /// waits): how long the oldest gap has blocked its node.
+    pub fn oldest_waiting(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.nodes
+            .values()
+            .filter_map(|cursor| cursor.waiting.values().map(|e| e.timestamp).min())
+            .min()
+    }
+
     fn next_ready(&mut self, node: &str) -> Option<Event> {
         let cursor = self.nodes.get_mut(node)?;
         let (&seq, event) = cursor.waiting.first_key_value()?;

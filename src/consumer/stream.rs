@@ -209,7 +209,7 @@ pub async fn read_from_start(
 }
 
 /// What one fetched batch held.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Batch {
     /// The highest stream sequence in the batch (0 when empty).
     pub(crate) reached: u64,
@@ -217,6 +217,37 @@ pub(crate) struct Batch {
     pub(crate) messages: u64,
     /// Messages that were not events (skipped).
     pub(crate) malformed: u64,
+    /// The stream sequences delivered, in delivery order.
+    pub(crate) delivered: Vec<u64>,
+}
+
+/// The sequences after `checkpoint` up to `reached` that a batch did not deliver: messages a
+/// consumer skipped (seen after cluster failovers) or that no longer exist.
+pub(crate) fn holes(checkpoint: u64, reached: u64, delivered: &[u64]) -> Vec<u64> {
+    let seen: std::collections::BTreeSet<u64> = delivered.iter().copied().collect();
+    (checkpoint.saturating_add(1)..=reached)
+        .filter(|seq| !seen.contains(seq))
+        .collect()
+}
+
+/// Reads sequence `seq` from the stream leader and offers its event to `fold`; `Ok(false)`
+/// when the stream no longer holds it (deleted, or removed by the stream's limits).
+pub(crate) async fn offer_by_sequence(
+    stream: &jetstream::stream::Stream,
+    seq: u64,
+    fold: &mut Fold,
+    stream_error: &impl Fn(String) -> ReadError,
+) -> Result<bool, ReadError> {
+    match stream.get_raw_message(seq).await {
+        Ok(message) => {
+            if let Ok(event) = Event::from_json(&message.payload) {
+                fold.offer(event);
+            }
+            Ok(true)
+        }
+        Err(err) if matches!(err.kind(), RawMessageErrorKind::NoMessageFound) => Ok(false),
+        Err(err) => Err(stream_error(format!("reading sequence {seq}: {err}"))),
+    }
 }
 
 /// Fetches one batch: up to 5,000 messages, those available now.
@@ -271,6 +302,7 @@ async fn offer_all(
         let message = message.map_err(|e| stream_error(e.to_string()))?;
         if let Ok(info) = message.info() {
             batch.reached = batch.reached.max(info.stream_sequence);
+            batch.delivered.push(info.stream_sequence);
         }
         batch.messages += 1;
         match Event::from_json(&message.payload) {
@@ -281,4 +313,18 @@ async fn offer_all(
         }
     }
     Ok(batch)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::holes;
+
+    #[test]
+    fn holes_are_the_undelivered_sequences_after_the_checkpoint() {
+        assert_eq!(holes(10, 15, &[11, 12, 13, 14, 15]), Vec::<u64>::new());
+        assert_eq!(holes(10, 15, &[15, 11, 13]), vec![12, 14]);
+        assert_eq!(holes(0, 3, &[3]), vec![1, 2]);
+        assert_eq!(holes(7, 7, &[]), Vec::<u64>::new());
+    }
 }
