@@ -203,6 +203,12 @@ async fn dlq_stream_shows_creates_and_updates_on_purpose() {
         ..stream_config(&url).await
     };
     js.update_stream(&short).await.unwrap();
+    env.demo("short", 1);
+    assert_eq!(
+        stream_config(&url).await.duplicate_window,
+        Duration::from_secs(30),
+        "only `dlq stream update` changes the window"
+    );
     let shown = env.json(&["stream", "show"]);
     assert!(
         shown["warnings"][0]
