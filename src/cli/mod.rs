@@ -128,8 +128,8 @@ pub enum Command {
     Clear(admin::ClearArgs),
     /// Remove items first failed more than N days ago (asks first; --yes without a terminal).
     Purge(admin::PurgeArgs),
-    /// Show the JetStream stream, or create or update it on purpose: at start dlq only creates
-    /// a missing stream and never changes an existing one.
+    /// Show the JetStream stream, or create or update it on purpose (at start dlq only creates
+    /// a missing stream and never changes an existing one).
     Stream(stream::StreamArgs),
     /// Run a MapReduce workflow: one agent per work item, failures dead-lettered per its error
     /// policy (exit 4 if items stay pending).

@@ -27,17 +27,25 @@ pub struct StreamArgs {
 /// The subcommands of `dlq stream`.
 #[derive(Debug, Subcommand)]
 pub enum StreamAction {
-    /// Print the stream's configuration and state (messages, sequences, cluster replicas), and
-    /// what dlq's configuration says about it: refusals (dlq will not publish to it) and
-    /// warnings (weaker than configured). Table or --format json.
+    /// Print the stream's configuration and state, and what dlq makes of it.
+    ///
+    /// Configuration (subjects, storage, replicas, duplicate window, retention, limits), state
+    /// (messages, bytes, sequences, consumers; on a cluster the leader and replicas), then
+    /// refusals (dlq will not publish to it) and warnings (weaker than configured). Table or
+    /// --format json. Exit 3 when the stream does not exist.
     Show,
-    /// Create the stream from the configuration (bus.stream, bus.subject, bus.replicas,
-    /// bus.duplicate_window, file storage) when it is missing; refuse when it exists.
+    /// Create the stream from the configuration when it is missing; refuse when it exists.
+    ///
+    /// The stream bus.stream with subjects <bus.subject> and <bus.subject>.>, file storage,
+    /// bus.replicas and bus.duplicate_window, no limits. An existing stream is left as it is
+    /// (exit 2).
     Create,
-    /// Apply dlq's configured settings to the existing stream on purpose: add the configured
-    /// subject when the stream does not take it, set bus.duplicate_window and bus.replicas.
-    /// Limits (max age, max messages, max bytes, ...), retention and storage are kept. Prints
-    /// what changes and asks first (--yes without a terminal).
+    /// Apply dlq's configured subject, duplicate window and replicas to the existing stream.
+    ///
+    /// Adds the configured subject when the stream does not take it (its own subjects kept)
+    /// and sets bus.duplicate_window and bus.replicas. Limits (max age, max messages, max
+    /// bytes, ...), retention and storage are kept. Prints what changes, then asks on a
+    /// terminal; without one it refuses unless --yes (exit 2, nothing changed).
     Update(UpdateArgs),
 }
 
