@@ -1,5 +1,7 @@
-//! The NATS bus against a real server: the stream is created (or updated) at start, and the
-//! core mode publishes with the same headers but without a stream.
+//! The NATS bus against a real server: the stream is created when missing and an existing one
+//! kept as it is, and the core mode publishes with the same headers but without a stream.
+//! Existing streams with operator limits, unfit streams and `dlq stream` are in
+//! `stream_existing.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
@@ -41,40 +43,41 @@ async fn stream_config(url: &str) -> Option<async_nats::jetstream::stream::Confi
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stream_is_created_at_start_and_updated_to_the_configured_window() {
+async fn stream_is_created_when_missing_and_an_existing_window_is_kept() {
     let server = NatsServer::start();
-    // A stream left by an older configuration, with another duplicate window.
-    let js = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
-    js.create_stream(async_nats::jetstream::stream::Config {
-        name: "DLQ".into(),
-        subjects: vec!["sys.job.dlq".into()],
-        duplicate_window: Duration::from_secs(10),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-
     let dir = tempfile::tempdir().unwrap();
     let config = BusConfig {
         url: server.url(),
         duplicate_window: Duration::from_secs(90),
         ..BusConfig::default()
     };
-    let emitter = emitter(dir.path(), config).await;
-    // No emit at all: the reconciler prepares the stream as soon as the bus is healthy.
-    wait_for("stream updated", Duration::from_secs(20), || async {
-        stream_config(&server.url())
-            .await
-            .is_some_and(|c| c.duplicate_window == Duration::from_secs(90))
-    })
-    .await;
-    let config = stream_config(&server.url()).await.unwrap();
-    assert_eq!(config.subjects, vec!["sys.job.dlq", "sys.job.dlq.>"]);
+    // No emit at all: connecting creates the missing stream from the configuration.
+    let first = emitter(dir.path(), config.clone()).await;
+    let created = stream_config(&server.url()).await.unwrap();
+    assert_eq!(created.subjects, vec!["sys.job.dlq", "sys.job.dlq.>"]);
     assert_eq!(
-        config.storage,
+        created.storage,
         async_nats::jetstream::stream::StorageType::File
     );
-    emitter.shutdown().await.unwrap();
+    assert_eq!(created.duplicate_window, Duration::from_secs(90));
+    first.shutdown().await.unwrap();
+
+    // A node configured with another window connects and publishes: the stream keeps its own.
+    let dir = tempfile::tempdir().unwrap();
+    let other = BusConfig {
+        duplicate_window: Duration::from_secs(300),
+        ..config
+    };
+    let second = emitter(dir.path(), other).await;
+    assert!(
+        second
+            .dead_letter("kept", item("k1"))
+            .await
+            .unwrap()
+            .published
+    );
+    assert_eq!(stream_config(&server.url()).await.unwrap(), created);
+    second.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

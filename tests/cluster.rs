@@ -5,6 +5,9 @@
 //!   the stream's leader, is SIGKILLed during emission and restarted later; afterwards
 //!   `dlq reconcile` publishes the backlog. Every acknowledged event is in the stream exactly
 //!   once, `dlq verify` finds no difference, and the restarted node is a current replica again.
+//! * A stream the operator made with three replicas and a week's `max_age` stays so when a
+//!   `dlq demo` with the default `bus.replicas: 1` publishes to it, which warns about the
+//!   stream's shorter duplicate window instead of changing it.
 //! * `cluster.sh start|status|kill|restart|stop` on free ports.
 //! * The deployment files: `deploy/dlq.cluster.yml` is a valid config, the alert rules and the
 //!   Grafana dashboard use only metrics the product exports, and the dashboard covers them all.
@@ -446,6 +449,76 @@ async fn a_node_killed_during_emission_loses_nothing_duplicates_nothing_and_rejo
             .map(|p| (p.name.as_str(), p.current))
             .collect::<Vec<_>>()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_three_replica_stream_stays_so_when_a_node_runs_with_one() {
+    let _serial = SERIAL.lock().await;
+    let cluster = NatsCluster::start();
+    let seed = cluster.url(0);
+    let week = Duration::from_secs(7 * 86_400);
+    let client = async_nats::connect(&seed).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: STREAM.into(),
+        subjects: vec!["sys.job.dlq".into()],
+        num_replicas: 3,
+        max_age: week,
+        max_messages: 1_000_000,
+        // Shorter than dlq's default (2m): a weaker setting dlq warns about and keeps.
+        duplicate_window: Duration::from_secs(30),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let before = eventually("the stream's info", Duration::from_secs(20), || {
+        stream_info(&seed)
+    })
+    .await
+    .config;
+
+    // The node's configuration leaves `bus.replicas` at its default, 1.
+    let work = tempfile::tempdir().unwrap();
+    let config = work.path().join("dlq.yml");
+    std::fs::write(
+        &config,
+        format!("bus:\n  url: {seed}\n  publish_timeout: 2s\ntopics:\n  default:\n    retry_attempts: 0\n"),
+    )
+    .unwrap();
+    let mut demo = dlq(&work.path().join("data"), &config, &seed);
+    demo.args(["demo", "--count", "3", "--drain-timeout", "10s"]);
+    let out = run_bounded(demo, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "demo: {stderr}\n{}",
+        cluster.log_tails()
+    );
+    let after = eventually("the stream's info", Duration::from_secs(20), || {
+        stream_info(&seed)
+    })
+    .await;
+    assert_eq!(
+        after.config.num_replicas, 3,
+        "scaled down: {:?}",
+        after.config
+    );
+    assert_eq!(
+        (after.config.max_age, after.config.max_messages),
+        (week, 1_000_000)
+    );
+    assert_eq!(after.config, before);
+    assert!(
+        after.state.messages >= 3,
+        "the demo published: {:?}",
+        after.state
+    );
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("drops re-published event ids for 30s"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning per connect: {stderr}");
+    assert!(!stderr.contains("replica"), "no replica warning: {stderr}");
 }
 
 fn text(out: &Output) -> String {

@@ -6,6 +6,7 @@
 //! again is safe because the event id travels as `Nats-Msg-Id`.
 
 mod nats;
+pub mod stream;
 
 use std::future::Future;
 use std::time::Duration;
@@ -60,7 +61,7 @@ pub trait Bus: Send + Sync + 'static {
     /// Whether the connection is up right now (the reconciler waits for this).
     fn is_healthy(&self) -> bool;
 
-    /// Gets the bus ready for publishing (e.g. creates or updates the stream). Called by the
+    /// Gets the bus ready for publishing (e.g. creates the stream when it is missing, or checks the one that exists). Called by the
     /// reconciler at start and whenever the bus is healthy; cheap once done.
     fn prepare(&self) -> impl Future<Output = Result<(), BusError>> + Send {
         async { Ok(()) }
@@ -76,9 +77,13 @@ pub enum BusError {
     /// No acknowledgement within the publish timeout; the event may or may not have arrived.
     #[error("no acknowledgement within {0:?}")]
     Timeout(Duration),
-    /// The stream could not be created or updated.
+    /// The stream could not be read or created.
     #[error("cannot set up stream: {0}")]
     StreamSetup(String),
+    /// The stream exists but cannot hold dlq's events (its subjects, its storage); dlq does
+    /// not change it: the message says what to do.
+    #[error("{0}")]
+    StreamUnfit(String),
     /// The bus refused the message (too large, wrong stream, ...).
     #[error("the bus refused the event: {0}")]
     Rejected(String),
@@ -97,6 +102,7 @@ impl BusError {
             BusError::Disconnected => "disconnected",
             BusError::Timeout(_) => "timeout",
             BusError::StreamSetup(_) => "stream_setup",
+            BusError::StreamUnfit(_) => "stream_unfit",
             BusError::Rejected(_) => "rejected",
             BusError::Encode(_) => "encode",
             BusError::Transport(_) => "transport",

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use tracing::{debug, info, warn};
 
+use super::stream::{check, wanted};
 use super::{Bus, BusError, Published, HEADER_JOB, HEADER_KIND, HEADER_MSG_ID, HEADER_NODE};
 use crate::domain::event::{EncodedEvent, Event};
 
@@ -37,12 +38,15 @@ pub struct BusConfig {
     pub subject: String,
     /// JetStream (default) or core.
     pub mode: BusMode,
-    /// Stream name (JetStream mode).
+    /// Stream name (JetStream mode). Created from this configuration when missing; an existing
+    /// stream is checked and never changed (`bus::stream`, `dlq stream update`).
     pub stream: String,
-    /// How long JetStream remembers message ids to drop duplicates.
+    /// How long JetStream remembers message ids to drop duplicates (a new stream's window; an
+    /// existing stream with a shorter one is warned about).
     #[serde(with = "humantime_serde")]
     pub duplicate_window: Duration,
-    /// Stream replicas (3 on a cluster).
+    /// Stream replicas (3 on a cluster) of a new stream; an existing stream with fewer is warned
+    /// about, never scaled.
     pub replicas: usize,
     /// Longest wait for an acknowledgement.
     #[serde(with = "humantime_serde")]
@@ -79,7 +83,27 @@ pub struct NatsBus {
 impl NatsBus {
     /// Starts connecting to `config.url`; waits at most one publish timeout for the first
     /// connection and returns even if the server is down (the client keeps reconnecting).
+    ///
+    /// In JetStream mode, once connected, it also gets the stream ready
+    /// ([`NatsBus::ensure_stream`]): creates it when it is missing, otherwise checks it and
+    /// changes nothing. A stream that cannot hold dlq's events fails the connect with
+    /// [`BusError::StreamUnfit`]; any other failure (server down, slow) is left to the first
+    /// publish or the reconciler to try again.
     pub async fn connect(config: BusConfig) -> Result<Self, BusError> {
+        let bus = NatsBus::open(config).await?;
+        if bus.config.mode == BusMode::Jetstream && bus.is_healthy() {
+            match bus.ensure_stream().await {
+                Err(err @ BusError::StreamUnfit(_)) => return Err(err),
+                Err(err) => debug!(error = %err, "stream not ready yet; publishing will retry"),
+                Ok(()) => {}
+            }
+        }
+        Ok(bus)
+    }
+
+    /// Like [`NatsBus::connect`], without touching the stream: for `dlq stream`, which shows,
+    /// creates and updates it on purpose.
+    pub async fn open(config: BusConfig) -> Result<Self, BusError> {
         let max_delay = config.reconnect_max_delay;
         let client = async_nats::ConnectOptions::new()
             .name("dlq")
@@ -126,7 +150,10 @@ impl NatsBus {
         &self.config
     }
 
-    /// Creates the stream, or updates it to the configured subjects and window.
+    /// Gets the stream ready for publishing, once per bus (again after the server lost it):
+    /// creates it from the configuration when it is missing; otherwise reads it and never
+    /// changes it. Refuses ([`BusError::StreamUnfit`]) a stream that cannot hold dlq's events
+    /// and warns once about settings weaker than configured ([`stream::check`](super::stream::check)).
     pub async fn ensure_stream(&self) -> Result<(), BusError> {
         if self.stream_ready.load(Ordering::SeqCst) {
             return Ok(());
@@ -135,25 +162,79 @@ impl NatsBus {
         if self.stream_ready.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let subject = &self.config.subject;
-        let config = stream::Config {
-            name: self.config.stream.clone(),
-            subjects: vec![subject.clone(), format!("{subject}.>")],
-            storage: stream::StorageType::File,
-            duplicate_window: self.config.duplicate_window,
-            num_replicas: self.config.replicas,
-            ..Default::default()
+        let timeout = self.config.publish_timeout;
+        let setup = async {
+            let existing = match self.stream_info().await? {
+                Some(info) => info,
+                None => match self.create_stream().await {
+                    Ok(_) => {
+                        info!(stream = %self.config.stream, "stream created");
+                        return Ok(());
+                    }
+                    // Another node may have created it meanwhile: check that one.
+                    Err(err) => self.stream_info().await?.ok_or(err)?,
+                },
+            };
+            let fit = check(&existing.config, &self.config);
+            if !fit.is_usable() {
+                return Err(BusError::StreamUnfit(fit.refusals.join("; ")));
+            }
+            for warning in &fit.warnings {
+                warn!(stream = %self.config.stream, "{warning}");
+            }
+            info!(stream = %self.config.stream, "stream exists; its configuration is kept");
+            Ok(())
         };
-        let setup = self.jetstream.create_or_update_stream(config);
-        match tokio::time::timeout(self.config.publish_timeout, setup).await {
-            Ok(Ok(_)) => {
+        match tokio::time::timeout(timeout, setup).await {
+            Ok(Ok(())) => {
                 self.stream_ready.store(true, Ordering::SeqCst);
-                info!(stream = %self.config.stream, "stream ready");
                 Ok(())
             }
-            Ok(Err(err)) => Err(BusError::StreamSetup(err.to_string())),
-            Err(_) => Err(BusError::Timeout(self.config.publish_timeout)),
+            Ok(Err(err)) => Err(err),
+            Err(_) => Err(BusError::Timeout(timeout)),
         }
+    }
+
+    /// The configured stream's configuration and state, `None` when it does not exist.
+    pub async fn stream_info(&self) -> Result<Option<stream::Info>, BusError> {
+        use async_nats::jetstream::context::GetStreamErrorKind as Kind;
+        use async_nats::jetstream::ErrorCode;
+        match self.jetstream.get_stream(&self.config.stream).await {
+            Ok(stream) => Ok(Some(stream.cached_info().clone())),
+            Err(err) => match err.kind() {
+                Kind::JetStream(e) if e.error_code() == ErrorCode::STREAM_NOT_FOUND => Ok(None),
+                _ => Err(BusError::StreamSetup(format!(
+                    "cannot read stream {}: {err}",
+                    self.config.stream
+                ))),
+            },
+        }
+    }
+
+    /// Creates the stream from the configuration ([`wanted`]); fails when it exists with
+    /// another configuration.
+    pub async fn create_stream(&self) -> Result<stream::Info, BusError> {
+        let created = self
+            .jetstream
+            .create_stream(wanted(&self.config))
+            .await
+            .map_err(|err| {
+                BusError::StreamSetup(format!(
+                    "cannot create stream {}: {err}",
+                    self.config.stream
+                ))
+            })?;
+        Ok(created.cached_info().clone())
+    }
+
+    /// Replaces the stream's configuration with `config` (`dlq stream update`, on purpose).
+    pub async fn update_stream(&self, config: &stream::Config) -> Result<stream::Info, BusError> {
+        self.jetstream.update_stream(config).await.map_err(|err| {
+            BusError::StreamSetup(format!(
+                "cannot update stream {}: {err}",
+                self.config.stream
+            ))
+        })
     }
 
     fn headers(event: &EncodedEvent, msg_id: &str) -> HeaderMap {

@@ -15,6 +15,7 @@ mod run;
 mod serve;
 mod signals;
 mod status;
+mod stream;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -127,6 +128,9 @@ pub enum Command {
     Clear(admin::ClearArgs),
     /// Remove items first failed more than N days ago (asks first; --yes without a terminal).
     Purge(admin::PurgeArgs),
+    /// Show the JetStream stream, or create or update it on purpose (at start dlq only creates
+    /// a missing stream and never changes an existing one).
+    Stream(stream::StreamArgs),
     /// Run a MapReduce workflow: one agent per work item, failures dead-lettered per its error
     /// policy (exit 4 if items stay pending).
     Run(run::RunArgs),
@@ -164,6 +168,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Import(args) => export::run_import(&cli, args).await,
         Command::Clear(args) => admin::run_clear(&cli, args).await,
         Command::Purge(args) => admin::run_purge(&cli, args).await,
+        Command::Stream(args) => stream::run(&cli, args).await,
         Command::Run(args) => run::run_job(&cli, args).await,
         Command::Resume(args) => run::resume_job(&cli, args).await,
         Command::Retry(args) => retry::run_retry(&cli, args).await,
@@ -199,6 +204,9 @@ pub enum CliError {
     /// Reading the stream failed.
     #[error("{0}")]
     Consumer(String),
+    /// Something named does not exist (the stream of `dlq stream show`).
+    #[error("{0}")]
+    NotFound(String),
     /// The admin API: serving it, reaching it, its answer, or the process holding the data
     /// directory.
     #[error(transparent)]
@@ -217,6 +225,7 @@ impl CliError {
             CliError::Request(err) => err.class(),
             CliError::Serve(err) => err.class(),
             CliError::Config(_) => ErrorClass::Usage,
+            CliError::NotFound(_) => ErrorClass::NotFound,
             CliError::Bus(_) | CliError::Metrics(_) | CliError::Consumer(_) => ErrorClass::Failure,
         }
     }
