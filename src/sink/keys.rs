@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 pub const LOG: &[u8] = b"l";
 /// Prefix of the unpublished set: `u` + seq → event timestamp (ms since epoch, big-endian).
 pub const UNPUBLISHED: &[u8] = b"u";
-/// Prefix of the parked set: `p` + seq → [`super::parked::ParkedRecord`] JSON. Events the bus
+/// Prefix of the parked set: `p` + seq → `ParkedRecord` JSON (`parked.rs`). Events the bus
 /// refused for good (or whose log entry cannot be read), moved out of the unpublished set so
 /// they do not block the reconciler; `dlq reconcile --retry-parked` moves them back.
 pub const PARKED: &[u8] = b"p";

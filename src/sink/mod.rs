@@ -33,7 +33,8 @@
 //!
 //! # Layout
 //!
-//! One tree; see [`keys`]. Log `l/seq`, unpublished `u/seq`, items `i/job\0item`, indexes by
+//! One tree; see [`keys`]. Log `l/seq`, unpublished `u/seq`, parked `p/seq` (events the
+//! reconciler set aside, see [`parked`]), items `i/job\0item`, indexes by
 //! signature, by age, by recency and in FIFO order (all per job), and per-job counters
 //! ([`counters`]). A database whose projection has another layout is rebuilt from its log when
 //! opened. The next sequence is the last log
