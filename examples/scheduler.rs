@@ -57,6 +57,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             receipt.event_ids, receipt.published
         ),
         Err(err @ EmitError::NotStored { .. }) => eprintln!("not durable, log it yourself: {err}"),
+        // The sink has it and stores it late; the reconciler publishes it. Do not emit again.
+        Err(err @ EmitError::Unconfirmed { .. }) => eprintln!("stored late: {err}"),
         Err(err) => eprintln!("refused: {err}"),
     }
     emitter.shutdown().await?;

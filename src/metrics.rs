@@ -18,6 +18,11 @@ pub const UNPUBLISHED: &str = "dlq_unpublished_events";
 pub const RECONCILED: &str = "dlq_reconciled_total";
 /// Age of the oldest unpublished event.
 pub const OLDEST_UNPUBLISHED_AGE: &str = "dlq_oldest_unpublished_age_seconds";
+/// Events the reconciler parked (the bus refused them for good, or they cannot be read), by
+/// `reason` (`rejected`, `encode`, `unreadable`).
+pub const PARKED_TOTAL: &str = "dlq_parked_total";
+/// Events parked now, waiting for `dlq reconcile --retry-parked`.
+pub const PARKED: &str = "dlq_parked_events";
 /// Events stored durably, by `kind`.
 pub const EVENTS_STORED: &str = "dlq_events_stored_total";
 /// Events acknowledged by the bus on the emit path, by `topic`.
@@ -60,6 +65,14 @@ pub fn describe() {
         OLDEST_UNPUBLISHED_AGE,
         Unit::Seconds,
         "Age of the oldest unpublished event"
+    );
+    describe_counter!(
+        PARKED_TOTAL,
+        "Events the reconciler parked, by reason (rejected, encode, unreadable)"
+    );
+    describe_gauge!(
+        PARKED,
+        "Events parked now, waiting for dlq reconcile --retry-parked"
     );
     describe_counter!(EVENTS_STORED, "Events stored durably, by kind");
     describe_counter!(

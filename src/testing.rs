@@ -1,7 +1,7 @@
 //! Fakes for unit tests of the code that calls [`Sink`] and [`Bus`] (integration tests use the
 //! real sled and nats-server instead).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use crate::domain::command::{decide, Command, DecideError, Limits};
 use crate::domain::event::{EncodedEvent, Event};
 use crate::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use crate::domain::projection::{MemoryProjection, StoredItem};
-use crate::sink::{Backlog, Sink, SinkError};
+use crate::sink::{Backlog, Parked, Sink, SinkError};
 
 /// A sink in memory: the same decide/apply logic as the sled sink, no disk.
 #[derive(Default)]
@@ -26,6 +26,7 @@ struct MemoryState {
     projection: MemoryProjection,
     log: Vec<Event>,
     unpublished: BTreeSet<u64>,
+    parked: BTreeMap<u64, Parked>,
 }
 
 impl MemorySink {
@@ -79,6 +80,39 @@ impl Sink for MemorySink {
             .take(limit)
             .map(|seq| EncodedEvent::encode(&state.log[*seq as usize - 1]).unwrap())
             .collect())
+    }
+
+    fn park(&self, seq: u64, event_id: Option<&str>, reason: &str) -> Result<bool, SinkError> {
+        let mut state = self.state.lock().unwrap();
+        if !state.unpublished.remove(&seq) {
+            return Ok(false);
+        }
+        let parked = Parked {
+            seq,
+            event_id: event_id.map(str::to_owned),
+            reason: reason.to_owned(),
+            parked_at: Utc::now(),
+        };
+        state.parked.insert(seq, parked);
+        Ok(true)
+    }
+
+    fn parked(&self) -> Result<Vec<Parked>, SinkError> {
+        Ok(self
+            .state
+            .lock()
+            .unwrap()
+            .parked
+            .values()
+            .cloned()
+            .collect())
+    }
+
+    fn unpark_all(&self) -> Result<u64, SinkError> {
+        let mut state = self.state.lock().unwrap();
+        let parked = std::mem::take(&mut state.parked);
+        state.unpublished.extend(parked.keys());
+        Ok(parked.len() as u64)
     }
 
     fn backlog(&self) -> Result<Backlog, SinkError> {

@@ -644,6 +644,8 @@ fn deployment_files_are_valid_and_cover_every_exported_metric() {
         dlq::metrics::EVENTS_STORED,
         dlq::metrics::PUBLISHED,
         dlq::metrics::EMIT_DURATION,
+        dlq::metrics::PARKED,
+        dlq::metrics::PARKED_TOTAL,
     ]
     .into_iter()
     .map(str::to_owned)
@@ -690,6 +692,7 @@ fn deployment_files_are_valid_and_cover_every_exported_metric() {
     for name in [
         "dlq_emit_failures_total",
         "dlq_oldest_unpublished_age_seconds",
+        "dlq_parked_events",
         "dlq_consumer_lag",
     ] {
         assert!(alerts.contains(name), "no alert on {name}");

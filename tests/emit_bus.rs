@@ -1,5 +1,5 @@
 //! The emitter against a real nats-server and a real sled sink: healthy bus, bus killed, bus
-//! frozen, a retry that succeeds, and a failing sink.
+//! frozen, a retry that succeeds, a failing sink, and a sink too slow for the store timeout.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashSet;
@@ -13,7 +13,7 @@ use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::{EmitError, Emitter, EmitterBuilder, TopicPolicies, TopicPolicy};
-use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq::sink::{Sink, SinkConfig, SinkError, SledSink};
 use dlq_testkit::stream::{metric_value, metrics, stream_ids, stream_messages};
 use dlq_testkit::{wait_for, NatsServer};
 
@@ -45,8 +45,12 @@ fn item(job: &str, id: &str) -> DeadLetteredItem {
 }
 
 async fn emitter(dir: &Path, url: &str, policy: TopicPolicy) -> TestEmitter {
+    emitter_with(SinkConfig::new(dir), url, policy).await
+}
+
+async fn emitter_with(config: SinkConfig, url: &str, policy: TopicPolicy) -> TestEmitter {
     metrics();
-    let sink = SledSink::open(SinkConfig::new(dir)).unwrap();
+    let sink = SledSink::open(config).unwrap();
     let bus = NatsBus::connect(BusConfig {
         url: url.to_owned(),
         publish_timeout: PUBLISH_TIMEOUT,
@@ -325,6 +329,117 @@ async fn failing_sink_still_publishes_and_counts() {
         .await
         .unwrap();
     assert!(receipt.published);
+    emitter.shutdown().await.unwrap();
+}
+
+const STORE_TIMEOUT: Duration = Duration::from_millis(300);
+
+async fn slow_disk_emitter(dir: &Path, url: &str) -> TestEmitter {
+    let config = SinkConfig {
+        store_timeout: STORE_TIMEOUT,
+        ..SinkConfig::new(dir)
+    };
+    emitter_with(config, url, one_retry()).await
+}
+
+/// The stream's messages about item `item_id`: (event id, body).
+async fn copies_of(server: &NatsServer, item_id: &str) -> Vec<(String, serde_json::Value)> {
+    stream_messages(&server.url(), "DLQ")
+        .await
+        .into_iter()
+        .filter(|(_, body)| body["item"]["item_id"] == item_id)
+        .collect()
+}
+
+/// The writer took the event, then the disk stalled past the store timeout: the emit reports
+/// `Unconfirmed` and publishes nothing; the writer stores the event late and the reconciler
+/// publishes that one copy under its stored id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_timeout_after_the_writer_took_the_event_publishes_one_copy() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let emitter = slow_disk_emitter(dir.path(), &server.url()).await;
+    connected(&emitter).await;
+
+    emitter.sink().faults().set_stall(STORE_TIMEOUT * 5);
+    let err = emitter
+        .dead_letter("slowdisk", item("job-6", "late"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            EmitError::Unconfirmed {
+                source: SinkError::Unconfirmed(_)
+            }
+        ),
+        "expected Unconfirmed, got {err:?}"
+    );
+    assert!(!err.is_not_stored() && err.is_unconfirmed());
+    emitter.sink().faults().set_stall(Duration::ZERO);
+
+    wait_for(
+        "the late write is stored",
+        Duration::from_secs(20),
+        || async { emitter.sink().item("job-6", "late").unwrap().is_some() },
+    )
+    .await;
+    drained(&emitter).await;
+    let copies = copies_of(&server, "late").await;
+    let ids: Vec<&String> = copies.iter().map(|(id, _)| id).collect();
+    assert_eq!(
+        ids,
+        vec![&format!("{}:1", emitter.sink().node_id())],
+        "exactly the stored copy is in the stream"
+    );
+    assert_stream_matches_log(&emitter, &server).await;
+    emitter.shutdown().await.unwrap();
+}
+
+/// The writer never took the event before the store timeout ran out: the emit withdrew it, so
+/// the writer drops it unread and the volatile copy published on the emit path is the only one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_timeout_before_the_writer_took_the_event_publishes_one_volatile_copy() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let emitter = slow_disk_emitter(dir.path(), &server.url()).await;
+    connected(&emitter).await;
+
+    emitter.sink().faults().set_paused(true);
+    let err = emitter
+        .dead_letter("slowdisk", item("job-7", "withdrawn"))
+        .await
+        .unwrap_err();
+    let EmitError::NotStored {
+        source: SinkError::Timeout(_),
+        event_ids,
+        published,
+    } = &err
+    else {
+        panic!("expected NotStored after a Timeout, got {err:?}");
+    };
+    assert!(
+        published,
+        "the bus was up: the volatile copy must be published"
+    );
+    assert!(err.is_not_stored());
+    emitter.sink().faults().set_paused(false);
+
+    // Once a later emit is stored, the writer has gone past the withdrawn request.
+    let receipt = emitter
+        .dead_letter("slowdisk", item("job-7", "after"))
+        .await
+        .unwrap();
+    assert!(receipt.published);
+    assert!(emitter.sink().item("job-7", "withdrawn").unwrap().is_none());
+    assert_eq!(logged_ids(&emitter), receipt.event_ids);
+    drained(&emitter).await;
+    // Give a wrongly stored copy the reconciler's interval to show up.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let copies = copies_of(&server, "withdrawn").await;
+    let ids: Vec<&String> = copies.iter().map(|(id, _)| id).collect();
+    assert_eq!(ids, vec![&event_ids[0]], "exactly the volatile copy");
+    assert_eq!(copies_of(&server, "after").await.len(), 1);
     emitter.shutdown().await.unwrap();
 }
 

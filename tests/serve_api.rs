@@ -227,6 +227,7 @@ fn every_route_answers_what_the_cli_prints_and_the_cli_goes_through_it() {
         health["unpublished"], 30,
         "demo events wait for the dead bus"
     );
+    assert_eq!(health["parked"], 0);
 
     // The API answers what the CLI printed, byte for byte; so does the CLI, now forwarded.
     for ((args, route), printed) in mirrored().iter().zip(&local) {

@@ -335,17 +335,16 @@ async fn concurrent_appends_group_commit_without_gaps() {
     close(sink).await;
 }
 
-/// A stalled disk makes append return `Timeout` after store_timeout. Documented semantics: the
-/// timeout only stops waiting; the write is still queued and completes once the disk answers,
-/// so the "timed out" event later appears in the log with its sequence number. A caller must
-/// treat a timeout as "outcome unknown", never as "not written".
+/// A stalled disk after the writer took a request makes append return `Unconfirmed` after
+/// store_timeout: the writer has the request and stores it once the disk answers, so the event
+/// later appears in the log with its sequence number. The caller must not send it again.
 #[tokio::test]
-async fn store_timeout_gives_up_waiting_but_write_completes() {
+async fn store_timeout_after_the_writer_took_the_write_is_unconfirmed_and_completes() {
     let (_dir, sink) = fresh(|c| c.store_timeout = Duration::from_millis(200));
     sink.faults().set_stall(Duration::from_millis(800));
     let started = Instant::now();
     let (kind, message) = error(sink.append(dl("A", "slow")).await);
-    assert_eq!(kind, "Timeout", "{message}");
+    assert_eq!(kind, "Unconfirmed", "{message}");
     assert!(started.elapsed() < Duration::from_millis(700), "{message}");
     sink.faults().set_stall(Duration::ZERO);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -355,6 +354,25 @@ async fn store_timeout_gives_up_waiting_but_write_completes() {
     }
     assert_eq!(brief(&log(&sink)), ["1 dead_lettered A/slow"]);
     assert_next_seq(&sink, 2).await;
+    close(sink).await;
+}
+
+/// A request the writer had not taken when the store timeout ran out is withdrawn: append
+/// returns `Timeout`, and the writer drops it unread once it gets to it. It is never stored, so
+/// the emitter may publish it without a durable copy.
+#[tokio::test]
+async fn a_write_withdrawn_before_the_writer_took_it_is_never_stored() {
+    let (_dir, sink) = fresh(|c| c.store_timeout = Duration::from_millis(200));
+    sink.faults().set_paused(true);
+    let (kind, message) = error(sink.append(dl("A", "withdrawn")).await);
+    assert_eq!(kind, "Timeout", "{message}");
+    sink.faults().set_paused(false);
+    // The writer has gone past the withdrawn request once a later one is answered.
+    let events = sink.append(dl("A", "later")).await.unwrap();
+    assert_eq!(events[0].seq, 1, "the withdrawn request used no sequence");
+    assert!(sink.item("A", "withdrawn").unwrap().is_none());
+    assert_eq!(brief(&log(&sink)), ["1 dead_lettered A/later"]);
+    assert_eq!(sink.backlog().unwrap().count, 1);
     close(sink).await;
 }
 

@@ -6,7 +6,7 @@
 //!
 //! * `ACK <event_id>`: the event is durable in the sink (the emit returned `Ok`);
 //! * `NOTSTORED <event_id> <published 0|1>`: the sink refused it (published anyway or not);
-//! * `EMIT <start_unix_ms> <latency_us> <ok|ok-unpublished|notstored|error>`: one emit call;
+//! * `EMIT <start_unix_ms> <latency_us> <ok|ok-unpublished|notstored|unconfirmed|error>`: one emit call;
 //! * `STAT {json}` every 500 ms: counters, unpublished backlog, memory;
 //! * `FINAL {json}` once, after stopping.
 //!
@@ -81,6 +81,9 @@ pub(crate) struct Counters {
     pub(crate) done: AtomicU64,
     pub(crate) acked: AtomicU64,
     pub(crate) not_stored: AtomicU64,
+    /// Emits the sink's writer took but confirmed too late (stored late, published by the
+    /// reconciler; not counted as acknowledged).
+    pub(crate) unconfirmed: AtomicU64,
     pub(crate) errors: AtomicU64,
     pub(crate) peak_backlog: AtomicU64,
 }
@@ -185,6 +188,7 @@ pub async fn run(args: EmitArgs) -> Res<u8> {
         "emitted": c.done.load(Ordering::SeqCst),
         "acked": c.acked.load(Ordering::SeqCst),
         "not_stored": c.not_stored.load(Ordering::SeqCst),
+        "unconfirmed": c.unconfirmed.load(Ordering::SeqCst),
         "errors": c.errors.load(Ordering::SeqCst),
         "unpublished": backlog.count,
         "drained": drained,
@@ -260,6 +264,10 @@ async fn load(
                         let _ = out.send(format!("NOTSTORED {id} {}", u8::from(published)));
                     }
                     "notstored"
+                }
+                Err(EmitError::Unconfirmed { .. }) => {
+                    counters.unconfirmed.fetch_add(1, Ordering::Relaxed);
+                    "unconfirmed"
                 }
                 Err(e) => {
                     counters.errors.fetch_add(1, Ordering::Relaxed);

@@ -105,7 +105,7 @@ pub struct ModeResult {
     pub reconciler: bool,
     /// Emit calls completed.
     pub emit_calls: u64,
-    /// Emit calls by outcome (`ok`, `ok-unpublished`, `notstored`, `error`).
+    /// Emit calls by outcome (`ok`, `ok-unpublished`, `notstored`, `unconfirmed`, `error`).
     pub outcomes: BTreeMap<String, u64>,
     /// Event ids the sinks acknowledged (durable; the scheduler was told `Ok`).
     pub acknowledged: u64,

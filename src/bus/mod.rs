@@ -96,6 +96,12 @@ pub enum BusError {
 }
 
 impl BusError {
+    /// True when publishing the same event again cannot succeed ([`BusError::Rejected`],
+    /// [`BusError::Encode`]): the emitter does not retry it and the reconciler parks it.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, BusError::Rejected(_) | BusError::Encode(_))
+    }
+
     /// The label used for this error in metrics.
     pub fn label(&self) -> &'static str {
         match self {

@@ -278,7 +278,7 @@ impl NatsBus {
             .jetstream
             .send_publish(self.config.subject.clone(), message)
             .await
-            .map_err(|err| BusError::Transport(err.to_string()))?
+            .map_err(|err| self.publish_error(err))?
             .await;
         match ack {
             Ok(ack) => {
@@ -296,18 +296,22 @@ impl NatsBus {
                     duplicate: ack.duplicate,
                 })
             }
-            Err(err) => {
-                use async_nats::jetstream::context::PublishErrorKind as Kind;
-                Err(match err.kind() {
-                    Kind::TimedOut => BusError::Timeout(self.config.publish_timeout),
-                    Kind::StreamNotFound => {
-                        self.stream_ready.store(false, Ordering::SeqCst);
-                        BusError::StreamSetup("stream not found".into())
-                    }
-                    Kind::MaxPayloadExceeded => BusError::Rejected(err.to_string()),
-                    _ => BusError::Transport(err.to_string()),
-                })
+            Err(err) => Err(self.publish_error(err)),
+        }
+    }
+
+    /// What a JetStream publish error means for us: an event over the server's `max_payload`
+    /// (refused by the client before sending) is rejected for good, not a transport failure.
+    fn publish_error(&self, err: async_nats::jetstream::context::PublishError) -> BusError {
+        use async_nats::jetstream::context::PublishErrorKind as Kind;
+        match err.kind() {
+            Kind::TimedOut => BusError::Timeout(self.config.publish_timeout),
+            Kind::StreamNotFound => {
+                self.stream_ready.store(false, Ordering::SeqCst);
+                BusError::StreamSetup("stream not found".into())
             }
+            Kind::MaxPayloadExceeded => BusError::Rejected(err.to_string()),
+            _ => BusError::Transport(err.to_string()),
         }
     }
 
@@ -319,7 +323,12 @@ impl NatsBus {
                 event.json.clone(),
             )
             .await
-            .map_err(|err| BusError::Transport(err.to_string()))?;
+            .map_err(|err| match err.kind() {
+                async_nats::client::PublishErrorKind::MaxPayloadExceeded => {
+                    BusError::Rejected(err.to_string())
+                }
+                _ => BusError::Transport(err.to_string()),
+            })?;
         self.client
             .flush()
             .await

@@ -15,6 +15,10 @@ pub struct ReconcileArgs {
     /// Give up (exit 4) if events are still unpublished after this long.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+    /// First move the parked events (listed by `dlq status`) back into the unpublished set, so
+    /// they are tried again; exit 4 if any is parked again.
+    #[arg(long)]
+    pub retry_parked: bool,
 }
 
 /// Prints node id, item count and backlog.
@@ -28,12 +32,14 @@ pub async fn status(cli: &Cli) -> Result<u8, CliError> {
         .map(|(_, counters)| counters.items)
         .sum();
     let backlog = sink.backlog()?;
+    let parked = sink.parked()?;
     let report = json!({
         "node_id": sink.node_id(),
         "data_dir": cli.data_dir,
         "items": items,
         "unpublished": backlog.count,
         "oldest_unpublished": backlog.oldest,
+        "parked": parked,
     });
     sink.close().await?;
     match cli.format {
@@ -46,6 +52,17 @@ pub async fn status(cli: &Cli) -> Result<u8, CliError> {
             if let Some(oldest) = backlog.oldest {
                 println!("oldest unpublished event written at {oldest}");
             }
+            println!("parked:      {}", parked.len());
+            for event in &parked {
+                let id = event.event_id.as_deref().unwrap_or("(unreadable)");
+                println!(
+                    "  seq {} {id}, parked at {}: {}",
+                    event.seq, event.parked_at, event.reason
+                );
+            }
+            if !parked.is_empty() {
+                println!("retry the parked events with `dlq reconcile --retry-parked`");
+            }
         }
     }
     Ok(EXIT_OK)
@@ -54,20 +71,42 @@ pub async fn status(cli: &Cli) -> Result<u8, CliError> {
 /// Publishes the backlog and waits for it to drain.
 pub async fn reconcile(cli: &Cli, args: &ReconcileArgs) -> Result<u8, CliError> {
     let emitter = open::emitter(cli).await?;
+    let unparked = if args.retry_parked {
+        emitter.sink().unpark_all()?
+    } else {
+        0
+    };
+    emitter.wake_reconciler();
     let before = emitter.sink().backlog()?.count;
     let drained = wait_for_drain(&emitter, args.timeout).await?;
     let after = emitter.sink().backlog()?.count;
+    let parked = emitter.sink().parked()?.len();
     emitter.shutdown().await?;
-    let report =
-        json!({ "unpublished_before": before, "unpublished_after": after, "drained": drained });
+    let report = json!({
+        "unpublished_before": before,
+        "unpublished_after": after,
+        "drained": drained,
+        "unparked": unparked,
+        "parked": parked,
+    });
     match cli.format {
         Format::Json | Format::Jsonl | Format::Csv | Format::Dir => println!("{report}"),
-        Format::Table => println!(
-            "published {} events; {after} still unpublished",
-            before.saturating_sub(after)
-        ),
+        Format::Table => {
+            println!(
+                "published {} events; {after} still unpublished",
+                before.saturating_sub(after)
+            );
+            if parked > 0 {
+                println!("{parked} events parked: see `dlq status`");
+            }
+        }
     }
-    Ok(if drained { EXIT_OK } else { EXIT_INCOMPLETE })
+    let parked_again = args.retry_parked && parked > 0;
+    Ok(if drained && !parked_again {
+        EXIT_OK
+    } else {
+        EXIT_INCOMPLETE
+    })
 }
 
 /// Rebuilds the projection from the log.

@@ -6,6 +6,11 @@
 //! timeout plus the topic's publish attempts and delays. When publishing finally fails it counts
 //! `dlq_emit_failures_total{topic}`, appends an `EmitFailed` audit event and wakes the
 //! reconciler, which publishes everything left behind once the bus is back.
+//!
+//! When the sink fails, a dead-letter is still published without a durable copy (a volatile
+//! id), but only when the sink provably never stored it: a store timeout on a request the
+//! writer had already taken is [`EmitError::Unconfirmed`] and publishes nothing, because the
+//! writer stores it late and the reconciler publishes that copy (see `sink::writer`, `Claim`).
 
 pub mod reconciler;
 mod retention;
@@ -62,7 +67,9 @@ pub enum EmitError {
         /// The item asked for.
         item_id: String,
     },
-    /// The sink failed. The event may still have reached the bus (`published`).
+    /// The sink failed and did not store the events. A dead-letter was still published to the
+    /// bus under a volatile id (`published`), which is safe only because the sink provably
+    /// never stored it (or, for [`SinkError::NotDurable`], published under its stored ids).
     #[error("not stored durably ({source}); published to the bus: {published}")]
     NotStored {
         /// What the sink said.
@@ -72,12 +79,28 @@ pub enum EmitError {
         /// Whether the bus acknowledged them.
         published: bool,
     },
+    /// The sink's writer took the command but did not confirm it within the store timeout.
+    /// It is stored late unless the disk fails (the writer then counts
+    /// `dlq_sink_failures_total` and logs it), and the reconciler publishes what was stored.
+    /// Nothing was published now, so the bus never holds a second copy: do not emit it again.
+    #[error("{source}")]
+    Unconfirmed {
+        /// What the sink said ([`SinkError::Unconfirmed`]).
+        source: SinkError,
+    },
 }
 
 impl EmitError {
     /// True when the failure left nothing durable (callers may want to log the item themselves).
+    /// False for [`EmitError::Unconfirmed`]: that command is most likely stored.
     pub fn is_not_stored(&self) -> bool {
         matches!(self, EmitError::NotStored { .. })
+    }
+
+    /// True when the sink took the command but did not confirm it in time
+    /// ([`EmitError::Unconfirmed`]): treat it as recorded, never send it again.
+    pub fn is_unconfirmed(&self) -> bool {
+        matches!(self, EmitError::Unconfirmed { .. })
     }
 }
 
@@ -263,13 +286,23 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
                 Err(EmitError::NotFound { job_id, item_id })
             }
             Err(SinkError::Rejected(reason)) => Err(EmitError::Rejected(reason)),
+            Err(err @ SinkError::Unconfirmed(_)) => {
+                // The writer has it: a volatile copy now would be a second one later.
+                metrics::counter!(m::SINK_FAILURES).increment(1);
+                warn!(error = %err, topic, "sink slow; the reconciler publishes the event once stored");
+                self.inner.wake_reconciler.notify_one();
+                Err(EmitError::Unconfirmed { source: err })
+            }
             Err(err) => self.publish_unstored(topic, err, volatile).await,
         };
         metrics::histogram!(m::EMIT_DURATION).record(started.elapsed().as_secs_f64());
         result
     }
 
-    /// The sink failed: publish what we can so the failure is not lost twice.
+    /// The sink failed and did not store the command (or stored it without making it durable):
+    /// publish what we can so the failure is not lost twice. Only reached for errors where the
+    /// writer provably never stored the command (`Timeout` means it was withdrawn unread,
+    /// `Io`/`Closed` that nothing was written) or handed back the stored events (`NotDurable`).
     async fn publish_unstored(
         &self,
         topic: &str,
@@ -362,7 +395,7 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
                 Err(err) => err,
             };
             debug!(event_id = %event.event_id, attempts, error = %err, "publish attempt failed");
-            let retryable = !matches!(err, BusError::Rejected(_) | BusError::Encode(_));
+            let retryable = !err.is_permanent();
             let Some(delay) = delays.next().filter(|_| retryable) else {
                 return Err((attempts, err));
             };

@@ -6,6 +6,13 @@
 //! A pass stops at the first failure and resumes from the start of the set on the next wake, so
 //! order is kept and nothing is skipped. Because the unpublished set is persisted, a restarted
 //! process resumes where the last one stopped.
+//!
+//! Two failures are not worth waiting for: the bus refusing an event for good
+//! ([`crate::bus::BusError::is_permanent`], e.g. larger than the server's `max_payload`) and a
+//! log entry that cannot be read ([`SinkError::Unreadable`]). Retrying either would stop every
+//! pass at the same event and every later event behind it, so the reconciler **parks** it
+//! ([`Sink::park`]: still stored, listed by `dlq status`, retried by
+//! `dlq reconcile --retry-parked`), counts `dlq_parked_total{reason}`, logs it and goes on.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -66,6 +73,8 @@ pub(crate) struct Reconciler<S, B> {
 pub struct PassReport {
     /// Events acknowledged in this pass.
     pub published: u64,
+    /// Events parked in this pass (refused for good, or unreadable).
+    pub parked: u64,
     /// Whether the pass stopped on a failure.
     pub interrupted: bool,
 }
@@ -84,8 +93,12 @@ impl<S: Sink, B: Bus> Reconciler<S, B> {
             };
             if ready {
                 match self.pass().await {
-                    Ok(report) if report.published > 0 => {
-                        info!(published = report.published, "reconciler published backlog");
+                    Ok(report) if report.published > 0 || report.parked > 0 => {
+                        info!(
+                            published = report.published,
+                            parked = report.parked,
+                            "reconciler published backlog"
+                        );
                         self.report_backlog();
                     }
                     Ok(_) => {}
@@ -112,8 +125,15 @@ impl<S: Sink, B: Bus> Reconciler<S, B> {
         let (started, mut sent) = (Instant::now(), 0u64);
         loop {
             while pending.len() < window && !report.interrupted && !self.shutdown.is_cancelled() {
-                let Some(event) = source.next(self.sink.as_ref(), &self.in_flight)? else {
-                    break;
+                let event = match source.next(self.sink.as_ref(), &self.in_flight) {
+                    Ok(Some(event)) => event,
+                    Ok(None) => break,
+                    // Parked, the entry leaves the unpublished set: the next read goes past it.
+                    Err(SinkError::Unreadable { seq, reason }) => {
+                        self.park(seq, None, &reason, "unreadable", &mut report)?;
+                        continue;
+                    }
+                    Err(err) => return Err(err),
                 };
                 sent += 1;
                 self.pace(started, sent).await;
@@ -132,12 +152,44 @@ impl<S: Sink, B: Bus> Reconciler<S, B> {
                     metrics::counter!(m::RECONCILED).increment(1);
                     report.published += 1;
                 }
+                Err(err) if err.is_permanent() => {
+                    let reason = err.to_string();
+                    self.park(
+                        event.seq,
+                        Some(&event.event_id),
+                        &reason,
+                        err.label(),
+                        &mut report,
+                    )?;
+                }
                 Err(err) => {
                     debug!(event_id = %event.event_id, error = %err, "reconcile publish failed");
                     report.interrupted = true;
                 }
             }
         }
+    }
+
+    /// Sets an event aside that can never be published as it is, so the rest can be.
+    fn park(
+        &self,
+        seq: u64,
+        event_id: Option<&str>,
+        reason: &str,
+        label: &'static str,
+        report: &mut PassReport,
+    ) -> Result<(), SinkError> {
+        if self.sink.park(seq, event_id, reason)? {
+            metrics::counter!(m::PARKED_TOTAL, "reason" => label).increment(1);
+            warn!(
+                seq,
+                event_id = event_id.unwrap_or("?"),
+                reason,
+                "event parked: it stays stored and is listed by `dlq status`; `dlq reconcile --retry-parked` tries it again"
+            );
+            report.parked += 1;
+        }
+        Ok(())
     }
 
     /// Sleeps so that `total` events take at least `total / rate` seconds since `started`.
@@ -166,6 +218,10 @@ impl<S: Sink, B: Bus> Reconciler<S, B> {
                 metrics::gauge!(m::OLDEST_UNPUBLISHED_AGE).set(age);
             }
             Err(err) => warn!(error = %err, "cannot read the unpublished backlog"),
+        }
+        match self.sink.parked() {
+            Ok(parked) => metrics::gauge!(m::PARKED).set(parked.len() as f64),
+            Err(err) => warn!(error = %err, "cannot read the parked events"),
         }
     }
 }
@@ -290,6 +346,32 @@ mod tests {
         let acked: std::collections::BTreeSet<String> =
             r.bus.acked.lock().unwrap().iter().cloned().collect();
         assert_eq!(acked, ids(12).into_iter().collect());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_event_refused_for_good_is_parked_and_the_rest_published() {
+        let bus = FakeBus {
+            fail_first: 1.into(),
+            reject: true.into(),
+            ..FakeBus::default()
+        };
+        let r = reconciler(5, bus, ReconcilerConfig::default()).await;
+        let report = r.pass().await.unwrap();
+        assert_eq!(
+            (report.published, report.parked, report.interrupted),
+            (4, 1, false)
+        );
+        let parked = r.sink.parked().unwrap();
+        assert_eq!(parked.len(), 1);
+        assert_eq!(parked[0].event_id.as_deref(), Some("mem:1"));
+        assert_eq!(r.sink.backlog().unwrap().count, 0, "parked is not backlog");
+        assert_eq!(r.pass().await.unwrap(), PassReport::default(), "left alone");
+
+        // Retried on command: back in the unpublished set, published once the bus takes it.
+        assert_eq!(r.sink.unpark_all().unwrap(), 1);
+        assert_eq!(r.pass().await.unwrap().published, 1);
+        assert!(r.sink.parked().unwrap().is_empty());
+        assert_eq!(r.bus.acked.lock().unwrap().len(), 5);
     }
 
     #[tokio::test(start_paused = true)]

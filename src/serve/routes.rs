@@ -186,15 +186,17 @@ fn answer(format: Format, body: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, kind)], body).into_response()
 }
 
-/// `GET /healthz`: liveness, node id and backlog (never needs a token).
+/// `GET /healthz`: liveness, node id, backlog and parked events (never needs a token).
 pub async fn healthz(State(state): Shared) -> Answer {
     let sink = state.emitter.sink();
     let backlog = sink.backlog().map_err(RequestError::from)?;
+    let parked = sink.parked().map_err(RequestError::from)?.len();
     Ok(Json(json!({
         "status": "ok",
         "node_id": sink.node_id(),
         "unpublished": backlog.count,
         "oldest_unpublished": backlog.oldest,
+        "parked": parked,
     }))
     .into_response())
 }

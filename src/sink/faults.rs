@@ -19,6 +19,7 @@ struct Switches {
     fail_flush: AtomicBool,
     fail_journal: AtomicBool,
     stall_ms: AtomicU64,
+    paused: AtomicBool,
 }
 
 impl Faults {
@@ -38,7 +39,16 @@ impl Faults {
         self.inner.fail_journal.store(on, Ordering::SeqCst);
     }
 
-    /// Makes the writer sleep this long before each group (a slow disk); zero turns it off.
+    /// While set, the writer takes no request from its queue: appends wait there unclaimed, as
+    /// behind a writer stuck on an earlier group, and a caller whose store timeout runs out
+    /// withdraws its request before the writer ever sees it.
+    pub fn set_paused(&self, on: bool) {
+        self.inner.paused.store(on, Ordering::SeqCst);
+    }
+
+    /// Makes the writer sleep this long after it took a group holding appends, before writing
+    /// it (a slow disk); zero turns it off. A caller that stops waiting meanwhile gets
+    /// `SinkError::Unconfirmed`: the writer has its request and stores it afterwards.
     pub fn set_stall(&self, stall: Duration) {
         let ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
         self.inner.stall_ms.store(ms, Ordering::SeqCst);
@@ -54,6 +64,13 @@ impl Faults {
 
     pub(crate) fn fail_journal(&self) -> bool {
         self.inner.fail_journal.load(Ordering::SeqCst)
+    }
+
+    /// Blocks the writer thread while [`Faults::set_paused`] is on.
+    pub(crate) fn wait_while_paused(&self) {
+        while self.inner.paused.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     pub(crate) fn stall(&self) -> Duration {

@@ -14,6 +14,10 @@ use chrono::{DateTime, Utc};
 pub const LOG: &[u8] = b"l";
 /// Prefix of the unpublished set: `u` + seq → event timestamp (ms since epoch, big-endian).
 pub const UNPUBLISHED: &[u8] = b"u";
+/// Prefix of the parked set: `p` + seq → `ParkedRecord` JSON (`parked.rs`). Events the bus
+/// refused for good (or whose log entry cannot be read), moved out of the unpublished set so
+/// they do not block the reconciler; `dlq reconcile --retry-parked` moves them back.
+pub const PARKED: &[u8] = b"p";
 /// Prefix of items: `i` + job + NUL + item → stored item JSON.
 pub const ITEM: &[u8] = b"i";
 /// Prefix of the signature index: `s` + signature + NUL + job + NUL + item → empty.
@@ -53,6 +57,11 @@ pub fn log(seq: u64) -> Vec<u8> {
 /// `u` + seq.
 pub fn unpublished(seq: u64) -> Vec<u8> {
     join(&[UNPUBLISHED, &seq.to_be_bytes()])
+}
+
+/// `p` + seq.
+pub fn parked(seq: u64) -> Vec<u8> {
+    join(&[PARKED, &seq.to_be_bytes()])
 }
 
 /// `i` + job + NUL + item.

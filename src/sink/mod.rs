@@ -33,7 +33,8 @@
 //!
 //! # Layout
 //!
-//! One tree; see [`keys`]. Log `l/seq`, unpublished `u/seq`, items `i/job\0item`, indexes by
+//! One tree; see [`keys`]. Log `l/seq`, unpublished `u/seq`, parked `p/seq` (events the
+//! reconciler set aside, see [`parked`]), items `i/job\0item`, indexes by
 //! signature, by age, by recency and in FIFO order (all per job), and per-job counters
 //! ([`counters`]). A database whose projection has another layout is rebuilt from its log when
 //! opened. The next sequence is the last log
@@ -56,6 +57,7 @@ pub mod faults;
 mod journal;
 mod journal_record;
 mod keys;
+mod parked;
 mod reads;
 mod remove;
 mod scan;
@@ -69,10 +71,11 @@ mod writer;
 pub mod test_support {
     pub use super::journal::DIR as JOURNAL_DIR;
     pub use super::keys::item as item_key;
+    pub use super::keys::log as log_key;
     /// The key prefixes of the sled tree, for footprint measurements.
     pub mod key_prefixes {
         pub use super::super::keys::{
-            BY_AGE, BY_RECENCY, BY_SIGNATURE, FIFO, ITEM, JOB_COUNT, LOG, UNPUBLISHED,
+            BY_AGE, BY_RECENCY, BY_SIGNATURE, FIFO, ITEM, JOB_COUNT, LOG, PARKED, UNPUBLISHED,
         };
     }
 }
@@ -89,6 +92,7 @@ use crate::domain::event::{EncodedEvent, Event};
 
 pub use counters::JobCounters;
 pub use faults::Faults;
+pub use parked::Parked;
 pub use remove::{clear, purge, remove_in_chunks, REMOVE_CHUNK};
 pub use sled_sink::{KeyValue, SinkConfig, SledSink};
 
@@ -113,8 +117,20 @@ pub trait Sink: Send + Sync + 'static {
     fn mark_published(&self, seq: u64) -> Result<(), SinkError>;
 
     /// Up to `limit` unpublished events with a sequence above `after`, in sequence order, as
-    /// stored (ready to publish, decoded only as far as the headers need).
+    /// stored (ready to publish, decoded only as far as the headers need). An entry that cannot
+    /// be read fails the call with [`SinkError::Unreadable`], naming its sequence.
     fn unpublished(&self, after: u64, limit: usize) -> Result<Vec<EncodedEvent>, SinkError>;
+
+    /// Moves the unpublished event `seq` into the parked set, saying why: the reconciler no
+    /// longer tries it, but it stays stored and listed ([`parked`](Sink::parked)) until
+    /// [`unpark_all`](Sink::unpark_all). False when `seq` was not unpublished.
+    fn park(&self, seq: u64, event_id: Option<&str>, reason: &str) -> Result<bool, SinkError>;
+
+    /// The parked events, in sequence order.
+    fn parked(&self) -> Result<Vec<Parked>, SinkError>;
+
+    /// Moves every parked event back into the unpublished set; returns how many.
+    fn unpark_all(&self) -> Result<u64, SinkError>;
 
     /// Size and age of the unpublished backlog.
     fn backlog(&self) -> Result<Backlog, SinkError>;
@@ -150,9 +166,15 @@ pub enum SinkError {
         /// The item asked for.
         item_id: String,
     },
-    /// The store did not answer within the store timeout. The write may still complete.
-    #[error("the sink did not confirm the write within {0:?} (it may still complete; the disk may be slow or full)")]
+    /// The writer did not take the request within the store timeout (it was busy with earlier
+    /// groups). The caller withdrew it: it was not stored and never will be.
+    #[error("the sink's writer did not take the write within {0:?}; it was withdrawn and not stored (the disk may be slow or full)")]
     Timeout(Duration),
+    /// The writer took the request but did not confirm it within the store timeout. It will
+    /// most likely be stored (and then published by the reconciler) or fail; either way it must
+    /// not be sent again.
+    #[error("the sink's writer took the write but did not confirm it within {0:?}; it is stored late unless the disk fails, and the reconciler publishes it then (do not send it again)")]
+    Unconfirmed(Duration),
     /// The events were written but the flush failed: they are not known to be durable.
     #[error("events written but not flushed to disk: {reason}")]
     NotDurable {
@@ -164,6 +186,15 @@ pub enum SinkError {
     /// A disk or sled error.
     #[error("sink I/O failed: {0}")]
     Io(String),
+    /// An unpublished event's log entry is missing or cannot be decoded; the reconciler parks
+    /// it (see [`Sink::park`]) and goes on with the rest.
+    #[error("unpublished event {seq} cannot be read: {reason}")]
+    Unreadable {
+        /// Its log sequence.
+        seq: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A stored record could not be decoded.
     #[error("corrupt record at key {key}: {reason}; run `dlq rebuild` if it is in the projection")]
     Corrupt {
@@ -178,6 +209,16 @@ pub enum SinkError {
 }
 
 impl SinkError {
+    /// True when the command's events may be (or become) stored although the call failed:
+    /// [`SinkError::Unconfirmed`] and [`SinkError::NotDurable`]. Sending the command again
+    /// could then store it twice.
+    pub fn may_be_stored(&self) -> bool {
+        matches!(
+            self,
+            SinkError::Unconfirmed(_) | SinkError::NotDurable { .. }
+        )
+    }
+
     /// Which kind of failure this is for the one who asked.
     pub fn class(&self) -> crate::ErrorClass {
         match self {

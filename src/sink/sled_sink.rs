@@ -14,10 +14,11 @@ use tracing::{info, warn};
 
 use super::counters::JobCounters;
 use super::journal::{self, Journal};
+use super::parked::ParkedSet;
 use super::reads::TreeView;
 use super::seq_floor::SeqFloor;
-use super::writer::{Request, Writer};
-use super::{keys, show_key, Backlog, Faults, Sink, SinkError};
+use super::writer::{Claim, Request, Writer};
+use super::{keys, show_key, Backlog, Faults, Parked, Sink, SinkError};
 use crate::domain::command::{Command, Limits};
 use crate::domain::event::{EncodedEvent, Event};
 use crate::domain::projection::StoredItem;
@@ -281,6 +282,14 @@ impl SledSink {
         &self.inner.tree
     }
 
+    fn parked_set(&self) -> ParkedSet<'_> {
+        ParkedSet {
+            tree: &self.inner.tree,
+            unpublished: &self.inner.unpublished,
+            marks_dirty: &self.inner.marks_dirty,
+        }
+    }
+
     fn view(&self) -> TreeView<'_> {
         TreeView {
             tree: &self.inner.tree,
@@ -299,15 +308,26 @@ impl SledSink {
 impl Sink for SledSink {
     async fn append(&self, command: Command) -> Result<Vec<Event>, SinkError> {
         let timeout = self.inner.store_timeout;
+        let claim = Claim::default();
         let attempt = async {
             let (reply, answer) = oneshot::channel();
             let command = Box::new(command);
-            self.send(Request::Append { command, reply }).await?;
+            let claim = claim.clone();
+            self.send(Request::Append {
+                command,
+                reply,
+                claim,
+            })
+            .await?;
             answer.await.map_err(|_| SinkError::Closed)?
         };
-        tokio::time::timeout(timeout, attempt)
-            .await
-            .map_err(|_| SinkError::Timeout(timeout))?
+        match tokio::time::timeout(timeout, attempt).await {
+            Ok(Err(SinkError::Closed)) if !claim.withdraw() => Err(SinkError::Unconfirmed(timeout)),
+            Ok(result) => result,
+            // Withdrawn before the writer took it: it will never be stored.
+            Err(_) if claim.withdraw() => Err(SinkError::Timeout(timeout)),
+            Err(_) => Err(SinkError::Unconfirmed(timeout)),
+        }
     }
 
     fn mark_published(&self, seq: u64) -> Result<(), SinkError> {
@@ -328,17 +348,36 @@ impl Sink for SledSink {
             let Some(seq) = keys::seq_of(&key) else {
                 continue;
             };
-            match view.encoded_event(seq)? {
-                Some(event) => events.push(event),
-                None => {
-                    return Err(SinkError::Corrupt {
-                        key: show_key(&key),
+            match view.encoded_event(seq) {
+                Ok(Some(event)) => events.push(event),
+                Ok(None) => {
+                    return Err(SinkError::Unreadable {
+                        seq,
                         reason: "unpublished marker without a log entry".into(),
                     })
                 }
+                Err(SinkError::Corrupt { key, reason }) => {
+                    return Err(SinkError::Unreadable {
+                        seq,
+                        reason: format!("corrupt log entry {key}: {reason}"),
+                    })
+                }
+                Err(err) => return Err(err),
             }
         }
         Ok(events)
+    }
+
+    fn park(&self, seq: u64, event_id: Option<&str>, reason: &str) -> Result<bool, SinkError> {
+        self.parked_set().park(seq, event_id, reason)
+    }
+
+    fn parked(&self) -> Result<Vec<Parked>, SinkError> {
+        self.parked_set().list()
+    }
+
+    fn unpark_all(&self) -> Result<u64, SinkError> {
+        self.parked_set().unpark_all()
     }
 
     fn backlog(&self) -> Result<Backlog, SinkError> {

@@ -11,12 +11,21 @@
 //! [`CHECKPOINT_BYTES`], on close and around a rebuild. If the journal cannot be written, a
 //! group falls back to a checkpoint of its own. The writer is the only code that flushes the
 //! database.
+//!
+//! # Who owns an append: the [`Claim`]
+//!
+//! Every append carries a claim that the writer and the waiting caller race for. The writer
+//! claims a request when it takes it into a group, before deciding it; a caller whose store
+//! timeout ran out withdraws it. Exactly one of them wins. A withdrawn request is dropped
+//! unread, so a caller that withdrew knows its command will never be stored and may fall back
+//! (the emitter's volatile publish); a caller that lost the race knows the writer has it and
+//! will store it or fail it, so it must not send a second copy.
 
 use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs::File;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use chrono::Utc;
@@ -38,6 +47,8 @@ pub(crate) enum Request {
     Append {
         command: Box<Command>,
         reply: oneshot::Sender<Result<Vec<Event>, SinkError>>,
+        /// Taken by the writer, or withdrawn by a caller that stopped waiting.
+        claim: Claim,
     },
     /// Clear the projection and replay the log; answer with the number of events replayed.
     Rebuild {
@@ -49,6 +60,31 @@ pub(crate) enum Request {
     Close {
         reply: oneshot::Sender<Result<(), SinkError>>,
     },
+}
+
+/// Who owns an append request: the writer once it takes it, or the caller who gave up first.
+/// Cloning shares the claim.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Claim(Arc<AtomicU8>);
+
+const QUEUED: u8 = 0;
+const TAKEN: u8 = 1;
+const WITHDRAWN: u8 = 2;
+
+impl Claim {
+    /// The writer takes the request; false when the caller withdrew it first.
+    pub(crate) fn take(&self) -> bool {
+        self.0
+            .compare_exchange(QUEUED, TAKEN, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    /// The caller withdraws the request; false when the writer already took it.
+    pub(crate) fn withdraw(&self) -> bool {
+        self.0
+            .compare_exchange(QUEUED, WITHDRAWN, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
 }
 
 /// State owned by the writer thread.
@@ -104,8 +140,24 @@ impl Writer {
 
     /// Handles one group; returns true when asked to stop.
     fn handle_group(&mut self, group: Vec<Request>) -> bool {
+        self.faults.wait_while_paused();
+        // Claim the appends first: one withdrawn by its caller is dropped unread.
+        let group: Vec<Request> = group
+            .into_iter()
+            .filter(|request| match request {
+                Request::Append { claim, .. } => {
+                    let taken = claim.take();
+                    if !taken {
+                        debug!("append withdrawn by its caller before the writer took it");
+                    }
+                    taken
+                }
+                _ => true,
+            })
+            .collect();
         let stall = self.faults.stall();
-        if !stall.is_zero() {
+        let appends = group.iter().any(|r| matches!(r, Request::Append { .. }));
+        if appends && !stall.is_zero() {
             std::thread::sleep(stall);
         }
         let mut answers: Vec<(Reply, Result<Vec<Event>, SinkError>)> = Vec::new();
@@ -114,7 +166,7 @@ impl Writer {
         let mut staged = Staged::new(&self.tree, seq);
         for request in group {
             match request {
-                Request::Append { command, reply } => {
+                Request::Append { command, reply, .. } => {
                     let result = self.stage(&mut staged, &mut seq, &command);
                     answers.push((reply, result));
                 }
@@ -147,8 +199,12 @@ impl Writer {
                     metrics::counter!(m::EVENTS_STORED, "kind" => event.kind.name()).increment(1);
                 }
             }
-            // A waiter that gave up (store timeout) is gone; its events are still stored.
-            let _ = reply.send(result);
+            // A waiter that gave up after the writer took its request (`Unconfirmed`) is gone:
+            // stored events are published by the reconciler; a failure must at least be seen.
+            if let Err(Err(err)) = reply.send(result) {
+                metrics::counter!(m::SINK_FAILURES).increment(1);
+                warn!(error = %err, "an append whose caller stopped waiting failed: it was not stored");
+            }
         }
         for reply in rebuilds {
             let _ = reply.send(self.rebuild_durably());

@@ -124,6 +124,17 @@ async fn dead_letter<B: Bus>(ctx: &JobContext<B>, work: &Work, result: &AgentRes
             });
             Final::DeadLettered
         }
+        // The sink's writer has the item and stores it late: keeping the item pending would
+        // dead-letter it a second time on resume.
+        Err(err) if err.is_unconfirmed() => {
+            warn!(error = %err, item_id = %item.id, "dead-letter not confirmed in time; counted as dead-lettered");
+            ctx.event(JobEventKind::ItemDeadLettered {
+                item_id: item.id.clone(),
+                event_ids: Vec::new(),
+                published: false,
+            });
+            Final::DeadLettered
+        }
         Err(err) => {
             warn!(error = %err, item_id = %item.id, "dead-lettering failed; the item stays pending");
             Final::NotRecorded(err.to_string())

@@ -10,6 +10,7 @@ use tracing::warn;
 
 use crate::bus::Bus;
 use crate::domain::failure::dead_lettered_item;
+use crate::emitter::EmitError;
 use crate::runner::agent::{run_agent, AgentStatus};
 use crate::runner::backoff::retry_delay;
 use crate::runner::context::JobContext;
@@ -122,7 +123,9 @@ async fn retry_claimed<B: Bus>(
         return ItemEnd::NotRecorded;
     };
     match ctx.emitter.dead_letter(&ctx.options.topic, update).await {
-        Ok(_) => {
+        // Unconfirmed: the sink's writer has the update and stores it late; recording it
+        // again would count the failure twice.
+        Ok(_) | Err(EmitError::Unconfirmed { .. }) => {
             let (error_type, error) = last.unwrap_or_default();
             ctx.event(JobEventKind::AgentFailed {
                 item_id: item_id.to_owned(),

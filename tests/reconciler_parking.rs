@@ -1,0 +1,198 @@
+//! The reconciler against a real nats-server and a real sled sink: an event the server refuses
+//! for good (over its `max_payload`) or a log entry that cannot be read is parked, listed by
+//! `dlq status`, and every later event still reaches the stream.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::Duration;
+
+use chrono::Utc;
+use dlq::bus::{Bus, BusConfig, NatsBus};
+use dlq::domain::failure::dead_lettered_item;
+use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
+use dlq::emitter::reconciler::ReconcilerConfig;
+use dlq::emitter::{Emitter, EmitterBuilder, TopicPolicies, TopicPolicy};
+use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq_testkit::cli::Env;
+use dlq_testkit::stream::{metrics, stream_ids};
+use dlq_testkit::{wait_for, NatsServer};
+
+const DLQ: &str = env!("CARGO_BIN_EXE_dlq");
+/// The server's `max_payload`: a normal event (about 1 KB) fits, a 32 KB one does not.
+const MAX_PAYLOAD: usize = 16 * 1024;
+
+type TestEmitter = Emitter<SledSink, NatsBus>;
+
+fn item(job: &str, id: &str, data_bytes: usize) -> DeadLetteredItem {
+    let failure = FailureDetail {
+        attempt_number: 1,
+        timestamp: Utc::now(),
+        error_type: ErrorType::CommandFailed { exit_code: 1 },
+        error_message: format!("step failed for {id}"),
+        stack_trace: None,
+        agent_id: "agent-1".into(),
+        step_failed: "shell: make".into(),
+        duration_ms: 10,
+        json_log_location: None,
+    };
+    let data = serde_json::json!({ "id": id, "blob": "x".repeat(data_bytes) });
+    dead_lettered_item(job, id, data, vec![failure], None).unwrap()
+}
+
+/// nats-server with a small `max_payload`, from a config file.
+fn small_payload_server(dir: &Path) -> NatsServer {
+    let conf = dir.join("small-payload.conf");
+    std::fs::write(&conf, format!("max_payload: {MAX_PAYLOAD}\n")).unwrap();
+    NatsServer::start_with_args(&["-c", conf.to_str().unwrap()])
+}
+
+async fn emitter(data: &Path, url: &str) -> TestEmitter {
+    metrics();
+    let sink = SledSink::open(SinkConfig::new(data)).unwrap();
+    let bus = NatsBus::connect(BusConfig {
+        url: url.to_owned(),
+        publish_timeout: Duration::from_millis(500),
+        reconnect_max_delay: Duration::from_millis(200),
+        ..BusConfig::default()
+    })
+    .await
+    .unwrap();
+    EmitterBuilder::new(sink, bus)
+        .policies(TopicPolicies {
+            default: TopicPolicy {
+                retry_attempts: 0,
+                ..TopicPolicy::default()
+            },
+            ..TopicPolicies::default()
+        })
+        .reconciler(Some(ReconcilerConfig {
+            interval: Duration::from_millis(200),
+            ..ReconcilerConfig::default()
+        }))
+        .build()
+}
+
+/// Waits until nothing is unpublished and `parked` events are parked.
+async fn settled(emitter: &TestEmitter, parked: usize) {
+    wait_for(
+        "backlog drained around the parked events",
+        Duration::from_secs(30),
+        || async {
+            emitter.sink().backlog().unwrap().count == 0
+                && emitter.sink().parked().unwrap().len() == parked
+        },
+    )
+    .await;
+}
+
+fn logged_ids(emitter: &TestEmitter) -> Vec<String> {
+    emitter
+        .sink()
+        .events_from(1)
+        .map(|e| e.unwrap().event_id)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_event_is_parked_and_later_events_reach_the_stream() {
+    let env = Env::new(DLQ, "nats://127.0.0.1:1");
+    let mut server = small_payload_server(env.work.path());
+    let emitter = emitter(&env.data, &server.url()).await;
+    wait_for("bus connected", Duration::from_secs(20), || async {
+        emitter.bus().is_healthy()
+    })
+    .await;
+    // Bus down: everything waits for the reconciler, the oversized event first.
+    server.kill();
+    wait_for("client notices", Duration::from_secs(20), || async {
+        !emitter.bus().is_healthy()
+    })
+    .await;
+    let big = emitter
+        .dead_letter("park", item("job-1", "big", 2 * MAX_PAYLOAD))
+        .await
+        .unwrap();
+    for n in 0..3 {
+        let receipt = emitter
+            .dead_letter("park", item("job-1", &format!("ok{n}"), 100))
+            .await
+            .unwrap();
+        assert!(!receipt.published);
+    }
+    server.restart();
+    settled(&emitter, 1).await;
+
+    let parked = emitter.sink().parked().unwrap();
+    assert_eq!(parked[0].event_id.as_ref(), Some(&big.event_ids[0]));
+    assert!(
+        parked[0].reason.contains("max payload"),
+        "{}",
+        parked[0].reason
+    );
+    // Everything else in the log (the normal items and the audit events) is in the stream once.
+    let streamed = stream_ids(&server.url(), "DLQ").await;
+    let unique: HashSet<&String> = streamed.iter().collect();
+    assert_eq!(unique.len(), streamed.len(), "duplicates: {streamed:?}");
+    let expected: HashSet<String> = logged_ids(&emitter)
+        .into_iter()
+        .filter(|id| *id != big.event_ids[0])
+        .collect();
+    assert_eq!(unique, expected.iter().collect::<HashSet<_>>());
+    emitter.shutdown().await.unwrap();
+    drop(emitter);
+
+    // `dlq status` lists it; `dlq reconcile --retry-parked` tries it again, and it is parked
+    // again (the server still refuses it): exit 4.
+    let env = Env {
+        url: server.url(),
+        ..env
+    };
+    let status = env.json(&["status"]);
+    assert_eq!(status["unpublished"], 0);
+    assert_eq!(status["parked"][0]["event_id"], big.event_ids[0].as_str());
+    let out = env.run(&["reconcile", "--retry-parked", "--timeout", "20s"]);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (report["unparked"].as_u64(), report["parked"].as_u64()),
+        (Some(1), Some(1))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_log_entry_is_parked_and_later_events_reach_the_stream() {
+    let server = NatsServer::start();
+    let env = Env::new(DLQ, &server.url());
+    let sink = SledSink::open(SinkConfig::new(&env.data)).unwrap();
+    for n in 0..3 {
+        let command = dlq::domain::command::Command::DeadLetter {
+            topic: "park".into(),
+            item: Box::new(item("job-2", &format!("i{n}"), 10)),
+        };
+        sink.append(command).await.unwrap();
+    }
+    sink.close().await.unwrap();
+    drop(sink);
+    {
+        let db = sled::Config::new()
+            .path(&env.data)
+            .segment_size(8 << 20)
+            .flush_every_ms(None)
+            .open()
+            .unwrap();
+        db.insert(dlq::sink::test_support::log_key(1), &b"\xffnot json"[..])
+            .unwrap();
+        db.flush().unwrap();
+    }
+
+    let emitter = emitter(&env.data, &server.url()).await;
+    settled(&emitter, 1).await;
+    let parked = emitter.sink().parked().unwrap();
+    assert_eq!((parked[0].seq, parked[0].event_id.clone()), (1, None));
+    let node = emitter.sink().node_id().to_owned();
+    let mut streamed = stream_ids(&server.url(), "DLQ").await;
+    streamed.sort();
+    assert_eq!(streamed, vec![format!("{node}:2"), format!("{node}:3")]);
+    emitter.shutdown().await.unwrap();
+}
