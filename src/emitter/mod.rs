@@ -239,6 +239,37 @@ impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
     }
 }
 
+/// What is left of one emit's publish budget: the topic's delays, one per retry. The first
+/// attempt is free; each retry takes the next delay, whichever event it is for.
+struct Attempts {
+    delays: std::vec::IntoIter<Duration>,
+    first_used: bool,
+}
+
+impl Attempts {
+    fn new(policy: &TopicPolicy) -> Self {
+        Attempts {
+            delays: policy.delays().into_iter(),
+            first_used: false,
+        }
+    }
+
+    /// Takes the first attempt of the next event: the free one for the first event, a retry's
+    /// slot (without its delay: nothing failed) for a later one. True when nothing is left.
+    fn spent(&mut self) -> bool {
+        if !self.first_used {
+            self.first_used = true;
+            return false;
+        }
+        self.delays.next().is_none()
+    }
+
+    /// The delay before the next retry, if the budget has one.
+    fn retry(&mut self) -> Option<Duration> {
+        self.delays.next()
+    }
+}
+
 impl<S: Sink, B: Bus> Emitter<S, B> {
     /// The sink.
     pub fn sink(&self) -> &S {
@@ -346,23 +377,36 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
         })
     }
 
-    /// Publishes the events in order with the topic's retries; true when all were acknowledged.
-    /// After a final failure the rest are not tried: they stay unpublished for the reconciler,
-    /// so one emit spends the retry budget once.
+    /// Publishes the events in order; true when all were acknowledged. The topic's attempts
+    /// and delays are one budget for the whole emit, shared by its events (a dead-letter that
+    /// evicts another item publishes two), so [`Emitter::budget`] holds for every command.
+    /// After a final failure, or once the budget is spent, the rest are not tried: they stay
+    /// unpublished for the reconciler.
     async fn publish_all(&self, topic: &str, events: &[Event], durable: bool) -> bool {
+        let mut budget = Attempts::new(&self.inner.policies.for_topic(topic));
         for event in events {
-            if !self.publish_one(topic, event, durable).await {
+            if budget.spent() {
+                self.inner.wake_reconciler.notify_one();
+                return false;
+            }
+            if !self.publish_one(topic, event, durable, &mut budget).await {
                 return false;
             }
         }
         true
     }
 
-    async fn publish_one(&self, topic: &str, event: &Event, durable: bool) -> bool {
+    async fn publish_one(
+        &self,
+        topic: &str,
+        event: &Event,
+        durable: bool,
+        budget: &mut Attempts,
+    ) -> bool {
         if durable {
             self.in_flight(|set| set.insert(event.seq));
         }
-        let outcome = self.publish_with_retry(topic, event).await;
+        let outcome = self.publish_with_retry(event, budget).await;
         if durable {
             if outcome.is_ok() {
                 if let Err(err) = self.inner.sink.mark_published(event.seq) {
@@ -384,9 +428,11 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
         }
     }
 
-    async fn publish_with_retry(&self, topic: &str, event: &Event) -> Result<(), (u32, BusError)> {
-        let policy = self.inner.policies.for_topic(topic);
-        let mut delays = policy.delays().into_iter();
+    async fn publish_with_retry(
+        &self,
+        event: &Event,
+        budget: &mut Attempts,
+    ) -> Result<(), (u32, BusError)> {
         let mut attempts = 0u32;
         loop {
             attempts += 1;
@@ -396,7 +442,7 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
             };
             debug!(event_id = %event.event_id, attempts, error = %err, "publish attempt failed");
             let retryable = !err.is_permanent();
-            let Some(delay) = delays.next().filter(|_| retryable) else {
+            let Some(delay) = budget.retry().filter(|_| retryable) else {
                 return Err((attempts, err));
             };
             tokio::select! {

@@ -196,3 +196,33 @@ async fn a_disabled_reconciler_leaves_failed_publishes_unpublished() {
     );
     assert_eq!(emitter.bus().attempts.lock().unwrap().len(), 1);
 }
+
+/// A command with several events (a clear of two items) spends the topic's attempts once, not
+/// once per event: with 3 retries, the first event takes all 4 attempts, and the second is left
+/// to the reconciler instead of starting a fresh retry budget.
+#[tokio::test(start_paused = true)]
+async fn a_command_with_several_events_spends_the_retry_budget_once() {
+    let emitter = build(
+        FakeBus::default(),
+        policy(3, Duration::from_millis(100), RetryBackoff::Fixed),
+    );
+    emitter.dead_letter("t", item("j", "a")).await.unwrap();
+    emitter.dead_letter("t", item("j", "b")).await.unwrap();
+    let before = emitter.bus().attempts.lock().unwrap().len();
+    emitter.bus().fail_first.store(3, Ordering::SeqCst);
+    let started = Instant::now();
+    let clear = Command::Clear {
+        job_id: "j".into(),
+        limit: 10,
+    };
+    let receipt = emitter.submit("t", clear).await.unwrap();
+    assert_eq!(receipt.event_ids.len(), 2);
+    assert!(
+        !receipt.published,
+        "the second removal waits for the reconciler"
+    );
+    let attempts = emitter.bus().attempts.lock().unwrap().len() - before;
+    assert_eq!(attempts, 4, "1 attempt + 3 retries for the whole command");
+    assert_eq!(started.elapsed(), Duration::from_millis(300));
+    assert_eq!(emitter.sink().backlog().unwrap().count, 1);
+}
