@@ -22,6 +22,11 @@ const RETRY_DELAY: Duration = Duration::from_millis(300);
 
 type TestEmitter = Emitter<SledSink, NatsBus>;
 
+/// The emitter's metrics are process-wide (one Prometheus recorder): tests that assert metric
+/// values would see what concurrent tests' emitters write, so the tests of this file run one at
+/// a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn item(job: &str, id: &str) -> DeadLetteredItem {
     let failure = FailureDetail {
         attempt_number: 1,
@@ -136,6 +141,7 @@ async fn assert_stream_matches_log(emitter: &TestEmitter, server: &NatsServer) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthy_bus_stores_then_publishes_exactly_once() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let emitter = emitter(dir.path(), &server.url(), one_retry()).await;
@@ -165,6 +171,7 @@ async fn healthy_bus_stores_then_publishes_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bus_killed_emit_is_bounded_audited_and_reconciled() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let mut server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let emitter = emitter(dir.path(), &server.url(), one_retry()).await;
@@ -219,6 +226,7 @@ async fn bus_killed_emit_is_bounded_audited_and_reconciled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bus_frozen_emit_is_bounded_and_reconciled_without_duplicates() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let mut server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let emitter = emitter(dir.path(), &server.url(), one_retry()).await;
@@ -255,6 +263,7 @@ async fn bus_frozen_emit_is_bounded_and_reconciled_without_duplicates() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_succeeds_when_the_bus_returns_within_the_delay() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let mut server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let policy = TopicPolicy {
@@ -292,6 +301,7 @@ async fn retry_succeeds_when_the_bus_returns_within_the_delay() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_sink_still_publishes_and_counts() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let emitter = emitter(dir.path(), &server.url(), one_retry()).await;
@@ -356,6 +366,7 @@ async fn copies_of(server: &NatsServer, item_id: &str) -> Vec<(String, serde_jso
 /// publishes that one copy under its stored id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_timeout_after_the_writer_took_the_event_publishes_one_copy() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let emitter = slow_disk_emitter(dir.path(), &server.url()).await;
@@ -400,6 +411,7 @@ async fn store_timeout_after_the_writer_took_the_event_publishes_one_copy() {
 /// the writer drops it unread and the volatile copy published on the emit path is the only one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_timeout_before_the_writer_took_the_event_publishes_one_volatile_copy() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let emitter = slow_disk_emitter(dir.path(), &server.url()).await;
