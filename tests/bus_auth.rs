@@ -117,6 +117,32 @@ async fn token_in_the_url_or_the_options() {
     assert!(!refused.contains("t0ken-wrong-1"), "{refused}");
 }
 
+/// A user that may not use the JetStream API connects, but creating the stream is denied: the
+/// bus names the permission and what to grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_permission_is_named() {
+    let server = NatsServer::start_with_config(&format!(
+        "accounts {{\n  DLQ {{\n    jetstream: enabled\n    users: [\n      {{user: limited, password: \"{PASSWORD}\", permissions: {{publish: {{deny: [\"$JS.API.>\"]}}}}}}\n    ]\n  }}\n}}\n"
+    ));
+    let mut limited = config(&server.url());
+    limited.auth.user = Some(Secret::new("limited"));
+    limited.auth.password = Some(Secret::new(PASSWORD));
+    let bus = NatsBus::connect(limited).await.unwrap();
+    assert!(bus.is_healthy(), "the credentials are right");
+    assert!(bus.prepare().await.is_err());
+    let mut refusal = bus.refusal();
+    for _ in 0..100 {
+        if refusal.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        refusal = bus.refusal();
+    }
+    let refusal = refusal.expect("a refusal naming the permission");
+    assert!(refusal.contains("denied a permission"), "{refusal}");
+    assert!(refusal.contains("$JS.API"), "{refusal}");
+}
+
 /// A CA, a server certificate for 127.0.0.1 and localhost, and a client certificate, all
 /// signed by the CA, as PEM files in `dir`.
 struct Pki {
