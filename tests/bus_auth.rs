@@ -1,7 +1,8 @@
 //! Connecting to a secured nats-server: users and passwords of an account from the server's
 //! configuration file, a token, credentials written in the URL, an NKey user (keys generated
 //! here), TLS with certificates generated here (a CA, the server's, a client's for mutual TLS). Each case is also run without what it needs, and must then fail
-//! with a line naming the cause. The `dlq` binary: a wrong password leaves events stored and
+//! with a line naming the cause. Operator mode: a credentials file whose JWTs (operator, account,
+//! user) are generated and signed here. The `dlq` binary: a wrong password leaves events stored and
 //! unpublished, and the right one publishes them all; plaintext credentials to a remote host
 //! are refused; secrets never appear in `--help` or in errors.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -115,6 +116,96 @@ async fn token_in_the_url_or_the_options() {
     let refused = ready(wrong).await.unwrap_err();
     assert!(refused.contains("refused a token"), "{refused}");
     assert!(!refused.contains("t0ken-wrong-1"), "{refused}");
+}
+
+/// A NATS JWT (`ed25519-nkey`) with `claims`, issued by `issuer` for `subject`.
+fn jwt(issuer: &nkeys::KeyPair, subject: &str, name: &str, nats: serde_json::Value) -> String {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+    let header = URL_SAFE_NO_PAD.encode(r#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = serde_json::json!({
+        "jti": format!("JTI{now}{}", &subject[..12]),
+        "iat": now,
+        "iss": issuer.public_key(),
+        "name": name,
+        "sub": subject,
+        "nats": nats,
+    });
+    let body = format!("{header}.{}", URL_SAFE_NO_PAD.encode(claims.to_string()));
+    let signature = URL_SAFE_NO_PAD.encode(issuer.sign(body.as_bytes()).unwrap());
+    format!("{body}.{signature}")
+}
+
+/// Operator mode: an operator, a system account, an account with JetStream and a user, all
+/// generated here; the user's JWT and seed in a credentials file as `nsc` writes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_file_in_operator_mode() {
+    use serde_json::json;
+    let (operator, system, account, user) = (
+        nkeys::KeyPair::new_operator(),
+        nkeys::KeyPair::new_account(),
+        nkeys::KeyPair::new_account(),
+        nkeys::KeyPair::new_user(),
+    );
+    let unlimited = json!({
+        "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
+        "wildcards": true, "conn": -1, "leaf": -1,
+        "mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1,
+    });
+    let operator_jwt = jwt(
+        &operator,
+        &operator.public_key(),
+        "dlq-test-operator",
+        json!({"type": "operator", "version": 2, "system_account": system.public_key()}),
+    );
+    let account_jwt = |key: &nkeys::KeyPair, name: &str, limits: serde_json::Value| {
+        jwt(
+            &operator,
+            &key.public_key(),
+            name,
+            json!({"type": "account", "version": 2, "limits": limits,
+                   "default_permissions": {"pub": {}, "sub": {}}}),
+        )
+    };
+    let system_jwt = account_jwt(
+        &system,
+        "SYS",
+        json!({"subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
+               "wildcards": true, "conn": -1, "leaf": -1}),
+    );
+    let dlq_jwt = account_jwt(&account, "DLQ", unlimited);
+    let user_jwt = jwt(
+        &account,
+        &user.public_key(),
+        "dlq",
+        json!({"type": "user", "version": 2, "pub": {}, "sub": {},
+               "subs": -1, "data": -1, "payload": -1}),
+    );
+    let server = NatsServer::start_with_config(&format!(
+        "operator: \"{operator_jwt}\"\nsystem_account: {}\nresolver: MEMORY\nresolver_preload: {{\n  {}: \"{system_jwt}\"\n  {}: \"{dlq_jwt}\"\n}}\n",
+        system.public_key(),
+        system.public_key(),
+        account.public_key(),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let creds = dir.path().join("dlq.creds");
+    write_private(
+        &creds,
+        &format!(
+            "-----BEGIN NATS USER JWT-----\n{user_jwt}\n------END NATS USER JWT------\n\n************************* IMPORTANT *************************\nNKEY Seed printed below can be used to sign and prove identity.\nNKEYs are sensitive and should be treated as secrets.\n\n-----BEGIN USER NKEY SEED-----\n{}\n------END USER NKEY SEED------\n\n*************************************************************\n",
+            user.seed().unwrap()
+        ),
+    );
+
+    let none = ready(config(&server.url())).await.unwrap_err();
+    assert!(none.contains("requires authentication"), "{none}");
+    let mut with_creds = config(&server.url());
+    with_creds.auth.creds = Some(creds);
+    ready(with_creds).await.unwrap();
 }
 
 /// A user that may not use the JetStream API connects, but creating the stream is denied: the
