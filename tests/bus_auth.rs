@@ -1,10 +1,11 @@
 //! Connecting to a secured nats-server: users and passwords of an account from the server's
 //! configuration file, a token, credentials written in the URL, an NKey user (keys generated
-//! here), TLS with certificates generated here (a CA, the server's, a client's for mutual TLS). Each case is also run without what it needs, and must then fail
-//! with a line naming the cause. Operator mode: a credentials file whose JWTs (operator, account,
-//! user) are generated and signed here. The `dlq` binary: a wrong password leaves events stored and
-//! unpublished, and the right one publishes them all; plaintext credentials to a remote host
-//! are refused; secrets never appear in `--help` or in errors.
+//! here), a credentials file in operator mode (operator, account and user JWTs generated and
+//! signed here), a missing JetStream permission, and TLS with certificates generated here (a
+//! CA, the server's, a client's for mutual TLS). Each case is also run without what it needs
+//! and must then fail with a line naming the cause. The `dlq` binary: a wrong password leaves
+//! events stored and unpublished, and the right one publishes them all; plaintext credentials
+//! to a remote host are refused; secrets never appear in `--help` or in errors.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
