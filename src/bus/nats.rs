@@ -156,22 +156,30 @@ impl NatsBus {
     pub async fn connect(config: BusConfig) -> Result<Self, BusError> {
         let plan = Plan::new(&config)?;
         let refusal: Refusal = Arc::default();
+        // Give the first connection up to one publish timeout, so that a process that emits
+        // right after starting does not fail its first publishes for nothing; a server that is
+        // down (or frozen) does not block longer than that.
+        let deadline = tokio::time::Instant::now() + config.publish_timeout;
         // First one direct attempt: its error has the details (which certificate, which
         // credentials) that the retrying client only reports as a kind.
         let direct = plan
             .apply(&config, Self::options(&config, &refusal))
             .await?
-            .connect(plan.servers.clone())
-            .await;
-        let client = match direct {
-            Ok(client) => client,
-            Err(err) => {
-                let explained = explain_connect_error(&err, &plan, &config.url);
-                if is_refusal(&err) {
-                    error!("cannot connect to the bus: {explained}; events stay stored and unpublished until this is fixed");
-                    set_refusal(&refusal, Some(explained));
-                } else {
-                    debug!("bus not reachable yet: {explained}");
+            .connect(plan.servers.clone());
+        let client = match tokio::time::timeout_at(deadline, direct).await {
+            Ok(Ok(client)) => client,
+            failed => {
+                match failed {
+                    Ok(Err(err)) if is_refusal(&err) => {
+                        let explained = explain_connect_error(&err, &plan, &config.url);
+                        error!("cannot connect to the bus: {explained}; events stay stored and unpublished until this is fixed");
+                        set_refusal(&refusal, Some(explained));
+                    }
+                    Ok(Err(err)) => debug!(
+                        "bus not reachable yet: {}",
+                        explain_connect_error(&err, &plan, &config.url)
+                    ),
+                    _ => debug!("bus not reachable within the publish timeout"),
                 }
                 plan.apply(&config, Self::options(&config, &refusal))
                     .await?
@@ -186,10 +194,6 @@ impl NatsBus {
                     })?
             }
         };
-        // Give the first connection up to one publish timeout, so that a process that emits
-        // right after starting does not fail its first publishes for nothing; a server that is
-        // down does not block longer than that.
-        let deadline = tokio::time::Instant::now() + config.publish_timeout;
         while client.connection_state() != State::Connected
             && tokio::time::Instant::now() < deadline
         {
@@ -245,7 +249,9 @@ impl NatsBus {
     }
 
     /// Why the server refused this bus (credentials, TLS, a permission), in one line naming
-    /// the fix; `None` while connected without a refusal, or while simply unreachable.
+    /// the fix; `None` while the server is simply unreachable or nothing was refused. A
+    /// refused connection clears it once a connection succeeds; a denied permission stays
+    /// until the next connection.
     pub fn refusal(&self) -> Option<String> {
         self.refusal
             .lock()
