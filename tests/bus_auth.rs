@@ -379,10 +379,17 @@ async fn wrong_password_loses_nothing_and_the_fixed_config_publishes_all() {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["unpublished_after"], 0, "{report}");
 
+    // The same credentials from a context of the nats CLI.
+    let contexts = env.path("xdg").join("nats").join("context");
+    std::fs::create_dir_all(&contexts).unwrap();
+    std::fs::write(
+        contexts.join("dlq-test.json"),
+        format!(r#"{{"description":"","url":"","user":"dlq","password":"{PASSWORD}","creds":""}}"#),
+    )
+    .unwrap();
     let out = env
-        .command(&["verify"])
-        .env("NATS_USER", "dlq")
-        .env("NATS_PASSWORD", PASSWORD)
+        .command(&["--context", "dlq-test", "verify"])
+        .env("XDG_CONFIG_HOME", env.path("xdg"))
         .output()
         .unwrap();
     assert!(

@@ -6,6 +6,7 @@
 //! again is safe because the event id travels as `Nats-Msg-Id`.
 
 pub mod auth;
+pub mod context;
 mod nats;
 
 use std::future::Future;

@@ -60,6 +60,10 @@ pub struct Cli {
     /// --config, else jetstream].
     #[arg(long, global = true, value_enum)]
     pub bus_mode: Option<BusMode>,
+    /// A context of the `nats` CLI (`nats context save`): its URL, credentials and TLS files
+    /// replace the config file's; the flags below replace the context's.
+    #[arg(long, global = true, env = "NATS_CONTEXT")]
+    pub context: Option<String>,
     /// NATS user; without --password it is sent as a token, as the `nats` CLI does
     /// [default: bus.auth of --config, or credentials in the URL].
     #[arg(long, global = true, env = "NATS_USER", hide_env_values = true)]

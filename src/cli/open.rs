@@ -5,6 +5,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Cli, CliError};
+use crate::bus::context::{context_path, NatsContext};
 use crate::bus::{BusAuth, BusConfig, NatsBus};
 use crate::config::Config;
 use crate::emitter::EmitterBuilder;
@@ -28,7 +29,11 @@ pub fn config(cli: &Cli) -> Result<Config, CliError> {
         config.metrics_addr = cli.metrics_addr;
     }
     let bus: &mut BusConfig = &mut config.bus.0;
-    // Flags and their environment variables override the file; the defaults live in BusConfig.
+    if let Some(name) = &cli.context {
+        NatsContext::load(&context_path(name)?)?.apply(bus);
+    }
+    // Flags and their environment variables override the file and the context; the defaults
+    // live in BusConfig.
     if let Some(url) = &cli.nats_url {
         bus.url = url.clone();
     }
