@@ -43,7 +43,7 @@ pub fn config(cli: &Cli) -> Result<Config, CliError> {
     if let Some(mode) = cli.bus_mode {
         bus.mode = mode;
     }
-    // A way to authenticate given on the command line replaces the file's.
+    // A way to authenticate given on the command line replaces the file's and the context's.
     if cli.user.is_some() || cli.password.is_some() || cli.creds.is_some() || cli.nkey.is_some() {
         bus.auth = BusAuth {
             user: cli.user.clone(),
