@@ -160,7 +160,7 @@ async fn run_rate(base: &Path, rate: Rate, seconds: f64) -> Outcome {
     let store = Arc::new(ConsumerStore::open(&dir.join("consumer")).unwrap());
     let shutdown = CancellationToken::new();
     let config = DurableConfig {
-        url: server.url(),
+        bus: BusConfig::at(server.url()),
         stream: "DLQ".into(),
         name: "lag".into(),
         from_start: true,

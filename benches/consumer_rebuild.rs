@@ -127,7 +127,7 @@ fn main() {
         let mut in_memory = Vec::new();
         for _ in 0..runs {
             let started = Instant::now();
-            let read = read_from_start(&server.url(), "DLQ", None).await.unwrap();
+            let read = read_from_start(&BusConfig::at(server.url()), "DLQ", None).await.unwrap();
             in_memory.push(started.elapsed().as_secs_f64());
             assert_eq!(read.fold.stats.applied as usize, events);
         }
@@ -140,7 +140,7 @@ fn main() {
         for run in 0..runs {
             let started = Instant::now();
             let mut count = 0usize;
-            for_each_message(&server.url(), "DLQ", |message| {
+            for_each_message(&BusConfig::at(server.url()), "DLQ", |message| {
                 count += 1;
                 if run == 0 {
                     payloads.push(message.payload.to_vec());
@@ -164,7 +164,7 @@ fn main() {
 
         eprintln!("{runs} durable rebuild(s) ...");
         let config = DurableConfig {
-            url: server.url(),
+            bus: BusConfig::at(server.url()),
             stream: "DLQ".into(),
             name: "bench".into(),
             from_start: true,

@@ -156,6 +156,19 @@ mod tests {
     }
 
     #[test]
+    fn bus_credentials_and_tls_parse_and_never_show() {
+        let yaml = "bus:\n  url: tls://nats.example:4222\n  auth:\n    user: dlq\n    password: hunter2-pw\n  tls:\n    ca: /etc/dlq/ca.pem\n    first: true\n";
+        let config = Config::parse(yaml).unwrap();
+        let bus = &config.bus.0;
+        assert_eq!(bus.auth.password.as_ref().unwrap().expose(), "hunter2-pw");
+        assert_eq!(bus.tls.ca.as_deref(), Some(Path::new("/etc/dlq/ca.pem")));
+        assert!(bus.tls.first);
+        let shown = format!("{config:?} {}", serde_json::to_string(&config).unwrap());
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(Config::parse("bus:\n  auth:\n    passwd: x\n").is_err());
+    }
+
+    #[test]
     fn unknown_keys_are_errors_with_a_location() {
         let err = Config::parse("sink:\n  store_timout: 2s\n").unwrap_err();
         assert!(err.contains("store_timout"), "{err}");

@@ -39,7 +39,8 @@
 //! - [`domain`]: items, failures, error types and signatures, the events of the log, and the
 //!   pure rules that turn requests into events and events into state. No I/O.
 //! - [`sink`] (storage): the durable log and the sled store operators query.
-//!   [`bus`] (transport): the `Bus` trait and NATS JetStream.
+//!   [`bus`] (transport): the `Bus` trait and NATS JetStream, with credentials and TLS
+//!   ([`BusAuth`], [`BusTls`]; `bus::auth`).
 //! - Services: [`emitter`] (sink first, then the bus; its reconciler and retention),
 //!   [`consumer`] (rebuilding the state from the stream), [`removal`] (clear and purge),
 //!   `query` (list, stats, analyze, export, import, CEL filters), `runner` (the MapReduce
@@ -78,7 +79,7 @@ pub mod sink;
 #[cfg(test)]
 mod testing;
 
-pub use bus::{Bus, BusConfig, BusError, BusMode, NatsBus};
+pub use bus::{Bus, BusAuth, BusConfig, BusError, BusMode, BusTls, NatsBus, Secret};
 pub use consumer::Fold;
 pub use domain::event::{Event, EventKind, RemovalReason};
 pub use domain::failure::dead_lettered_item;

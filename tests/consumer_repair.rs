@@ -192,7 +192,7 @@ async fn the_stream_reader_offers_each_stored_message_once_and_counts_deleted_on
     // Deleted in the middle and at the end: the end one leaves last_seq pointing at nothing.
     delete_from_stream(&url, &[4, 10]).await;
     let mut seqs = Vec::new();
-    let span = dlq::consumer::for_each_message(&url, "DLQ", |message| {
+    let span = dlq::consumer::for_each_message(&BusConfig::at(&url), "DLQ", |message| {
         Event::from_json(message.payload).unwrap();
         assert!(message.msg_id.is_some_and(|id| !id.is_empty()));
         seqs.push(message.stream_seq);

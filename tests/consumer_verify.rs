@@ -129,7 +129,9 @@ async fn rebuild_from_the_stream_equals_the_sink_after_a_mixed_workload_and_an_o
     })
     .await;
 
-    let read = read_from_start(&server.url(), "DLQ", None).await.unwrap();
+    let read = read_from_start(&BusConfig::at(server.url()), "DLQ", None)
+        .await
+        .unwrap();
     assert_eq!(read.fold.waiting(), 0);
     let differences = compare(emitter.sink().items(), &read.fold.projection).unwrap();
     assert_eq!(differences, vec![], "stream rebuild differs from the sink");

@@ -192,7 +192,7 @@ impl Subscriber {
 /// Reads every message of `stream` by sequence, from the first to the last at call time.
 pub async fn read_stream(url: &str, stream: &str) -> Res<Seen> {
     let mut seen = Seen::default();
-    let span = dlq::consumer::for_each_message(url, stream, |message| {
+    let span = dlq::consumer::for_each_message(&dlq::bus::BusConfig::at(url), stream, |message| {
         let seq = message.stream_seq;
         seen.last_seq = seen.last_seq.max(seq);
         if seen.seqs.insert(seq) {

@@ -5,6 +5,8 @@
 //! may or may not have arrived), so it is an error and the event stays unpublished; publishing it
 //! again is safe because the event id travels as `Nats-Msg-Id`.
 
+pub mod auth;
+pub mod context;
 mod nats;
 pub mod stream;
 
@@ -15,7 +17,8 @@ use thiserror::Error;
 
 use crate::domain::event::{EncodedEvent, Event};
 
-pub use nats::{BusConfig, BusMode, NatsBus};
+pub use auth::{BusAuth, BusTls, Secret};
+pub use nats::{connect_client, BusConfig, BusMode, NatsBus};
 
 /// The servers of a comma-separated URL list (`nats://a:4222,nats://b:4222`), trimmed, for
 /// async-nats, which parses a single string as one URL.
@@ -93,6 +96,14 @@ pub enum BusError {
     /// Any other transport error.
     #[error("bus error: {0}")]
     Transport(String),
+    /// The bus settings cannot work (conflicting credentials, plaintext credentials off
+    /// loopback, a key file that cannot be read); nothing was sent.
+    #[error("invalid bus settings: {0}")]
+    Config(String),
+    /// The server refused the connection (credentials, TLS, permissions); the message names
+    /// the cause and the fix.
+    #[error("cannot connect to the bus: {0}")]
+    Refused(String),
 }
 
 impl BusError {
@@ -112,6 +123,8 @@ impl BusError {
             BusError::Rejected(_) => "rejected",
             BusError::Encode(_) => "encode",
             BusError::Transport(_) => "transport",
+            BusError::Config(_) => "config",
+            BusError::Refused(_) => "refused",
         }
     }
 }

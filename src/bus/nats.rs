@@ -1,6 +1,8 @@
 //! [`NatsBus`]: publishes events on NATS, by default through JetStream with a PubAck.
 
+use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use async_nats::connection::State;
@@ -8,9 +10,10 @@ use async_nats::jetstream::{self, message::PublishMessage, stream};
 use async_nats::HeaderMap;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::stream::{check, wanted};
+use super::auth::{explain_connect_error, is_refusal, redact_url, BusAuth, BusTls, Plan};
 use super::{Bus, BusError, Published, HEADER_JOB, HEADER_KIND, HEADER_MSG_ID, HEADER_NODE};
 use crate::domain::event::{EncodedEvent, Event};
 
@@ -28,12 +31,19 @@ pub enum BusMode {
     Core,
 }
 
-/// Where and how to publish.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// Where and how to publish. `Debug` shows the URL without its credentials and no secret.
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BusConfig {
-    /// Server URL, or several separated by commas (a cluster's seeds).
+    /// Server URL, or several separated by commas (a cluster's seeds). Credentials written in
+    /// it (`nats://user:password@host`, `nats://token@host`) are used (see [`super::auth`]),
+    /// and serialized as `<redacted>`.
+    #[serde(serialize_with = "serialize_redacted_url")]
     pub url: String,
+    /// How to authenticate.
+    pub auth: BusAuth,
+    /// TLS settings (a `tls://` URL alone also makes TLS required).
+    pub tls: BusTls,
     /// Subject events are published on.
     pub subject: String,
     /// JetStream (default) or core.
@@ -60,6 +70,8 @@ impl Default for BusConfig {
     fn default() -> Self {
         BusConfig {
             url: "nats://127.0.0.1:4222".into(),
+            auth: BusAuth::default(),
+            tls: BusTls::default(),
             subject: "sys.job.dlq".into(),
             mode: BusMode::Jetstream,
             stream: "DLQ".into(),
@@ -71,6 +83,62 @@ impl Default for BusConfig {
     }
 }
 
+fn serialize_redacted_url<S: serde::Serializer>(
+    url: &str,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&redact_url(url))
+}
+
+impl BusConfig {
+    /// The defaults, with the servers at `url` (no credentials beyond those in the URL).
+    pub fn at(url: impl Into<String>) -> Self {
+        BusConfig {
+            url: url.into(),
+            ..BusConfig::default()
+        }
+    }
+}
+
+impl fmt::Debug for BusConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BusConfig")
+            .field("url", &redact_url(&self.url))
+            .field("auth", &self.auth)
+            .field("tls", &self.tls)
+            .field("subject", &self.subject)
+            .field("mode", &self.mode)
+            .field("stream", &self.stream)
+            .field("duplicate_window", &self.duplicate_window)
+            .field("replicas", &self.replicas)
+            .field("publish_timeout", &self.publish_timeout)
+            .field("reconnect_max_delay", &self.reconnect_max_delay)
+            .finish()
+    }
+}
+
+/// Connects once to the servers of `config`, with its credentials and TLS, failing at once
+/// (with a line naming the cause and the fix) instead of retrying: for readers of the stream
+/// (`dlq consume`, `verify`, `republish`) and tools.
+pub async fn connect_client(
+    config: &BusConfig,
+    timeout: Duration,
+) -> Result<async_nats::Client, BusError> {
+    let plan = Plan::new(config)?;
+    let options = plan
+        .apply(config, async_nats::ConnectOptions::new().name("dlq"))
+        .await?
+        .connection_timeout(timeout);
+    options
+        .connect(plan.servers.clone())
+        .await
+        .map_err(|err| BusError::Refused(explain_connect_error(&err, &plan, &config.url)))
+}
+
+/// Why the bus is not connected, when the server refused it (credentials, TLS, permissions),
+/// shared with the client's event callback.
+type Refusal = Arc<std::sync::Mutex<Option<String>>>;
+
 /// The NATS bus. Connects in the background, so it can be built while the server is down.
 pub struct NatsBus {
     client: async_nats::Client,
@@ -78,6 +146,7 @@ pub struct NatsBus {
     config: BusConfig,
     stream_ready: AtomicBool,
     stream_setup: Mutex<()>,
+    refusal: Refusal,
 }
 
 impl NatsBus {
@@ -103,27 +172,52 @@ impl NatsBus {
 
     /// Like [`NatsBus::connect`], without touching the stream: for `dlq stream`, which shows,
     /// creates and updates it on purpose.
+    ///
+    /// Settings that cannot work (see [`super::auth`]) are an error ([`BusError::Config`]).
+    /// A server that refuses the credentials or the TLS handshake is not: the bus is built,
+    /// stays disconnected and keeps trying, [`NatsBus::refusal`] says why in one line, and
+    /// every event stays durable and unpublished until the settings are fixed.
     pub async fn open(config: BusConfig) -> Result<Self, BusError> {
-        let max_delay = config.reconnect_max_delay;
-        let client = async_nats::ConnectOptions::new()
-            .name("dlq")
-            .retry_on_initial_connect()
-            .max_reconnects(None)
-            .connection_timeout(config.publish_timeout.max(Duration::from_millis(500)))
-            .reconnect_delay_callback(move |attempts| {
-                let exp = u32::try_from(attempts.min(10)).unwrap_or(10);
-                (Duration::from_millis(50) * 2u32.pow(exp)).min(max_delay)
-            })
-            .event_callback(|event| async move {
-                info!(%event, "bus connection event");
-            })
-            .connect(super::server_list(&config.url))
-            .await
-            .map_err(|err| BusError::Transport(format!("invalid bus address: {err}")))?;
+        let plan = Plan::new(&config)?;
+        let refusal: Refusal = Arc::default();
         // Give the first connection up to one publish timeout, so that a process that emits
         // right after starting does not fail its first publishes for nothing; a server that is
-        // down does not block longer than that.
+        // down (or frozen) does not block longer than that.
         let deadline = tokio::time::Instant::now() + config.publish_timeout;
+        // First one direct attempt: its error has the details (which certificate, which
+        // credentials) that the retrying client only reports as a kind.
+        let direct = plan
+            .apply(&config, Self::options(&config, &refusal))
+            .await?
+            .connect(plan.servers.clone());
+        let client = match tokio::time::timeout_at(deadline, direct).await {
+            Ok(Ok(client)) => client,
+            failed => {
+                match failed {
+                    Ok(Err(err)) if is_refusal(&err) => {
+                        let explained = explain_connect_error(&err, &plan, &config.url);
+                        error!("cannot connect to the bus: {explained}; events stay stored and unpublished until this is fixed");
+                        set_refusal(&refusal, Some(explained));
+                    }
+                    Ok(Err(err)) => debug!(
+                        "bus not reachable yet: {}",
+                        explain_connect_error(&err, &plan, &config.url)
+                    ),
+                    _ => debug!("bus not reachable within the publish timeout"),
+                }
+                plan.apply(&config, Self::options(&config, &refusal))
+                    .await?
+                    .retry_on_initial_connect()
+                    .connect(plan.servers.clone())
+                    .await
+                    .map_err(|err| {
+                        BusError::Transport(format!(
+                            "invalid bus address {}: {err}",
+                            redact_url(&config.url)
+                        ))
+                    })?
+            }
+        };
         while client.connection_state() != State::Connected
             && tokio::time::Instant::now() < deadline
         {
@@ -137,7 +231,56 @@ impl NatsBus {
             config,
             stream_ready: AtomicBool::new(false),
             stream_setup: Mutex::new(()),
+            refusal,
         })
+    }
+
+    /// The client options of the bus, without credentials and TLS (see [`Plan::apply`]).
+    fn options(config: &BusConfig, refusal: &Refusal) -> async_nats::ConnectOptions {
+        let max_delay = config.reconnect_max_delay;
+        let subject = config.subject.clone();
+        let refusal = refusal.clone();
+        async_nats::ConnectOptions::new()
+            .name("dlq")
+            .max_reconnects(None)
+            .connection_timeout(config.publish_timeout.max(Duration::from_millis(500)))
+            .reconnect_delay_callback(move |attempts| {
+                let exp = u32::try_from(attempts.min(10)).unwrap_or(10);
+                (Duration::from_millis(50) * 2u32.pow(exp)).min(max_delay)
+            })
+            .event_callback(move |event| {
+                let refusal = refusal.clone();
+                let subject = subject.clone();
+                async move {
+                    use async_nats::{Event, ServerError};
+                    match &event {
+                        Event::Connected => set_refusal(&refusal, None),
+                        Event::ServerError(ServerError::AuthorizationViolation) => {
+                            keep_first_refusal(&refusal, "the server refused the credentials (authorization violation): check --user/--password, --nkey or --creds".into());
+                        }
+                        Event::ServerError(ServerError::Other(message))
+                            if message.to_ascii_lowercase().contains("permissions violation") =>
+                        {
+                            let line = format!("the server denied a permission ({message}): grant this user publish on {subject} and the JetStream API ($JS.API.>) — see the permissions in docs/configuration.md");
+                            error!("{line}");
+                            set_refusal(&refusal, Some(line));
+                        }
+                        _ => {}
+                    }
+                    info!(%event, "bus connection event");
+                }
+            })
+    }
+
+    /// Why the server refused this bus (credentials, TLS, a permission), in one line naming
+    /// the fix; `None` while the server is simply unreachable or nothing was refused. A
+    /// refused connection clears it once a connection succeeds; a denied permission stays
+    /// until the next connection.
+    pub fn refusal(&self) -> Option<String> {
+        self.refusal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The underlying client (for subscribers in tests and tools).
@@ -337,6 +480,18 @@ impl NatsBus {
             stream_seq: None,
             duplicate: false,
         })
+    }
+}
+
+fn set_refusal(refusal: &Refusal, value: Option<String>) {
+    *refusal.lock().unwrap_or_else(PoisonError::into_inner) = value;
+}
+
+/// Records `line` unless a refusal (with more detail, from the direct attempt) is known.
+fn keep_first_refusal(refusal: &Refusal, line: String) {
+    let mut held = refusal.lock().unwrap_or_else(PoisonError::into_inner);
+    if held.is_none() {
+        *held = Some(line);
     }
 }
 

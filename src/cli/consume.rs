@@ -78,7 +78,7 @@ async fn consume_durable(
     }
     let store = ConsumerStore::open(store_dir)?;
     let config = DurableConfig {
-        url: open::config(cli)?.bus.0.url,
+        bus: open::config(cli)?.bus.0,
         stream: args.stream.clone(),
         name: name.to_owned(),
         from_start: args.from_start,
@@ -123,8 +123,8 @@ pub async fn consume(cli: &Cli, args: &ConsumeArgs) -> Result<u8, CliError> {
     if let (Some(name), Some(store)) = (&args.durable, &args.store) {
         return consume_durable(cli, args, name, store).await;
     }
-    let url = open::config(cli)?.bus.0.url;
-    let read = read_from_start(&url, &args.stream, None).await?;
+    let bus = open::config(cli)?.bus.0;
+    let read = read_from_start(&bus, &args.stream, None).await?;
     let mut jobs: BTreeMap<&str, u64> = BTreeMap::new();
     for (job, _) in read.fold.projection.items.keys() {
         *jobs.entry(job.as_str()).or_default() += 1;
@@ -180,7 +180,7 @@ pub async fn verify(cli: &Cli, args: &VerifyArgs) -> Result<u8, CliError> {
                 ..StreamRead::default()
             }
         }
-        None => read_from_start(&config.bus.0.url, &args.stream, Some(&node)).await?,
+        None => read_from_start(&config.bus.0, &args.stream, Some(&node)).await?,
     };
     // A consumer store holds every node's items: only this node's count as extra.
     let differences = compare_node(sink.items(), &read.fold.projection, Some(&node))?;

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::bus::BusMode;
+use crate::bus::{BusError, BusMode, Secret};
 use crate::render::Format;
 use crate::request::RequestError;
 use crate::ErrorClass;
@@ -61,6 +61,39 @@ pub struct Cli {
     /// --config, else jetstream].
     #[arg(long, global = true, value_enum)]
     pub bus_mode: Option<BusMode>,
+    /// A context of the `nats` CLI (`nats context save`): its URL, credentials and TLS files
+    /// replace the config file's; the flags below replace the context's.
+    #[arg(long, global = true, env = "NATS_CONTEXT")]
+    pub context: Option<String>,
+    /// NATS user; without --password it is sent as a token, as the `nats` CLI does
+    /// [default: bus.auth of --config, or credentials in the URL].
+    #[arg(long, global = true, env = "NATS_USER", hide_env_values = true)]
+    pub user: Option<Secret>,
+    /// Password of --user.
+    #[arg(long, global = true, env = "NATS_PASSWORD", hide_env_values = true)]
+    pub password: Option<Secret>,
+    /// Credentials file (user JWT and NKey seed, as `nsc` writes it).
+    #[arg(long, global = true, env = "NATS_CREDS")]
+    pub creds: Option<PathBuf>,
+    /// File holding an NKey user seed (`SU...`).
+    #[arg(long, global = true, env = "NATS_NKEY")]
+    pub nkey: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS; needs --tlskey.
+    #[arg(long, global = true, env = "NATS_CERT")]
+    pub tlscert: Option<PathBuf>,
+    /// Private key (PEM) of --tlscert.
+    #[arg(long, global = true, env = "NATS_KEY")]
+    pub tlskey: Option<PathBuf>,
+    /// CA certificates (PEM) to trust for the server's certificate, besides the system's.
+    #[arg(long, global = true, env = "NATS_CA")]
+    pub tlsca: Option<PathBuf>,
+    /// Start TLS before the server's greeting (servers with `handshake_first`).
+    #[arg(long, global = true)]
+    pub tlsfirst: bool,
+    /// Send a password or token without TLS to a host other than loopback (refused otherwise:
+    /// anyone on the path can read it).
+    #[arg(long, global = true)]
+    pub allow_insecure_credentials: bool,
     /// YAML configuration file (sink, bus, per-topic retries, reconciler, retention).
     #[arg(long, global = true, env = "DLQ_CONFIG")]
     pub config: Option<PathBuf>,
@@ -224,7 +257,7 @@ impl CliError {
         match self {
             CliError::Request(err) => err.class(),
             CliError::Serve(err) => err.class(),
-            CliError::Config(_) => ErrorClass::Usage,
+            CliError::Config(_) | CliError::Bus(BusError::Config(_)) => ErrorClass::Usage,
             CliError::NotFound(_) => ErrorClass::NotFound,
             CliError::Bus(_) | CliError::Metrics(_) | CliError::Consumer(_) => ErrorClass::Failure,
         }

@@ -5,7 +5,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Cli, CliError};
-use crate::bus::{BusConfig, NatsBus};
+use crate::bus::context::{context_path, NatsContext};
+use crate::bus::{BusAuth, BusConfig, NatsBus};
 use crate::config::Config;
 use crate::emitter::EmitterBuilder;
 use crate::serve::client::discovery::ServeFile;
@@ -28,7 +29,11 @@ pub fn config(cli: &Cli) -> Result<Config, CliError> {
         config.metrics_addr = cli.metrics_addr;
     }
     let bus: &mut BusConfig = &mut config.bus.0;
-    // Flags and their environment variables override the file; the defaults live in BusConfig.
+    if let Some(name) = &cli.context {
+        NatsContext::load(&context_path(name)?)?.apply(bus);
+    }
+    // Flags and their environment variables override the file and the context; the defaults
+    // live in BusConfig.
     if let Some(url) = &cli.nats_url {
         bus.url = url.clone();
     }
@@ -38,6 +43,28 @@ pub fn config(cli: &Cli) -> Result<Config, CliError> {
     if let Some(mode) = cli.bus_mode {
         bus.mode = mode;
     }
+    // A way to authenticate given on the command line replaces the file's and the context's.
+    if cli.user.is_some() || cli.password.is_some() || cli.creds.is_some() || cli.nkey.is_some() {
+        bus.auth = BusAuth {
+            user: cli.user.clone(),
+            password: cli.password.clone(),
+            creds: cli.creds.clone(),
+            nkey: cli.nkey.clone(),
+            token: None,
+            allow_insecure_credentials: bus.auth.allow_insecure_credentials,
+        };
+    }
+    bus.auth.allow_insecure_credentials |= cli.allow_insecure_credentials;
+    for (flag, setting) in [
+        (&cli.tlsca, &mut bus.tls.ca),
+        (&cli.tlscert, &mut bus.tls.cert),
+        (&cli.tlskey, &mut bus.tls.key),
+    ] {
+        if flag.is_some() {
+            setting.clone_from(flag);
+        }
+    }
+    bus.tls.first |= cli.tlsfirst;
     Ok(config)
 }
 
@@ -141,6 +168,9 @@ pub async fn emitter_with_sink(
             return Err(err.into());
         }
     };
+    // A server that refuses the credentials or TLS is not fatal: the bus logged why (one
+    // error line naming the fix), and what this command stores stays durable and unpublished
+    // until the reconciler can publish it with fixed settings.
     Ok(EmitterBuilder::new(sink, bus)
         .policies(config.topics.clone())
         .publish_timeout(config.bus.0.publish_timeout)

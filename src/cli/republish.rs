@@ -45,7 +45,7 @@ pub async fn run_republish(cli: &Cli, args: &RepublishArgs) -> Result<u8, CliErr
     let sink = open::sink(cli, &config).await?;
     let node = sink.node_id().to_owned();
     let found = async {
-        let holding = holding_of_node(&config.bus.0.url, &args.stream, &node)
+        let holding = holding_of_node(&config.bus.0, &args.stream, &node)
             .await
             .map_err(|err| CliError::Consumer(err.to_string()))?;
         let unpublished = unpublished_seqs(&sink)?;

@@ -41,8 +41,8 @@ const FOLLOW_WAIT: Duration = Duration::from_secs(1);
 /// How a durable consumer runs.
 #[derive(Debug, Clone)]
 pub struct DurableConfig {
-    /// Server URL.
-    pub url: String,
+    /// The servers, credentials and TLS (its `stream` is not used: see `stream`).
+    pub bus: crate::bus::BusConfig,
     /// Stream name.
     pub stream: String,
     /// Consumer name (visible in the server's monitoring).
@@ -76,14 +76,9 @@ pub async fn run_durable(
         stream: config.stream.clone(),
         reason,
     };
-    let client = async_nats::ConnectOptions::new()
-        .connection_timeout(Duration::from_secs(5))
-        .connect(crate::bus::server_list(&config.url))
+    let client = crate::bus::connect_client(&config.bus, Duration::from_secs(5))
         .await
-        .map_err(|err| ReadError::Connect {
-            url: config.url.clone(),
-            reason: err.to_string(),
-        })?;
+        .map_err(ReadError::from)?;
     let js = jetstream::new(client);
     let mut stream = js
         .get_stream(&config.stream)

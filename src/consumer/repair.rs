@@ -37,9 +37,13 @@ struct Identity<'a> {
 }
 
 /// Reads the whole stream once and records which of `node`'s log sequences it holds.
-pub async fn holding_of_node(url: &str, stream: &str, node: &str) -> Result<Holding, ReadError> {
+pub async fn holding_of_node(
+    bus: &crate::bus::BusConfig,
+    stream: &str,
+    node: &str,
+) -> Result<Holding, ReadError> {
     let mut holding = Holding::default();
-    holding.span = for_each_message(url, stream, |message| {
+    holding.span = for_each_message(bus, stream, |message| {
         holding.messages += 1;
         if let Ok(id) = serde_json::from_slice::<Identity<'_>>(message.payload) {
             if id.node_id == node && id.seq > 0 {

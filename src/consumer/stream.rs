@@ -10,19 +10,16 @@ use thiserror::Error;
 
 use super::fold::Fold;
 use super::seqset::SeqSet;
+use crate::bus::{connect_client, BusConfig};
 use crate::domain::event::Event;
 
 /// Why the stream could not be read.
 #[derive(Debug, Error)]
 pub enum ReadError {
-    /// No connection to the server.
-    #[error("cannot connect to {url}: {reason} (is nats-server running? check --nats-url)")]
-    Connect {
-        /// The URL tried.
-        url: String,
-        /// What the client said.
-        reason: String,
-    },
+    /// No connection to the server: unreachable, or it refused the credentials or the TLS
+    /// handshake (the error names the cause and the fix).
+    #[error(transparent)]
+    Connect(#[from] crate::bus::BusError),
     /// The stream does not exist or could not be read.
     #[error("cannot read stream {stream}: {reason}")]
     Stream {
@@ -79,7 +76,7 @@ pub struct StreamSpan {
 /// each sequence it did not deliver read by sequence from the stream leader (right after a
 /// cluster failover a consumer was seen to skip a message, or to stall before the last one).
 pub async fn for_each_message(
-    url: &str,
+    bus: &BusConfig,
     stream: &str,
     mut visit: impl FnMut(StreamMessage<'_>),
 ) -> Result<StreamSpan, ReadError> {
@@ -87,14 +84,7 @@ pub async fn for_each_message(
         stream: stream.to_owned(),
         reason,
     };
-    let client = async_nats::ConnectOptions::new()
-        .connection_timeout(Duration::from_secs(5))
-        .connect(crate::bus::server_list(url))
-        .await
-        .map_err(|err| ReadError::Connect {
-            url: url.to_owned(),
-            reason: err.to_string(),
-        })?;
+    let client = connect_client(bus, Duration::from_secs(5)).await?;
     let js = jetstream::new(client);
     let mut handle = js
         .get_stream(stream)
@@ -182,14 +172,14 @@ pub async fn for_each_message(
 /// Reads every message of `stream` up to its last sequence at the time of the call, offering
 /// each event (optionally only those of `node`) to a fresh [`Fold`].
 pub async fn read_from_start(
-    url: &str,
+    bus: &BusConfig,
     stream: &str,
     node: Option<&str>,
 ) -> Result<StreamRead, ReadError> {
     // Kept in memory only: nothing needs what each batch changed.
     let mut fold = Fold::untracked();
     let (mut messages, mut malformed) = (0, 0);
-    let span = for_each_message(url, stream, |message| {
+    let span = for_each_message(bus, stream, |message| {
         messages += 1;
         match Event::from_json(message.payload) {
             Ok(event) if node.is_none_or(|n| n == event.node_id) => {

@@ -59,6 +59,21 @@ impl NatsServer {
         NatsServer::try_start(&dir, extra, Some(temp)).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// Like [`NatsServer::start`], with a server configuration file holding `config` (users,
+    /// accounts, `tls {}`...; written as `server.conf` beside the store and kept for
+    /// `restart`). The command-line address, ports and store override the file's.
+    pub fn start_with_config(config: &str) -> NatsServer {
+        let temp = tempfile::Builder::new()
+            .prefix("dlq-nats-")
+            .tempdir()
+            .expect("create temp dir for nats-server");
+        let dir = temp.path().to_path_buf();
+        let conf = dir.join("server.conf");
+        std::fs::write(&conf, config).expect("write server.conf");
+        let conf = conf.to_str().expect("a UTF-8 temp path").to_owned();
+        NatsServer::try_start(&dir, &["-c", &conf], Some(temp)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// Starts `nats-server -js` on a free loopback port with its store (`nats-store/`), log
     /// (`nats-server.log`) and stderr (`nats-server.stderr`) in `dir`, which outlives the
     /// server; returns once it is ready.
