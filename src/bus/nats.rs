@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use tracing::{debug, error, info, warn};
 
-use super::stream::{check, wanted};
 use super::auth::{explain_connect_error, is_refusal, redact_url, BusAuth, BusTls, Plan};
+use super::stream::{check, wanted};
 use super::{Bus, BusError, Published, HEADER_JOB, HEADER_KIND, HEADER_MSG_ID, HEADER_NODE};
 use crate::domain::event::{EncodedEvent, Event};
 
