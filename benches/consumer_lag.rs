@@ -165,6 +165,7 @@ async fn run_rate(base: &Path, rate: Rate, seconds: f64) -> Outcome {
         name: "lag".into(),
         from_start: true,
         follow: true,
+        accept_gaps: Vec::new(),
     };
     let consumer = tokio::spawn({
         let (store, shutdown) = (store.clone(), shutdown.clone());

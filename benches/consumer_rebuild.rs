@@ -169,6 +169,7 @@ fn main() {
             name: "bench".into(),
             from_start: true,
             follow: false,
+            accept_gaps: Vec::new(),
         };
         let mut durable = Vec::new();
         for run in 0..runs {

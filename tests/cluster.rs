@@ -653,9 +653,13 @@ fn deployment_files_are_valid_and_cover_every_exported_metric() {
     // The durable consumer's metrics (src/consumer/durable.rs).
     let mut known = exported.clone();
     for name in [
-        "dlq_consumer_lag",
-        "dlq_consumer_events_applied_total",
-        "dlq_consumer_duplicates_total",
+        dlq::consumer::LAG,
+        dlq::consumer::APPLIED,
+        dlq::consumer::DUPLICATES,
+        dlq::consumer::WAITING,
+        dlq::consumer::OLDEST_WAITING_AGE,
+        dlq::consumer::READ_BY_SEQUENCE,
+        dlq::consumer::ABSENT,
     ] {
         known.insert(name.to_owned());
     }
@@ -694,6 +698,7 @@ fn deployment_files_are_valid_and_cover_every_exported_metric() {
         "dlq_oldest_unpublished_age_seconds",
         "dlq_parked_events",
         "dlq_consumer_lag",
+        "dlq_consumer_oldest_waiting_age_seconds",
     ] {
         assert!(alerts.contains(name), "no alert on {name}");
     }

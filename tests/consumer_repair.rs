@@ -233,3 +233,61 @@ async fn a_durable_consumer_reports_what_waits_behind_a_gap_until_it_is_repaired
     assert!(repaired["oldest_waiting"].is_null(), "{repaired}");
     assert_eq!(repaired["items"], 6, "{repaired}");
 }
+
+/// When the lost event is gone for good (its node's data directory is lost too), an operator
+/// accepts the gap: the waiting events apply, the gap is reported and kept in the store's audit
+/// trail, and naming a node with nothing waiting is an error that changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accepted_gap_releases_the_waiting_events_and_is_audited() {
+    let server = NatsServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let store = dir.path().join("consumer");
+    let store = store.to_str().unwrap();
+    let demo = dlq(
+        &data,
+        &url,
+        &[
+            "--node-id",
+            "gone",
+            "demo",
+            "--count",
+            "6",
+            "--job-id",
+            "job-a",
+        ],
+    );
+    assert!(demo.status.success());
+    delete_from_stream(&url, &[2]).await;
+    let consume = ["consume", "--durable", "gap", "--store", store];
+    let blocked = json(&dlq(&data, &url, &consume));
+    assert_eq!(blocked["waiting_for_predecessor"], 4, "{blocked}");
+
+    let mut wrong = consume.to_vec();
+    wrong.extend(["--accept-gap", "no-such-node"]);
+    let refused = dlq(&data, &url, &wrong);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("nothing to accept"));
+
+    let mut accept = consume.to_vec();
+    accept.extend(["--accept-gap", "gone"]);
+    let accepted = json(&dlq(&data, &url, &accept));
+    assert_eq!(accepted["waiting_for_predecessor"], 0, "{accepted}");
+    assert_eq!(accepted["items"], 5, "{accepted}");
+    let gap = &accepted["gaps_accepted"][0];
+    assert_eq!(
+        (
+            gap["node"].as_str(),
+            gap["from"].as_u64(),
+            gap["to"].as_u64()
+        ),
+        (Some("gone"), Some(2), Some(2))
+    );
+    assert_eq!(gap["released"], 4);
+
+    let store = dlq::consumer::ConsumerStore::open(std::path::Path::new(store)).unwrap();
+    let audit = store.accepted_gaps().unwrap();
+    assert_eq!(audit.len(), 1);
+    assert_eq!((audit[0].from, audit[0].to), (2, 2));
+}

@@ -32,6 +32,11 @@ pub struct ConsumeArgs {
     /// Keep consuming until interrupted (Ctrl-C or SIGTERM) instead of stopping when caught up.
     #[arg(long, requires = "durable")]
     pub follow: bool,
+    /// Give up the events missing from the stream before this node's oldest waiting event, and
+    /// apply what waited behind them (audited in the store and the log; with --durable only).
+    /// Repair with `dlq republish` instead when the emitting node still has the events.
+    #[arg(long, value_name = "NODE", requires = "durable")]
+    pub accept_gap: Vec<String>,
 }
 
 /// Options of `dlq verify`.
@@ -83,6 +88,7 @@ async fn consume_durable(
         name: name.to_owned(),
         from_start: args.from_start,
         follow: args.follow,
+        accept_gaps: args.accept_gap.clone(),
     };
     let shutdown = super::signals::cancel_on_signal();
     let run = run_durable(&config, &store, shutdown).await?;
@@ -95,6 +101,7 @@ async fn consume_durable(
         "duplicates_dropped": run.fold.stats.duplicates,
         "waiting_for_predecessor": run.fold.waiting(),
         "oldest_waiting": run.fold.oldest_waiting(),
+        "gaps_accepted": run.accepted,
         "items": run.fold.projection.items.len(),
     });
     match cli.format {

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::fold::Fold;
+use super::fold::{AcceptedGap, Fold, MAX_WAITING_PER_NODE};
 use super::store::{ConsumerStore, StoreError};
 use super::stream::{fetch_into, holes, offer_by_sequence, wait_into, ReadError};
 
@@ -51,6 +51,8 @@ pub struct DurableConfig {
     pub from_start: bool,
     /// Keep consuming until cancelled; otherwise stop once caught up.
     pub follow: bool,
+    /// Nodes whose current gap the operator accepts before reading (`--accept-gap`).
+    pub accept_gaps: Vec<String>,
 }
 
 /// What a run did.
@@ -64,6 +66,8 @@ pub struct DurableRun {
     pub messages: u64,
     /// The stream sequence reached.
     pub checkpoint: u64,
+    /// The gaps accepted at the start of this run.
+    pub accepted: Vec<AcceptedGap>,
 }
 
 /// Runs a durable consumer until caught up (or until `shutdown`, with `follow`).
@@ -90,6 +94,19 @@ pub async fn run_durable(
     let mut checkpoint = store.checkpoint()?;
     let mut fold = store.load()?;
     let applied_before = fold.stats.applied;
+    let mut accepted = Vec::new();
+    for node in &config.accept_gaps {
+        let gap = fold
+            .accept_gap(node)
+            .ok_or_else(|| ConsumeError::NoGap(node.clone()))?;
+        warn!(node = %gap.node, from = gap.from, to = gap.to, released = gap.released,
+              "gap accepted by the operator: these events of the node will never be applied");
+        store.record_accepted_gap(&gap)?;
+        accepted.push(gap);
+    }
+    if !accepted.is_empty() {
+        store.save(&mut fold, checkpoint)?;
+    }
     // Whatever the server remembers of this consumer, delivery resumes after our checkpoint.
     let _ = stream.delete_consumer(&config.name).await;
     let reader = stream
@@ -144,6 +161,13 @@ pub async fn run_durable(
                 }
             }
             report_gaps(&fold);
+            if let Some((node, waiting)) = fold.overflowing() {
+                // Stop before the checkpoint passes these messages: nothing is lost by stopping.
+                return Err(ConsumeError::GapTooLong {
+                    node: node.to_owned(),
+                    waiting,
+                });
+            }
             if reached > checkpoint {
                 // Encode here; write on a blocking thread while the next batch is fetched. One
                 // write at a time, in order.
@@ -177,6 +201,7 @@ pub async fn run_durable(
         fold,
         messages,
         checkpoint,
+        accepted,
     })
 }
 
@@ -209,4 +234,15 @@ pub enum ConsumeError {
     /// The consumer's store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// `--accept-gap` named a node with nothing waiting behind a gap.
+    #[error("node '{0}' has no events waiting behind a gap: nothing to accept (see `waiting_for_predecessor` in the consumer's report)")]
+    NoGap(String),
+    /// Too many events of one node wait behind a gap.
+    #[error("{waiting} events of node '{node}' wait behind a gap (more than {MAX_WAITING_PER_NODE}): run `dlq republish` on that node to repair the stream, or accept the gap with `dlq consume --durable ... --accept-gap {node}` (those events are then never applied); the consumer stopped before its checkpoint passed them")]
+    GapTooLong {
+        /// The node.
+        node: String,
+        /// Events waiting.
+        waiting: usize,
+    },
 }

@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::event::Event;
@@ -26,6 +27,25 @@ pub enum Offer {
     Duplicate,
     /// Waiting for an earlier event of its node.
     Buffered,
+}
+
+/// Most events of one node a durable consumer keeps waiting behind a gap before it stops and
+/// asks for the gap to be repaired or accepted: the buffer is held in memory and saved whole.
+pub const MAX_WAITING_PER_NODE: usize = 100_000;
+
+/// A gap an operator accepted: the node's sequences `from..=to` will never be applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcceptedGap {
+    /// The node whose events were missing.
+    pub node: String,
+    /// First sequence given up.
+    pub from: u64,
+    /// Last sequence given up.
+    pub to: u64,
+    /// Waiting events applied once the gap was accepted.
+    pub released: u64,
+    /// When it was accepted.
+    pub at: DateTime<Utc>,
 }
 
 /// Per-node progress.
@@ -144,6 +164,42 @@ impl Fold {
             .values()
             .filter_map(|cursor| cursor.waiting.values().map(|e| e.timestamp).min())
             .min()
+    }
+
+    /// The node with the most events waiting, if it has more than [`MAX_WAITING_PER_NODE`].
+    pub fn overflowing(&self) -> Option<(&str, usize)> {
+        self.nodes
+            .iter()
+            .map(|(node, cursor)| (node.as_str(), cursor.waiting.len()))
+            .filter(|(_, waiting)| *waiting > MAX_WAITING_PER_NODE)
+            .max_by_key(|(_, waiting)| *waiting)
+    }
+
+    /// Gives up the events missing before `node`'s oldest waiting event and applies what waited
+    /// behind them. `None` when nothing of that node waits behind a gap.
+    pub fn accept_gap(&mut self, node: &str) -> Option<AcceptedGap> {
+        let cursor = self.nodes.get_mut(node)?;
+        let to = cursor.waiting.values().next().map(predecessor)?;
+        if to <= cursor.applied {
+            return None;
+        }
+        let from = cursor.applied + 1;
+        cursor.applied = to;
+        if !self.untracked {
+            self.touched.nodes.insert(node.to_owned());
+        }
+        let mut released = 0;
+        while let Some(next) = self.next_ready(node) {
+            self.apply(next);
+            released += 1;
+        }
+        Some(AcceptedGap {
+            node: node.to_owned(),
+            from,
+            to,
+            released,
+            at: Utc::now(),
+        })
     }
 
     fn next_ready(&mut self, node: &str) -> Option<Event> {
@@ -272,6 +328,46 @@ mod tests {
         let touched = tracked.take_touched();
         assert_eq!(touched.items.len(), 5);
         assert!(touched.nodes.contains("mem"));
+    }
+
+    #[test]
+    fn an_accepted_gap_releases_what_waited_behind_it() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let events = runtime.block_on(log());
+        let mut fold = Fold::default();
+        fold.offer(events[0].clone());
+        for event in &events[3..] {
+            fold.offer(event.clone());
+        }
+        assert_eq!(fold.waiting(), events.len() - 3);
+        assert_eq!(fold.accept_gap("other"), None);
+        let gap = fold.accept_gap("mem").unwrap();
+        assert_eq!((gap.from, gap.to), (events[1].seq, events[2].seq));
+        assert_eq!(gap.released, (events.len() - 3) as u64);
+        assert_eq!(fold.waiting(), 0);
+        assert_eq!(fold.accept_gap("mem"), None, "nothing waits any more");
+        assert!(fold.take_touched().nodes.contains("mem"));
+    }
+
+    #[test]
+    fn a_node_with_too_many_events_behind_a_gap_overflows() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let template = runtime.block_on(log()).remove(0);
+        let mut fold = Fold::untracked();
+        for seq in 2..=(MAX_WAITING_PER_NODE as u64 + 1) {
+            let mut event = template.clone();
+            event.seq = seq;
+            fold.offer(event);
+        }
+        assert_eq!(fold.overflowing(), None, "exactly the limit is allowed");
+        let mut event = template.clone();
+        event.seq = MAX_WAITING_PER_NODE as u64 + 2;
+        fold.offer(event);
+        assert_eq!(fold.overflowing(), Some(("mem", MAX_WAITING_PER_NODE + 1)));
     }
 
     #[test]

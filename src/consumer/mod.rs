@@ -13,8 +13,11 @@ mod store;
 mod stream;
 mod verify;
 
-pub use durable::{run_durable, ConsumeError, DurableConfig, DurableRun};
-pub use fold::{Fold, FoldStats, Offer};
+pub use durable::{
+    run_durable, ConsumeError, DurableConfig, DurableRun, ABSENT, APPLIED, DUPLICATES, LAG,
+    OLDEST_WAITING_AGE, READ_BY_SEQUENCE, WAITING,
+};
+pub use fold::{AcceptedGap, Fold, FoldStats, Offer, MAX_WAITING_PER_NODE};
 pub use store::{ConsumerStore, PendingSave, StoreError};
 pub use stream::{
     for_each_message, read_from_start, ReadError, StreamMessage, StreamRead, StreamSpan,

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use super::fold::{Fold, FoldStats, NodeCursor};
+use super::fold::{AcceptedGap, Fold, FoldStats, NodeCursor};
 use crate::domain::projection::StoredItem;
 
 const ITEM: &[u8] = b"i";
@@ -20,6 +20,8 @@ const NODE: &[u8] = b"n";
 const VOLATILE: &[u8] = b"v";
 const CHECKPOINT: &[u8] = b"m/checkpoint";
 const STATS: &[u8] = b"m/stats";
+/// Gaps an operator accepted, by time: the audit trail of `--accept-gap`.
+const ACCEPTED_GAP: &[u8] = b"g";
 
 /// The store could not be used.
 #[derive(Debug, Error)]
@@ -128,6 +130,28 @@ impl ConsumerStore {
             fold.stats = serde_json::from_slice::<FoldStats>(&stats).map_err(|e| self.io(e))?;
         }
         Ok(fold)
+    }
+
+    /// Records an accepted gap in the store's audit trail, durably.
+    pub fn record_accepted_gap(&self, gap: &AcceptedGap) -> Result<(), StoreError> {
+        let at = gap.at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+        let value = serde_json::to_vec(gap).map_err(|e| self.io(e))?;
+        self.db
+            .insert(key(ACCEPTED_GAP, &[&at, &gap.node]), value)
+            .map_err(|e| self.io(e))?;
+        self.db.flush().map_err(|e| self.io(e))?;
+        Ok(())
+    }
+
+    /// Every gap accepted in this store, oldest first.
+    pub fn accepted_gaps(&self) -> Result<Vec<AcceptedGap>, StoreError> {
+        self.db
+            .scan_prefix(ACCEPTED_GAP)
+            .map(|entry| {
+                let (_, value) = entry.map_err(|e| self.io(e))?;
+                serde_json::from_slice(&value).map_err(|e| self.io(e))
+            })
+            .collect()
     }
 
     /// Saves what changed in `fold` since the last save, with the stream sequence reached,
