@@ -4,7 +4,7 @@
 //! still inside the duplicate window).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use async_nats::jetstream;
@@ -205,26 +205,46 @@ async fn the_stream_reader_offers_each_stored_message_once_and_counts_deleted_on
     assert!(span.first_time.is_some());
 }
 
+/// A node `gone` emitted 6 items; the stream lost its second event; a durable consumer `gap`
+/// ran once and is blocked behind the gap (4 events waiting, 1 item applied). Returns the
+/// server, the work directory, the data directory and the consumer store.
+async fn consumer_behind_a_gap() -> (NatsServer, tempfile::TempDir, PathBuf, String) {
+    let server = NatsServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let store = dir.path().join("consumer").to_str().unwrap().to_owned();
+    let demo = dlq(
+        &data,
+        &url,
+        &[
+            "--node-id",
+            "gone",
+            "demo",
+            "--count",
+            "6",
+            "--job-id",
+            "job-g",
+        ],
+    );
+    assert!(demo.status.success());
+    delete_from_stream(&url, &[2]).await;
+    let consume = ["consume", "--durable", "gap", "--store", store.as_str()];
+    let blocked = json(&dlq(&data, &url, &consume));
+    assert_eq!(blocked["waiting_for_predecessor"], 4, "{blocked}");
+    assert!(blocked["oldest_waiting"].is_string(), "{blocked}");
+    assert_eq!(blocked["items"], 1, "{blocked}");
+    (server, dir, data, store)
+}
+
 /// A durable consumer behind a lost message is blocked, and says so: the events after the gap
 /// wait (reported, with the age of the oldest), the consumer does not pretend to be caught up
 /// on them; once `dlq republish` repairs the stream, the next run applies them all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_durable_consumer_reports_what_waits_behind_a_gap_until_it_is_repaired() {
-    let server = NatsServer::start();
+    let (server, _dir, data, store) = consumer_behind_a_gap().await;
     let url = server.url();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let store = dir.path().join("consumer");
-    let store = store.to_str().unwrap();
-    let demo = dlq(&data, &url, &["demo", "--count", "6", "--job-id", "job-g"]);
-    assert!(demo.status.success());
-    delete_from_stream(&url, &[2]).await;
-
-    let consume = ["consume", "--durable", "gap", "--store", store];
-    let blocked = json(&dlq(&data, &url, &consume));
-    assert_eq!(blocked["waiting_for_predecessor"], 4, "{blocked}");
-    assert!(blocked["oldest_waiting"].is_string(), "{blocked}");
-    assert_eq!(blocked["items"], 1, "{blocked}");
+    let consume = ["consume", "--durable", "gap", "--store", store.as_str()];
 
     let repair = dlq(&data, &url, &["republish"]);
     assert_eq!(json(&repair)["republished"], 1);
@@ -239,30 +259,9 @@ async fn a_durable_consumer_reports_what_waits_behind_a_gap_until_it_is_repaired
 /// trail, and naming a node with nothing waiting is an error that changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_accepted_gap_releases_the_waiting_events_and_is_audited() {
-    let server = NatsServer::start();
+    let (server, _dir, data, store) = consumer_behind_a_gap().await;
     let url = server.url();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let store = dir.path().join("consumer");
-    let store = store.to_str().unwrap();
-    let demo = dlq(
-        &data,
-        &url,
-        &[
-            "--node-id",
-            "gone",
-            "demo",
-            "--count",
-            "6",
-            "--job-id",
-            "job-a",
-        ],
-    );
-    assert!(demo.status.success());
-    delete_from_stream(&url, &[2]).await;
-    let consume = ["consume", "--durable", "gap", "--store", store];
-    let blocked = json(&dlq(&data, &url, &consume));
-    assert_eq!(blocked["waiting_for_predecessor"], 4, "{blocked}");
+    let consume = ["consume", "--durable", "gap", "--store", store.as_str()];
 
     let mut wrong = consume.to_vec();
     wrong.extend(["--accept-gap", "no-such-node"]);
@@ -286,7 +285,7 @@ async fn an_accepted_gap_releases_the_waiting_events_and_is_audited() {
     );
     assert_eq!(gap["released"], 4);
 
-    let store = dlq::consumer::ConsumerStore::open(std::path::Path::new(store)).unwrap();
+    let store = dlq::consumer::ConsumerStore::open(Path::new(&store)).unwrap();
     let audit = store.accepted_gaps().unwrap();
     assert_eq!(audit.len(), 1);
     assert_eq!((audit[0].from, audit[0].to), (2, 2));

@@ -191,11 +191,12 @@ map:
     - shell: "sleep 0.1; test ${item.fail} = false || exit 9"
 "#;
 
-#[tokio::test]
-async fn a_job_killed_with_sigkill_resumes_and_records_every_item_once() {
+/// 60 slow items (every sixth fails) run by `dlq run --job-id JOB` without a bus, returned
+/// once at least 12 have an outcome.
+fn slow_job_under_way(job: &str) -> (Flow, std::process::Child) {
     let flow = Flow::new(DLQ, DEAD_BUS_URL);
     let items: Vec<Value> = (0..60)
-        .map(|n| json!({"id": format!("s{n:02}"), "fail": n % 6 == 0}))
+        .map(|n| json!({"id": format!("{job}-{n:02}"), "fail": n % 6 == 0}))
         .collect();
     flow.items(&items);
     let path = flow.write("flow.yml", SLOW_ITEMS);
@@ -204,16 +205,22 @@ async fn a_job_killed_with_sigkill_resumes_and_records_every_item_once() {
         DLQ,
         &flow.env.data,
         DEAD_BUS_URL,
-        &["run", path, "--job-id", "killed", "--progress", "quiet"],
+        &["run", path, "--job-id", job, "--progress", "quiet"],
     );
     cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    let mut child = spawn_tied(cmd).unwrap();
+    let child = spawn_tied(cmd).unwrap();
     let recorded = poll_until(Duration::from_secs(60), || {
-        let n = flow.outcomes("killed").len();
+        let n = flow.outcomes(job).len();
         (n >= 12).then_some(n)
     });
     assert!(recorded.is_some(), "the job made progress");
+    (flow, child)
+}
+
+#[tokio::test]
+async fn a_job_killed_with_sigkill_resumes_and_records_every_item_once() {
+    let (flow, mut child) = slow_job_under_way("killed");
     kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
     child.wait().unwrap();
     let before = flow.outcomes("killed").len();
@@ -246,27 +253,7 @@ async fn a_job_killed_with_sigkill_resumes_and_records_every_item_once() {
 /// 4 (incomplete), and a resume records every item exactly once.
 #[tokio::test]
 async fn a_job_stopped_with_sigterm_exits_4_and_leaves_the_rest_pending() {
-    let flow = Flow::new(DLQ, DEAD_BUS_URL);
-    let items: Vec<Value> = (0..60)
-        .map(|n| json!({"id": format!("t{n:02}"), "fail": n % 6 == 0}))
-        .collect();
-    flow.items(&items);
-    let path = flow.write("flow.yml", SLOW_ITEMS);
-    let path = path.to_str().unwrap();
-    let mut cmd = dlq_command(
-        DLQ,
-        &flow.env.data,
-        DEAD_BUS_URL,
-        &["run", path, "--job-id", "stopped", "--progress", "quiet"],
-    );
-    cmd.stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let mut child = spawn_tied(cmd).unwrap();
-    let recorded = poll_until(Duration::from_secs(60), || {
-        let n = flow.outcomes("stopped").len();
-        (n >= 12).then_some(n)
-    });
-    assert!(recorded.is_some(), "the job made progress");
+    let (flow, mut child) = slow_job_under_way("stopped");
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(4), "a stopped job exits 4 (incomplete)");

@@ -15,21 +15,39 @@ use dlq_testkit::{wait_for, NatsServer};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+/// Writes `items.json` (`n` items `{prefix}{i}`, the first `bad` with `"bad": true`) and a
+/// one-step workflow named `name` running `shell` into `dir`; returns the workflow's path.
+fn write_job(
+    dir: &std::path::Path,
+    name: &str,
+    items: (usize, &str, usize),
+    shell: &str,
+) -> std::path::PathBuf {
+    let (n, prefix, bad) = items;
+    let items: Vec<_> = (0..n)
+        .map(|i| json!({"id": format!("{prefix}{i}"), "bad": i < bad}))
+        .collect();
+    std::fs::write(dir.join("items.json"), json!(items).to_string()).unwrap();
+    let workflow = dir.join("flow.yml");
+    let yaml = format!(
+        "name: {name}\nmode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: {}\n",
+        serde_json::to_string(shell).unwrap()
+    );
+    std::fs::write(&workflow, yaml).unwrap();
+    workflow
+}
+
 #[tokio::test]
 async fn a_job_exports_its_counts_and_failures_as_metrics() {
     metrics();
     let nats = NatsServer::start();
     let work = tempfile::tempdir().unwrap();
-    let items: Vec<_> = (0..12)
-        .map(|n| json!({"id": format!("m{n}"), "bad": n < 4}))
-        .collect();
-    std::fs::write(work.path().join("items.json"), json!(items).to_string()).unwrap();
-    let workflow = work.path().join("flow.yml");
-    std::fs::write(
-        &workflow,
-        "name: metrics\nmode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"if ${item.bad}; then echo 'Permission denied' >&2; exit 1; fi\"\n",
-    )
-    .unwrap();
+    let workflow = write_job(
+        work.path(),
+        "metrics",
+        (12, "m", 4),
+        "if ${item.bad}; then echo 'Permission denied' >&2; exit 1; fi",
+    );
     let data = work.path().join("data");
     let sink = SledSink::open(SinkConfig::new(&data)).unwrap();
     let bus = NatsBus::connect(BusConfig {
@@ -172,16 +190,12 @@ async fn an_unconfirmed_dead_letter_counts_as_dead_lettered_once() {
 #[tokio::test]
 async fn an_item_whose_dlq_write_fails_stays_pending() {
     let work = tempfile::tempdir().unwrap();
-    let items: Vec<_> = (0..6)
-        .map(|n| json!({"id": format!("w{n}"), "bad": n < 2}))
-        .collect();
-    std::fs::write(work.path().join("items.json"), json!(items).to_string()).unwrap();
-    let workflow = work.path().join("flow.yml");
-    std::fs::write(
-        &workflow,
-        "name: failing-dlq\nmode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"if ${item.bad}; then exit 3; fi\"\n",
-    )
-    .unwrap();
+    let workflow = write_job(
+        work.path(),
+        "failing-dlq",
+        (6, "w", 2),
+        "if ${item.bad}; then exit 3; fi",
+    );
     let data = work.path().join("data");
     let sink = SledSink::open(SinkConfig::new(&data)).unwrap();
     sink.faults().set_fail_writes(true);
