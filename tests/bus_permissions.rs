@@ -3,7 +3,7 @@
 //! binary run as each of its users. The emitter stores and publishes once the operator created
 //! the stream (and creates it itself with the snippet's optional line uncommented); the
 //! consumer rebuilds (`consume`, `consume --durable` twice, `verify`) across a deleted message
-//! it must read by sequence; the operator creates, updates and republishes. Each role is
+//! it must read by sequence; the operator creates, updates and republishes an event the stream lost. Each role is
 //! refused what it must not do: the consumer publishing on the DLQ subject or deleting the
 //! stream, the emitter deleting the stream or reading it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -131,9 +131,15 @@ async fn emitter_publishes_into_the_stream_the_operator_created() {
         "published with the stream there: {after}"
     );
 
-    // Operator: republishes what the stream lacks (nothing here), applies a changed setting.
+    // Operator: republishes what the stream lost (the admin deletes the last event but one,
+    // emitted after the stream's first message: older ones count as before the stream),
+    // applies a changed setting.
+    let admin = client(&server.url(), ADMIN).await;
+    let mut stream = context(&admin).get_stream("DLQ").await.unwrap();
+    let last = stream.info().await.unwrap().state.last_sequence;
+    assert!(stream.delete_message(last - 1).await.unwrap());
     let republish = json_as(&env, OPERATOR, &["republish"]);
-    assert_eq!(republish["missing"], 0, "{republish}");
+    assert_eq!(republish["republished"], 1, "{republish}");
     let config = env.data.with_extension("yml");
     let mut text = std::fs::read_to_string(&config).unwrap();
     text.push_str("  duplicate_window: 5m\n");
