@@ -261,7 +261,7 @@ impl NatsBus {
                         Event::ServerError(ServerError::Other(message))
                             if message.to_ascii_lowercase().contains("permissions violation") =>
                         {
-                            let line = format!("the server denied a permission ({message}): grant this user publish on {subject} and the JetStream API ($JS.API.>) — see the permissions in docs/configuration.md");
+                            let line = format!("the server denied a permission ({message}): grant this user publish on that subject (the permissions of each role: deploy/nats-permissions.conf, \"Least privilege\" in docs/operations.md; an emitter needs {subject} and $JS.API.STREAM.INFO.<stream>)");
                             error!("{line}");
                             set_refusal(&refusal, Some(line));
                         }
