@@ -7,7 +7,9 @@
 //! exit, so the time taken says nothing about how much of a guess was right (not even its
 //! length).
 //!
-//! Failed authentications are counted per client IP address ([`Failures`]): after
+//! Failed authentications (an `Authorization` header with a wrong token; a request without one
+//! guesses nothing and is only answered 401) are counted per client IP address ([`Failures`]):
+//! after
 //! [`MAX_FAILURES`] within [`WINDOW`] of the first, every request from that address is answered
 //! 429 until the window has passed, whatever token it carries, so guessing costs a minute per
 //! handful of guesses. Each failure is logged with the client's address and the path, never
@@ -164,13 +166,19 @@ pub async fn require_token(
     if authorized(token, request.headers()) {
         return next.run(request).await;
     }
+    if !request.headers().contains_key(header::AUTHORIZATION) {
+        // No guess: nothing to learn from the 401, so nothing to count (a scraper or a CLI
+        // without --token-file should not lock its address out).
+        tracing::debug!(path = request.uri().path(), "API request without a token");
+        return ApiError::unauthorized().into();
+    }
     let count = guard.failures.record(ip, now);
     let peer = peer.map_or_else(|| "unknown".to_owned(), |addr| addr.to_string());
     let path = request.uri().path();
     if count >= MAX_FAILURES {
-        tracing::warn!(%peer, path, failures = count, "API request with a missing or wrong token; this address now gets 429 until {}s after its first failure", WINDOW.as_secs());
+        tracing::warn!(%peer, path, failures = count, "API request with a wrong token; this address now gets 429 until {}s after its first failure", WINDOW.as_secs());
     } else {
-        tracing::warn!(%peer, path, failures = count, "API request with a missing or wrong token");
+        tracing::warn!(%peer, path, failures = count, "API request with a wrong token");
     }
     ApiError::unauthorized().into()
 }
