@@ -451,7 +451,7 @@ fn a_remote_listener_is_refused_and_stale_or_missing_servers_are_handled() {
         stderr.contains("cannot reach the dlq serve API at http://127.0.0.1:1"),
         "{stderr}"
     );
-    let (code, stderr) = failure(&env.run(&["--api", "https://example.com", "stats"]));
+    let (code, stderr) = failure(&env.run(&["--api", "ftp://example.com", "stats"]));
     assert_eq!(code, Some(2), "{stderr}");
 }
 

@@ -91,7 +91,7 @@ async fn announced_api(cli: &Cli) -> Result<Option<ApiClient>, CliError> {
 /// A client of `url` with the token of `--token-file` or `DLQ_API_TOKEN`.
 fn client(cli: &Cli, url: &str) -> Result<ApiClient, CliError> {
     let token = token_text(cli.token_file.as_deref())?;
-    Ok(ApiClient::new(url, token)?)
+    Ok(ApiClient::new(url, token, cli.api_ca.as_deref())?)
 }
 
 /// Prints an answer's body as it is.

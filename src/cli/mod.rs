@@ -111,6 +111,10 @@ pub struct Cli {
     /// there anyway when the directory is held by a running `dlq serve`.
     #[arg(long, global = true, env = "DLQ_API_URL")]
     pub api: Option<String>,
+    /// PEM CA certificate(s) that sign the certificate of an https:// API (dlq serve
+    /// --tls-cert) [default: the system's roots].
+    #[arg(long, global = true, env = "DLQ_API_CA", value_name = "FILE")]
+    pub api_ca: Option<PathBuf>,
     /// File holding the admin API's bearer token: `dlq serve` requires it, forwarded commands
     /// send it [default: the token in env DLQ_API_TOKEN].
     #[arg(long, global = true, env = "DLQ_API_TOKEN_FILE")]

@@ -95,7 +95,8 @@ async fn open_with_api(cli: &Cli) -> Result<(NodeEmitter, JobApi), CliError> {
     let sink = open::sink(cli, &config).await?;
     let emitter = open::emitter_with_sink(&config, sink, true).await?;
     let stop = CancellationToken::new();
-    let listener = match Listener::bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0))).await {
+    let listener = match Listener::bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), None).await
+    {
         Ok(listener) => listener,
         Err(err) => {
             tracing::warn!(error = %err, "no admin API during this job: other commands cannot reach the data directory");

@@ -2,6 +2,7 @@
 //! or SIGTERM (see [`crate::serve`]).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use clap::Args;
 use serde_json::json;
@@ -10,7 +11,7 @@ use super::{open, Cli, CliError, Format, EXIT_OK};
 use crate::serve::client::token::token_text;
 use crate::serve::AppState;
 use crate::serve::Token;
-use crate::serve::{check_listen, install_metrics, Listener};
+use crate::serve::{check_listen, install_metrics, Exposure, Listener, TlsConfig};
 
 /// Options of `dlq serve`.
 #[derive(Debug, Args)]
@@ -18,20 +19,43 @@ pub struct ServeArgs {
     /// Address of the API (one listener: /healthz, /metrics and /v1/...); port 0 picks one.
     #[arg(long, env = "DLQ_LISTEN", default_value = "127.0.0.1:9465")]
     pub listen: SocketAddr,
-    /// Allow a non-loopback --listen address (then also set --token-file).
+    /// Allow a non-loopback --listen address; needs a token (--token-file or DLQ_API_TOKEN)
+    /// and TLS (--tls-cert and --tls-key), or --insecure.
     #[arg(long)]
     pub allow_remote: bool,
+    /// PEM certificate chain (leaf first) to serve the API over TLS (https); with --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// With --allow-remote, serve plain HTTP without TLS: the token and the items cross the
+    /// network readable by anyone on the path. Only behind a TLS proxy or on a trusted network.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// Runs the server until a signal asks it to stop.
 pub async fn run_serve(cli: &Cli, args: &ServeArgs) -> Result<u8, CliError> {
-    check_listen(args.listen, args.allow_remote)?;
     let token = token_text(cli.token_file.as_deref())?;
-    if token.is_none() && !args.listen.ip().is_loopback() {
-        tracing::warn!(listen = %args.listen, "serving other hosts without a token: anyone who can connect can clear and purge items; set --token-file");
+    let tls_files = args.tls_cert.as_deref().zip(args.tls_key.as_deref());
+    check_listen(
+        args.listen,
+        Exposure {
+            allow_remote: args.allow_remote,
+            token: token.is_some(),
+            tls: tls_files.is_some(),
+            insecure: args.insecure,
+        },
+    )?;
+    let tls = tls_files
+        .map(|(cert, key)| TlsConfig::load(cert, key))
+        .transpose()?;
+    if args.allow_remote && tls.is_none() {
+        tracing::warn!(listen = %args.listen, "--insecure: serving the API over plain HTTP; the token and the items can be read by anyone on the network path");
     }
     let config = open::config(cli)?;
-    let listener = Listener::bind(args.listen).await?;
+    let listener = Listener::bind(args.listen, tls).await?;
     let metrics = install_metrics(config.metrics_addr)?;
     let sink = open::sink(cli, &config).await?;
     let emitter = open::emitter_with_sink(&config, sink, true).await?;

@@ -20,15 +20,20 @@
 //! | `POST /v1/purge` `{"older_than_days", "job_id", "drain_timeout", "dry_run"}` | `dlq purge --yes` |
 //!
 //! Every route takes `format=table|json|jsonl|csv` (default json), as [`params`] describes.
-//! The server listens on one address, loopback unless `--allow-remote`.
+//! The server listens on one address, loopback unless `--allow-remote`, which needs a token and
+//! TLS ([`tls`]; or `--insecure`, plain HTTP). Request bodies and query strings are bounded
+//! ([`limits`]); failed authentications are rate-limited per client address ([`auth`]).
 
 mod auth;
 pub mod client;
+mod limits;
 mod retry_route;
 mod routes;
+mod tls;
 
 pub use auth::Token;
 pub use routes::AppState;
+pub use tls::{TlsConfig, TlsFiles};
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -57,6 +62,20 @@ pub enum ServeError {
     NotLoopback {
         /// The address asked for.
         addr: SocketAddr,
+    },
+    /// `--allow-remote` without a token.
+    #[error("--allow-remote needs an API token, since anyone who reaches the API could clear and purge items: set --token-file FILE (or DLQ_API_TOKEN)")]
+    RemoteWithoutToken,
+    /// `--allow-remote` without TLS and without `--insecure`.
+    #[error("--allow-remote needs TLS, or the token and the items cross the network in clear text: give --tls-cert FILE and --tls-key FILE (PEM), or pass --insecure to serve plain HTTP anyway")]
+    RemoteWithoutTls,
+    /// The TLS certificate or key cannot be used.
+    #[error("cannot use {} for TLS: {reason}", path.display())]
+    Tls {
+        /// The certificate or key file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
     },
     /// The listening socket could not be bound.
     #[error("cannot listen on {addr}: {source} (choose another --listen address)")]
@@ -151,6 +170,9 @@ impl ServeError {
     pub fn class(&self) -> ErrorClass {
         match self {
             ServeError::NotLoopback { .. }
+            | ServeError::RemoteWithoutToken
+            | ServeError::RemoteWithoutTls
+            | ServeError::Tls { .. }
             | ServeError::Token { .. }
             | ServeError::BadUrl { .. }
             | ServeError::Api { status: 400, .. } => ErrorClass::Usage,
@@ -187,13 +209,36 @@ pub fn is_locked(err: &SinkError) -> bool {
     matches!(err, SinkError::Open { reason, .. } if reason.contains("could not acquire lock"))
 }
 
-/// Refuses a non-loopback `addr` unless `allow_remote`.
-pub fn check_listen(addr: SocketAddr, allow_remote: bool) -> Result<(), ServeError> {
-    if addr.ip().is_loopback() || allow_remote {
-        Ok(())
-    } else {
-        Err(ServeError::NotLoopback { addr })
+/// How `dlq serve` was asked to listen, as far as who may reach it goes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Exposure {
+    /// `--allow-remote`.
+    pub allow_remote: bool,
+    /// A token is set.
+    pub token: bool,
+    /// `--tls-cert` and `--tls-key` are given.
+    pub tls: bool,
+    /// `--insecure`: plain HTTP with `--allow-remote`.
+    pub insecure: bool,
+}
+
+/// Refuses a non-loopback `addr` unless `allow_remote`, and `allow_remote` without a token, or
+/// without TLS unless `insecure`. Loopback listening needs neither.
+pub fn check_listen(addr: SocketAddr, exposure: Exposure) -> Result<(), ServeError> {
+    if !exposure.allow_remote {
+        return if addr.ip().is_loopback() {
+            Ok(())
+        } else {
+            Err(ServeError::NotLoopback { addr })
+        };
     }
+    if !exposure.token {
+        return Err(ServeError::RemoteWithoutToken);
+    }
+    if !exposure.tls && !exposure.insecure {
+        return Err(ServeError::RemoteWithoutTls);
+    }
+    Ok(())
 }
 
 /// Installs the global Prometheus recorder and returns its handle. With `also_on`, the
@@ -234,24 +279,27 @@ pub fn install_metrics(also_on: Option<SocketAddr>) -> Result<PrometheusHandle, 
     Ok(handle)
 }
 
-/// A bound listening socket and the URL clients use to reach it.
+/// A bound listening socket, its TLS if any, and the URL clients use to reach it.
 pub struct Listener {
     listener: TcpListener,
+    tls: Option<TlsConfig>,
     url: String,
 }
 
 impl Listener {
-    /// Binds `addr` (port 0 picks a free port).
-    pub async fn bind(addr: SocketAddr) -> Result<Self, ServeError> {
+    /// Binds `addr` (port 0 picks a free port); with `tls`, connections are served over TLS.
+    pub async fn bind(addr: SocketAddr, tls: Option<TlsConfig>) -> Result<Self, ServeError> {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| ServeError::Bind { addr, source })?;
         let local = listener
             .local_addr()
             .map_err(|source| ServeError::Bind { addr, source })?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
         Ok(Listener {
             listener,
-            url: url_for(local),
+            url: format!("{scheme}://{}", url_for(local)),
+            tls,
         })
     }
 
@@ -261,14 +309,14 @@ impl Listener {
     }
 }
 
-/// The URL a local client uses for a server bound to `addr`.
+/// The `host:port` a local client uses for a server bound to `addr`.
 fn url_for(addr: SocketAddr) -> String {
     let ip = match addr.ip() {
         std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
         std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
         ip => ip,
     };
-    format!("http://{}", SocketAddr::new(ip, addr.port()))
+    SocketAddr::new(ip, addr.port()).to_string()
 }
 
 /// The router of the API.
@@ -284,12 +332,17 @@ pub fn router(state: Arc<AppState>, token: Option<Token>) -> Router {
         .route("/v1/jobs/{job_id}/retry", post(retry_route::retry))
         .route("/v1/purge", post(routes::purge))
         .route_layer(axum::middleware::from_fn_with_state(
-            token.map(Arc::new),
+            Arc::new(auth::Guard {
+                token,
+                failures: auth::Failures::default(),
+            }),
             auth::require_token,
         ))
         .route("/healthz", get(routes::healthz))
         .fallback(routes::no_route)
         .method_not_allowed_fallback(routes::wrong_method)
+        .layer(axum::middleware::from_fn(limits::check))
+        .layer(axum::extract::DefaultBodyLimit::max(limits::MAX_BODY))
         .with_state(state)
 }
 
@@ -312,10 +365,18 @@ pub async fn serve(
         source,
     };
     file.write(data_dir).map_err(state_file)?;
-    let app = router(Arc::new(state), token);
-    let served = axum::serve(listener.listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let app = router(Arc::new(state), token).into_make_service_with_connect_info::<tls::Peer>();
+    let served = match &listener.tls {
+        None => {
+            axum::serve(listener.listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        Some(tls) => {
+            let tls = tls::TlsListener::new(listener.listener, tls).map_err(ServeError::Server)?;
+            axum::serve(tls, app).with_graceful_shutdown(shutdown).await
+        }
+    };
     let removed = ServeFile::remove(data_dir);
     served.map_err(ServeError::Server)?;
     removed.map_err(state_file)
@@ -329,20 +390,49 @@ mod tests {
     #[test]
     fn only_loopback_unless_allowed() {
         let at = |s: &str| s.parse::<SocketAddr>().unwrap();
-        assert!(check_listen(at("127.0.0.1:9465"), false).is_ok());
-        assert!(check_listen(at("[::1]:9465"), false).is_ok());
-        let err = check_listen(at("0.0.0.0:9465"), false).unwrap_err();
+        let local = Exposure::default();
+        assert!(check_listen(at("127.0.0.1:9465"), local).is_ok());
+        assert!(check_listen(at("[::1]:9465"), local).is_ok());
+        let err = check_listen(at("0.0.0.0:9465"), local).unwrap_err();
         assert!(err.to_string().contains("--allow-remote"), "{err}");
         assert_eq!(err.class(), ErrorClass::Usage);
-        assert!(check_listen(at("0.0.0.0:9465"), true).is_ok());
+        let remote = Exposure {
+            allow_remote: true,
+            token: true,
+            tls: true,
+            insecure: false,
+        };
+        assert!(check_listen(at("0.0.0.0:9465"), remote).is_ok());
+        let insecure = Exposure {
+            tls: false,
+            insecure: true,
+            ..remote
+        };
+        assert!(check_listen(at("0.0.0.0:9465"), insecure).is_ok());
+        let no_token = Exposure {
+            token: false,
+            ..remote
+        };
+        let err = check_listen(at("0.0.0.0:9465"), no_token).unwrap_err();
+        assert!(err.to_string().contains("--token-file"), "{err}");
+        let no_tls = Exposure {
+            tls: false,
+            ..remote
+        };
+        let err = check_listen(at("0.0.0.0:9465"), no_tls).unwrap_err();
+        assert!(
+            err.to_string().contains("--tls-cert") && err.to_string().contains("--insecure"),
+            "{err}"
+        );
+        assert_eq!(err.class(), ErrorClass::Usage);
     }
 
     #[test]
     fn urls_point_at_loopback_for_unspecified_addresses() {
         let at = |s: &str| s.parse::<SocketAddr>().unwrap();
-        assert_eq!(url_for(at("0.0.0.0:80")), "http://127.0.0.1:80");
-        assert_eq!(url_for(at("[::]:80")), "http://[::1]:80");
-        assert_eq!(url_for(at("10.1.2.3:9")), "http://10.1.2.3:9");
+        assert_eq!(url_for(at("0.0.0.0:80")), "127.0.0.1:80");
+        assert_eq!(url_for(at("[::]:80")), "[::1]:80");
+        assert_eq!(url_for(at("10.1.2.3:9")), "10.1.2.3:9");
     }
 
     #[test]

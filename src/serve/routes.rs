@@ -73,6 +73,42 @@ impl ApiError {
         }
     }
 
+    /// 413: the request body is larger than [`super::limits::MAX_BODY`].
+    pub fn payload_too_large(limit: usize) -> Self {
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "payload_too_large",
+            message: format!(
+                "the request body is larger than the API accepts ({limit} bytes): send a \
+                 smaller body"
+            ),
+        }
+    }
+
+    /// 414: the query string is longer than [`super::limits::MAX_QUERY`].
+    pub fn uri_too_long(limit: usize) -> Self {
+        ApiError {
+            status: StatusCode::URI_TOO_LONG,
+            code: "uri_too_long",
+            message: format!(
+                "the query string is longer than the API accepts ({limit} bytes): shorten the \
+                 filter or the parameters"
+            ),
+        }
+    }
+
+    /// 429: too many failed authentications from this address; `retry_after` seconds to wait.
+    pub fn too_many_failures(retry_after: u64) -> Self {
+        ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            code: "too_many_requests",
+            message: format!(
+                "too many requests with a missing or wrong API token from this address: retry \
+                 in {retry_after} s with the right token (--token-file or DLQ_API_TOKEN)"
+            ),
+        }
+    }
+
     fn internal(message: impl Into<String>) -> Self {
         ApiError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
@@ -124,6 +160,9 @@ impl From<PathRejection> for ApiError {
 
 impl From<JsonRejection> for ApiError {
     fn from(err: JsonRejection) -> Self {
+        if err.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            return ApiError::payload_too_large(super::limits::MAX_BODY);
+        }
         ApiError::bad_request(format!(
             "{} (send a JSON body with Content-Type: application/json)",
             err.body_text()

@@ -1,14 +1,21 @@
-//! The CLI's side of the admin API: one HTTP/1.1 request per connection over a plain
-//! `tokio::net::TcpStream`, `Connection: close`, the body read to the end.
+//! The CLI's side of the admin API: one HTTP/1.1 request per connection over a
+//! `tokio::net::TcpStream`, with TLS for `https://` URLs (rustls; the CA of `--api-ca`, else
+//! the system's roots), `Connection: close`, the body read to the end.
 //!
-//! Loopback JSON needs nothing more, so the CLI carries no HTTP client crate: no TLS (put a TLS
-//! proxy in front of a remote server), no redirects, no keep-alive. Responses with
-//! `Content-Length`, `Transfer-Encoding: chunked` or neither (read to EOF) are understood.
+//! JSON answers need nothing more, so the CLI carries no HTTP client crate: no redirects, no
+//! keep-alive. Responses with `Content-Length`, `Transfer-Encoding: chunked` or neither (read to
+//! EOF) are understood.
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+use tokio_rustls::TlsConnector;
 
 pub mod discovery;
 pub mod params;
@@ -33,6 +40,20 @@ pub struct ApiClient {
     port: u16,
     prefix: String,
     token: Option<String>,
+    tls: Option<Tls>,
+}
+
+/// The TLS side of an `https://` client.
+#[derive(Clone)]
+struct Tls {
+    connector: TlsConnector,
+    name: ServerName<'static>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tls({:?})", self.name)
+    }
 }
 
 /// A successful answer.
@@ -45,15 +66,20 @@ pub struct Answer {
 }
 
 impl ApiClient {
-    /// A client of the API at `url` (`http://host:port[/prefix]`), sending `token` if given.
-    pub fn new(url: &str, token: Option<String>) -> Result<Self, ServeError> {
+    /// A client of the API at `url` (`http[s]://host:port[/prefix]`), sending `token` if
+    /// given; an `https://` server's certificate must be signed by `ca` (a PEM file), else by
+    /// one of the system's roots.
+    pub fn new(url: &str, token: Option<String>, ca: Option<&Path>) -> Result<Self, ServeError> {
         let bad = |why: &str| ServeError::BadUrl {
             url: url.to_owned(),
             reason: why.to_owned(),
         };
-        let rest = url.strip_prefix("http://").ok_or_else(|| {
-            bad("only http:// URLs are supported (put a TLS proxy in front of a remote server)")
-        })?;
+        let (https, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => (false, rest),
+            (None, Some(rest)) => (true, rest),
+            (None, None) => return Err(bad("only http:// and https:// URLs are supported")),
+        };
+        let default_port = if https { 443 } else { 80 };
         let (authority, prefix) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
         let port_of = |text: &str| {
             text.parse::<u16>()
@@ -67,24 +93,35 @@ impl ApiClient {
                     .ok_or_else(|| bad("the IPv6 address lacks its closing ]"))?;
                 match after.strip_prefix(':') {
                     Some(port) => (host, port_of(port)?),
-                    None if after.is_empty() => (host, 80),
+                    None if after.is_empty() => (host, default_port),
                     None => return Err(bad("unexpected text after the IPv6 address")),
                 }
             }
             None => match authority.split_once(':') {
                 Some((host, port)) => (host, port_of(port)?),
-                None => (authority, 80),
+                None => (authority, default_port),
             },
         };
         if host.is_empty() {
             return Err(bad("the host is missing"));
         }
+        let tls = if https {
+            let name = ServerName::try_from(host.to_owned())
+                .map_err(|_| bad("the host is not a valid TLS server name"))?;
+            Some(Tls {
+                connector: TlsConnector::from(Arc::new(client_config(ca)?)),
+                name,
+            })
+        } else {
+            None
+        };
         Ok(ApiClient {
             url: url.trim_end_matches('/').to_owned(),
             host: host.to_owned(),
             port,
             prefix: prefix.trim_end_matches('/').to_owned(),
             token,
+            tls,
         })
     }
 
@@ -138,21 +175,29 @@ impl ApiClient {
         body: Option<Vec<u8>>,
     ) -> Result<Answer, ServeError> {
         let connect = TcpStream::connect((self.host.as_str(), self.port));
-        let mut stream = tokio::time::timeout(CONNECT_TIMEOUT, connect)
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, connect)
             .await
             .map_err(|_| self.unreachable(format!("no connection within {CONNECT_TIMEOUT:?}")))?
             .map_err(|err| self.unreachable(err.to_string()))?;
         let request = self.request(method, path_and_query, body.as_deref());
-        stream
-            .write_all(&request)
-            .await
-            .map_err(|err| self.unreachable(err.to_string()))?;
-        let mut raw = Vec::new();
-        (&mut stream)
-            .take(MAX_ANSWER_BYTES as u64 + 64 * 1024)
-            .read_to_end(&mut raw)
-            .await
-            .map_err(|err| self.unreachable(err.to_string()))?;
+        let raw = match &self.tls {
+            None => exchange(stream, &request).await,
+            Some(tls) => {
+                let handshake = tls.connector.connect(tls.name.clone(), stream);
+                let stream = tokio::time::timeout(CONNECT_TIMEOUT, handshake)
+                    .await
+                    .map_err(|_| {
+                        self.unreachable(format!("no TLS handshake within {CONNECT_TIMEOUT:?}"))
+                    })?
+                    .map_err(|err| {
+                        self.unreachable(format!(
+                            "TLS: {err} (is the server's CA given with --api-ca?)"
+                        ))
+                    })?;
+                exchange(stream, &request).await
+            }
+        }
+        .map_err(|err| self.unreachable(err.to_string()))?;
         parse_response(&raw).map_err(|reason| ServeError::Protocol {
             url: self.url.clone(),
             reason,
@@ -192,6 +237,68 @@ impl ApiClient {
             reason,
         }
     }
+}
+
+/// Writes `request` and reads the answer to its end. A TLS peer that closes without its
+/// close_notify still gave a whole answer when it said how long it is (`parse_response` checks).
+async fn exchange(
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
+    request: &[u8],
+) -> std::io::Result<Vec<u8>> {
+    stream.write_all(request).await?;
+    stream.flush().await?;
+    let mut raw = Vec::new();
+    match (&mut stream)
+        .take(MAX_ANSWER_BYTES as u64 + 64 * 1024)
+        .read_to_end(&mut raw)
+        .await
+    {
+        Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => Ok(raw),
+        Err(err) => Err(err),
+        Ok(_) => Ok(raw),
+    }
+}
+
+/// The rustls client configuration: trusting the certificates of the PEM file `ca`, else the
+/// system's roots.
+fn client_config(ca: Option<&Path>) -> Result<ClientConfig, ServeError> {
+    let mut roots = RootCertStore::empty();
+    match ca {
+        Some(path) => {
+            let bad = |reason: String| ServeError::Tls {
+                path: path.to_owned(),
+                reason,
+            };
+            let certs = CertificateDer::pem_file_iter(path)
+                .map_err(|err| bad(err.to_string()))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|err| bad(err.to_string()))?;
+            if certs.is_empty() {
+                return Err(bad(
+                    "no PEM certificate (-----BEGIN CERTIFICATE-----) in it".into(),
+                ));
+            }
+            for cert in certs {
+                roots
+                    .add(cert)
+                    .map_err(|err| bad(format!("not a usable CA certificate: {err}")))?;
+            }
+        }
+        None => {
+            let native = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(native.certs);
+        }
+    }
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|err| ServeError::Tls {
+            path: ca.map(Path::to_owned).unwrap_or_default(),
+            reason: err.to_string(),
+        })?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(config)
 }
 
 /// The error an API answer with status `status` stands for (its JSON `error`, else the body).
@@ -292,27 +399,28 @@ mod tests {
 
     #[test]
     fn urls_parse_with_port_prefix_and_ipv6() {
-        let c = ApiClient::new("http://127.0.0.1:9465/", None).unwrap();
+        let c = ApiClient::new("http://127.0.0.1:9465/", None, None).unwrap();
         assert_eq!(
             (c.host.as_str(), c.port, c.prefix.as_str()),
             ("127.0.0.1", 9465, "")
         );
         assert_eq!(c.url(), "http://127.0.0.1:9465");
-        let c = ApiClient::new("http://[::1]:80/dlq", None).unwrap();
+        let c = ApiClient::new("http://[::1]:80/dlq", None, None).unwrap();
         assert_eq!(
             (c.host.as_str(), c.port, c.prefix.as_str()),
             ("::1", 80, "/dlq")
         );
-        let c = ApiClient::new("http://localhost", None).unwrap();
+        let c = ApiClient::new("http://localhost", None, None).unwrap();
         assert_eq!(c.port, 80);
-        for bad in [
-            "https://x:1",
-            "127.0.0.1:9465",
-            "http://:1",
-            "http://x:port",
-        ] {
+        let c = ApiClient::new("https://localhost", None, None).unwrap();
+        assert_eq!(c.port, 443);
+        assert!(c.tls.is_some());
+        for bad in ["ftp://x:1", "127.0.0.1:9465", "http://:1", "http://x:port"] {
             assert!(
-                matches!(ApiClient::new(bad, None), Err(ServeError::BadUrl { .. })),
+                matches!(
+                    ApiClient::new(bad, None, None),
+                    Err(ServeError::BadUrl { .. })
+                ),
                 "{bad}"
             );
         }
@@ -320,7 +428,7 @@ mod tests {
 
     #[test]
     fn requests_carry_host_token_and_length() {
-        let c = ApiClient::new("http://127.0.0.1:1/p", Some("s3cret".into())).unwrap();
+        let c = ApiClient::new("http://127.0.0.1:1/p", Some("s3cret".into()), None).unwrap();
         let text = String::from_utf8(c.request("POST", "/v1/purge", Some(b"{}"))).unwrap();
         assert!(
             text.starts_with("POST /p/v1/purge HTTP/1.1\r\nHost: 127.0.0.1:1\r\n"),
@@ -370,7 +478,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unreachable_server_is_a_clear_error() {
-        let c = ApiClient::new("http://127.0.0.1:1", None).unwrap();
+        let c = ApiClient::new("http://127.0.0.1:1", None, None).unwrap();
         assert!(!c.healthy().await);
         let err = c.get("/v1/stats").await.unwrap_err();
         assert!(matches!(err, ServeError::Unreachable { .. }), "{err:?}");
