@@ -7,6 +7,7 @@
 
 mod durable;
 mod fold;
+#[cfg(feature = "cli")]
 pub(crate) mod repair;
 mod seqset;
 mod store;
