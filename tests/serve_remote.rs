@@ -217,8 +217,16 @@ fn remote_needs_a_token_and_tls_or_an_explicit_insecure() {
     let listen = format!("127.0.0.1:{}", free_port(0));
     let token = token_file(&env);
     let refused = |args: &[&str], expected: &[&str]| {
-        let out = serve_command(&env, args).output().unwrap();
-        let (code, stderr) = failure(&out);
+        // Spawned, not `output()`: a server that wrongly starts must fail the test, not hang it.
+        let err = env.path("refused.log");
+        let mut cmd = serve_command(&env, args);
+        cmd.stdout(Stdio::null())
+            .stderr(std::fs::File::create(&err).unwrap());
+        let mut child = spawn_tied(cmd).unwrap();
+        let status = poll_until(Duration::from_secs(30), || child.try_wait().unwrap());
+        let _ = child.kill();
+        let stderr = std::fs::read_to_string(&err).unwrap();
+        let code = status.and_then(|status| status.code());
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
         for text in expected {
             assert!(stderr.contains(text), "{args:?}: {stderr}");
