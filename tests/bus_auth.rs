@@ -8,11 +8,11 @@
 //! to a remote host are refused; secrets never appear in `--help` or in errors.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use dlq::bus::{Bus, BusConfig, NatsBus, Secret};
 use dlq_testkit::cli::Env;
+use dlq_testkit::tls::{pki, write_private, Pki};
 use dlq_testkit::NatsServer;
 
 const DLQ: &str = env!("CARGO_BIN_EXE_dlq");
@@ -37,12 +37,6 @@ async fn ready(config: BusConfig) -> Result<(), String> {
         return Err(refusal);
     }
     bus.prepare().await.map_err(|err| err.to_string())
-}
-
-fn write_private(path: &Path, text: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
 /// A server whose account `DLQ` (with JetStream) has a user with a password and an NKey user.
@@ -233,69 +227,6 @@ async fn a_missing_permission_is_named() {
     let refusal = refusal.expect("a refusal naming the permission");
     assert!(refusal.contains("denied a permission"), "{refusal}");
     assert!(refusal.contains("$JS.API"), "{refusal}");
-}
-
-/// A CA, a server certificate for 127.0.0.1 and localhost, and a client certificate, all
-/// signed by the CA, as PEM files in `dir`.
-struct Pki {
-    ca: PathBuf,
-    server_cert: PathBuf,
-    server_key: PathBuf,
-    client_cert: PathBuf,
-    client_key: PathBuf,
-}
-
-fn pki(dir: &Path) -> Pki {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-        KeyPair, KeyUsagePurpose,
-    };
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "dlq test CA");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose, name: &str| {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(names).unwrap();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.extended_key_usages = vec![usage];
-        let cert = params.signed_by(&key, &issuer).unwrap();
-        let (cert_path, key_path) = (
-            dir.join(format!("{name}.pem")),
-            dir.join(format!("{name}-key.pem")),
-        );
-        std::fs::write(&cert_path, cert.pem()).unwrap();
-        write_private(&key_path, &key.serialize_pem());
-        (cert_path, key_path)
-    };
-    let (server_cert, server_key) = leaf(
-        vec!["127.0.0.1".into(), "localhost".into()],
-        ExtendedKeyUsagePurpose::ServerAuth,
-        "server",
-    );
-    let (client_cert, client_key) = leaf(
-        vec!["dlq-client".into()],
-        ExtendedKeyUsagePurpose::ClientAuth,
-        "client",
-    );
-    let ca = dir.join("ca.pem");
-    std::fs::write(&ca, ca_cert.pem()).unwrap();
-    Pki {
-        ca,
-        server_cert,
-        server_key,
-        client_cert,
-        client_key,
-    }
 }
 
 /// A server that requires TLS and a client certificate signed by the CA.

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlq_testkit::cli::{failure, Env};
+use dlq_testkit::tls::pki;
 use dlq_testkit::{free_port, poll_until, spawn_tied, DEAD_BUS_URL};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
@@ -157,49 +158,6 @@ fn https(ca: &Path, port: u16, path: &str, token: Option<&str>) -> Option<(u16, 
     answer(&raw)
 }
 
-/// A CA and a server certificate for 127.0.0.1 signed by it, as PEM files in `dir`.
-struct Pki {
-    ca: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
-}
-
-fn pki(dir: &Path) -> Pki {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-        KeyPair, KeyUsagePurpose,
-    };
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "dlq test CA");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "dlq serve");
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = params.signed_by(&key, &issuer).unwrap();
-    let out = Pki {
-        ca: dir.join("ca.pem"),
-        cert: dir.join("serve.pem"),
-        key: dir.join("serve-key.pem"),
-    };
-    std::fs::write(&out.ca, ca_cert.pem()).unwrap();
-    std::fs::write(&out.cert, cert.pem()).unwrap();
-    std::fs::write(&out.key, key.serialize_pem()).unwrap();
-    out
-}
-
 /// A file holding [`TOKEN`].
 fn token_file(env: &Env) -> String {
     let path = env.path("token");
@@ -297,9 +255,9 @@ fn tls_serves_https_to_clients_that_trust_its_ca_and_refuses_plain_http() {
             "--token-file",
             &token,
             "--tls-cert",
-            certs.cert.to_str().unwrap(),
+            certs.server_cert.to_str().unwrap(),
             "--tls-key",
-            certs.key.to_str().unwrap(),
+            certs.server_key.to_str().unwrap(),
         ],
         |port| https(&ca, port, "/healthz", None).is_some_and(|(s, _, _)| s == 200),
     );

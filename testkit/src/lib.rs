@@ -35,6 +35,7 @@ pub mod net;
 pub mod process;
 pub mod reference;
 pub mod stream;
+pub mod tls;
 pub mod wait;
 
 use std::fmt;
