@@ -102,20 +102,7 @@ fn http(
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
         .ok()?;
-    let mut request =
-        format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
-    if let Some(token) = token {
-        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
-    }
-    let body = body.unwrap_or("");
-    if method == "POST" {
-        request.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        ));
-    }
-    request.push_str("\r\n");
-    request.push_str(body);
+    let request = dlq_testkit::http::request(method, path, token, body);
     stream.write_all(request.as_bytes()).ok()?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).ok()?;

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlq_testkit::cli::{failure, Env};
+use dlq_testkit::http::request;
 use dlq_testkit::tls::pki;
 use dlq_testkit::{free_port, poll_until, spawn_tied, DEAD_BUS_URL};
 use rustls_pki_types::pem::PemObject;
@@ -83,25 +84,6 @@ fn serve_command(env: &Env, args: &[&str]) -> Command {
         .env_remove("DLQ_API_TOKEN")
         .stdin(Stdio::null());
     cmd
-}
-
-/// The bytes of one HTTP/1.1 request (`Connection: close`).
-fn request(method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> String {
-    let mut request =
-        format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
-    if let Some(token) = token {
-        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
-    }
-    let body = body.unwrap_or("");
-    if method == "POST" {
-        request.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        ));
-    }
-    request.push_str("\r\n");
-    request.push_str(body);
-    request
 }
 
 /// Status, headers and body of a raw answer.

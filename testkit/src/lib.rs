@@ -29,6 +29,7 @@ pub mod cli;
 pub mod cluster;
 pub mod flow;
 pub mod group_commits;
+pub mod http;
 pub mod items;
 pub mod nats;
 pub mod net;
