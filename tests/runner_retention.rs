@@ -100,5 +100,8 @@ map:
         })
         .collect();
     assert_eq!(purged.len(), 2, "{purged:?}");
-    assert!(purged.iter().all(|id| id == "o1" || id == "o2"), "{purged:?}");
+    assert!(
+        purged.iter().all(|id| id == "o1" || id == "o2"),
+        "{purged:?}"
+    );
 }
