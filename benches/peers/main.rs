@@ -1,0 +1,166 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Peers in the same run: `cargo bench --bench peers -- [--quick] [--events N] [--json PATH]`.
+//!
+//! One failed item at a time (the next waits for the previous to be durable and, where there
+//! is a bus, acknowledged), 1 KiB of item data, the same event JSON for every contender:
+//!
+//! 1. **plain file**: append the event and `fdatasync`, nothing else: the disk's ceiling.
+//! 2. **dlq**: `Emitter::dead_letter` with the bus up (sled sink, then a JetStream publish
+//!    with PubAck), what `dlq demo` does.
+//! 3. **Redis + NATS** (the 003 design): `RPUSH` into a `redis-server` this bench starts on a
+//!    free port with `appendonly yes`, `appendfsync always`, then the same JetStream publish.
+//! 4. **RabbitMQ quorum queue**: a persistent publish to a quorum queue of the machine's
+//!    RabbitMQ (127.0.0.1:5672, guest/guest) with publisher confirms; the row says why it is
+//!    missing when none answers.
+//!
+//! Prints a Markdown table (events/s, p50/p99, ratio to the plain file) and writes it to
+//! `benches/results/peers.md` (`peers-quick.md` with `--quick`). Without `--bench` (under
+//! `cargo test --all-targets`) it is a smoke run of a few seconds that writes no file.
+
+mod contenders;
+mod rabbit;
+mod redis;
+
+use std::path::PathBuf;
+
+use dlq_testkit::bench::load::Run;
+use dlq_testkit::bench::suite::{self, SuiteRow};
+
+/// What one run measures.
+struct Mode {
+    name: &'static str,
+    events: usize,
+    file: Option<&'static str>,
+}
+
+const FULL: Mode = Mode {
+    name: "full",
+    events: 3_000,
+    file: Some("peers.md"),
+};
+const QUICK: Mode = Mode {
+    name: "quick",
+    events: 500,
+    file: Some("peers-quick.md"),
+};
+const SMOKE: Mode = Mode {
+    name: "smoke (run by cargo test; use cargo bench for figures)",
+    events: 30,
+    file: None,
+};
+
+/// One contender's result, or why it did not run.
+pub struct Outcome {
+    name: &'static str,
+    run: Result<Run, String>,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let mut mode = if !args.iter().any(|a| a == "--bench") {
+        SMOKE
+    } else if quick {
+        QUICK
+    } else {
+        FULL
+    };
+    if let Some(n) = value_of(&args, "--events").and_then(|n| n.parse().ok()) {
+        mode.events = n;
+    }
+    let json = value_of(&args, "--json").map(PathBuf::from);
+    let started = std::time::Instant::now();
+    let work = tempfile::Builder::new()
+        .prefix("dlq-peers-")
+        .tempdir()
+        .expect("temp dir");
+    eprintln!(
+        "peers, {}: {} events one at a time, in {}",
+        mode.name,
+        mode.events,
+        suite::filesystem_of(work.path())
+    );
+    let event = contenders::sample_event_json();
+    let outcomes = vec![
+        Outcome {
+            name: "plain file: append + fdatasync",
+            run: Ok(contenders::plain_file(work.path(), &event, mode.events)),
+        },
+        Outcome {
+            name: "dlq: dead_letter, bus up (sled sink, JetStream PubAck)",
+            run: Ok(contenders::dlq(work.path(), mode.events).await),
+        },
+        Outcome {
+            name: "Redis appendfsync always + JetStream publish",
+            run: redis::run(work.path(), &event, mode.events).await,
+        },
+        Outcome {
+            name: "RabbitMQ quorum queue, persistent, publisher confirms",
+            run: rabbit::run(&event, mode.events).await,
+        },
+    ];
+    let table = table(&mode, event.len(), &outcomes);
+    println!("{table}");
+    if let Some(file) = mode.file {
+        suite::write_results(file.trim_end_matches(".md"), quick, &table);
+    }
+    if let Some(path) = json {
+        let rows = suite_rows(&outcomes);
+        let elapsed = started.elapsed().as_secs_f64();
+        suite::write(&path, "peers", mode.name, suite::machine(), elapsed, &rows);
+    }
+}
+
+fn value_of(args: &[String], flag: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn table(mode: &Mode, bytes: usize, outcomes: &[Outcome]) -> String {
+    let plain = outcomes
+        .first()
+        .and_then(|o| o.run.as_ref().ok())
+        .map_or(f64::NAN, Run::rate);
+    let mut text = format!(
+        "## Peers, one at a time ({}; {} events of {bytes} B; {})\n\n| contender | events/s | p50/p99 | of the plain file |\n|---|---:|---:|---:|\n",
+        mode.name,
+        mode.events,
+        suite::machine()
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for outcome in outcomes {
+        match &outcome.run {
+            Ok(run) => text.push_str(&format!(
+                "| {} | {:.0} | {} | {:.0} % |\n",
+                outcome.name,
+                run.rate(),
+                run.p50_p99(),
+                run.rate() / plain * 100.0
+            )),
+            Err(why) => text.push_str(&format!("| {} | not run: {why} | | |\n", outcome.name)),
+        }
+    }
+    text
+}
+
+fn suite_rows(outcomes: &[Outcome]) -> Vec<SuiteRow> {
+    let plain = outcomes
+        .first()
+        .and_then(|o| o.run.as_ref().ok())
+        .map_or(f64::NAN, Run::rate);
+    outcomes
+        .iter()
+        .filter_map(|o| o.run.as_ref().ok().map(|run| (o.name, run)))
+        .map(|(name, run)| {
+            let q = |q| run.hist.value_at_quantile(q);
+            SuiteRow::new("peers, one at a time", name, run.rate(), "events/s")
+                .against(plain, "plain file append + fdatasync")
+                .latency_us(q(0.5), q(0.99), q(0.999))
+        })
+        .collect()
+}
