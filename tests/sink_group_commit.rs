@@ -152,6 +152,8 @@ async fn run(ops: Vec<Op>) {
                     event_id: String::new(),
                     node_id: String::new(),
                     seq: 0,
+                    epoch: None,
+                    prev_epoch: None,
                     prev_seq: None,
                     timestamp: Utc::now(),
                     job_id: d.job_id,

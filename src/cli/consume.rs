@@ -140,7 +140,7 @@ pub async fn consume(cli: &Cli, args: &ConsumeArgs) -> Result<u8, CliError> {
         .fold
         .nodes
         .iter()
-        .map(|(node, cursor)| (node.as_str(), cursor.applied))
+        .map(|(node, cursor)| (node.as_str(), cursor.highest_applied()))
         .collect();
     let report = json!({
         "stream_messages": read.messages,

@@ -146,6 +146,8 @@ mod tests {
             event_id: format!("n:{seq}"),
             node_id: "n".into(),
             seq,
+            epoch: None,
+            prev_epoch: None,
             prev_seq: None,
             timestamp: at,
             job_id: "job".into(),
