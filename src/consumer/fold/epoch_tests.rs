@@ -43,10 +43,14 @@ fn added(epoch: Option<&str>, seq: u64, id: &str) -> Event {
 
 fn removed(epoch: Option<&str>, seq: u64, id: &str) -> Event {
     let reason = RemovalReason::Resolved;
-    event(epoch, seq, EventKind::ItemRemoved {
-        item_id: id.into(),
-        reason,
-    })
+    event(
+        epoch,
+        seq,
+        EventKind::ItemRemoved {
+            item_id: id.into(),
+            reason,
+        },
+    )
 }
 
 /// The first event of an epoch opened on a directory whose last event was `prev`.
@@ -131,7 +135,10 @@ fn a_replaced_directory_reusing_sequences_is_not_a_duplicate() {
     }
     let fresh = first(added(Some(C), 1, "c1"), (None, 0));
     assert_eq!(fold.offer(fresh.clone()), Offer::Applied { unblocked: 0 });
-    assert_eq!(fold.offer(added(Some(C), 2, "c2")), Offer::Applied { unblocked: 0 });
+    assert_eq!(
+        fold.offer(added(Some(C), 2, "c2")),
+        Offer::Applied { unblocked: 0 }
+    );
     assert_eq!(fold.offer(fresh), Offer::Duplicate);
     assert_eq!(fold.projection.items.len(), 5);
     assert_eq!(fold.nodes["n"].applied_in(Some(C)), 2);
@@ -143,13 +150,22 @@ fn a_restart_waits_for_the_event_it_names_then_releases_its_chain() {
     let events = history();
     let mut fold = Fold::default();
     // C:1, then D's two events, then C:2 that D:3 names.
-    assert_eq!(fold.offer(events[8].clone()), Offer::Applied { unblocked: 0 });
+    assert_eq!(
+        fold.offer(events[8].clone()),
+        Offer::Applied { unblocked: 0 }
+    );
     assert_eq!(fold.offer(events[11].clone()), Offer::Buffered);
     assert_eq!(fold.offer(events[10].clone()), Offer::Buffered);
     assert_eq!(fold.waiting(), 2);
-    assert_eq!(fold.offer(events[9].clone()), Offer::Applied { unblocked: 2 });
+    assert_eq!(
+        fold.offer(events[9].clone()),
+        Offer::Applied { unblocked: 2 }
+    );
     assert_eq!(fold.waiting(), 0);
-    assert!(!fold.projection.items.contains_key(&("job".into(), "c1".into())));
+    assert!(!fold
+        .projection
+        .items
+        .contains_key(&("job".into(), "c1".into())));
 }
 
 #[test]
@@ -160,8 +176,14 @@ fn a_restored_copy_applies_beside_the_chain_it_forked_from() {
         fold.offer(event.clone());
     }
     // B names A:5; A is applied through 6 already.
-    assert_eq!(fold.offer(events[6].clone()), Offer::Applied { unblocked: 0 });
-    assert_eq!(fold.offer(events[7].clone()), Offer::Applied { unblocked: 0 });
+    assert_eq!(
+        fold.offer(events[6].clone()),
+        Offer::Applied { unblocked: 0 }
+    );
+    assert_eq!(
+        fold.offer(events[7].clone()),
+        Offer::Applied { unblocked: 0 }
+    );
     assert_eq!(fold.nodes["n"].applied_in(Some(A)), 6);
     assert_eq!(fold.nodes["n"].applied_in(Some(B)), 100_002);
 }
