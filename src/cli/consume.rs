@@ -32,8 +32,9 @@ pub struct ConsumeArgs {
     /// Keep consuming until interrupted (Ctrl-C or SIGTERM) instead of stopping when caught up.
     #[arg(long, requires = "durable")]
     pub follow: bool,
-    /// Give up the events missing from the stream before this node's oldest waiting event, and
-    /// apply what waited behind them (audited in the store and the log; with --durable only).
+    /// Give up the events missing from the stream before this node's oldest waiting event (in
+    /// its epoch, or in the earlier epoch that event names), and apply what waited behind them
+    /// (audited in the store and the log; with --durable only).
     /// Repair with `dlq republish` instead when the emitting node still has the events.
     #[arg(long, value_name = "NODE", requires = "durable")]
     pub accept_gap: Vec<String>,
