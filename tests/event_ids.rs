@@ -151,6 +151,26 @@ fn scenario(incident: Incident, duplicate_window: &str, beyond_window: Option<Du
     }
     assert_eq!(durable["items"], 9, "{durable}");
     assert_eq!(durable["events_applied_this_run"], 3, "{durable}");
+
+    // The node's own directory lacks what the incident took away; verify says so.
+    let store = node.path("consumer");
+    let verify = dlq_testkit::cli::dlq_output(
+        DLQ,
+        &node.data,
+        &node.url,
+        &["verify", "--consumer-store", store.to_str().unwrap()],
+    );
+    let report: Value = serde_json::from_slice(&verify.stdout).unwrap();
+    let lost_locally = match incident {
+        Incident::Replaced => 6,
+        Incident::RestoredOlderCopy => 3,
+    };
+    assert_eq!(verify.status.code(), Some(5), "{report}");
+    assert_eq!(
+        (&report["extra"], &report["missing"], &report["diverging"]),
+        (&json!(lost_locally), &json!(0), &json!(0)),
+        "{report}"
+    );
 }
 
 const LONG_WINDOW: &str = "2m";
