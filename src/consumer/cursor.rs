@@ -8,77 +8,36 @@
 //! of a chain already applied further) applies at once beside the chain it forked from, and an
 //! ordinary restart (naming the last event of the previous epoch) waits for that event. Pure.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::event::Event;
 
-/// One chain of a node's events: an epoch's, or those without an epoch.
+/// One chain of a node's events: an epoch's, or those without an epoch. Saved as
+/// `{"applied", "waiting"}`, the form a whole node's cursor had before epochs, so a store
+/// written then loads as the chain without an epoch.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Chain {
     /// The highest sequence applied (0: none yet).
     pub applied: u64,
     /// Events waiting for a predecessor, by sequence.
+    #[serde(default)]
     pub waiting: BTreeMap<u64, Event>,
 }
 
-/// Per-node progress. Saved as `{"applied", "waiting", "epochs"}`: the first two are the chain
-/// without an epoch, so a store written before epochs loads unchanged.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(from = "CursorWire")]
+/// Per-node progress: the chain without an epoch and one chain per epoch. A durable store
+/// saves each chain on its own ([`super::store`]), so a node restarted many times does not
+/// rewrite all its epochs on every save.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeCursor {
-    /// Events without an epoch (written before epochs existed).
-    pub legacy: Chain,
-    /// One chain per epoch id.
-    pub epochs: BTreeMap<String, Chain>,
+    legacy: Chain,
+    epochs: BTreeMap<String, Chain>,
     /// Events waiting over all chains.
     waiting: usize,
-}
-
-#[derive(Deserialize)]
-struct CursorWire {
-    applied: u64,
-    #[serde(default)]
-    waiting: BTreeMap<u64, Event>,
-    #[serde(default)]
-    epochs: BTreeMap<String, Chain>,
-}
-
-#[derive(Serialize)]
-struct CursorRef<'a> {
-    applied: u64,
-    waiting: &'a BTreeMap<u64, Event>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    epochs: &'a BTreeMap<String, Chain>,
-}
-
-impl From<CursorWire> for NodeCursor {
-    fn from(wire: CursorWire) -> Self {
-        let legacy = Chain {
-            applied: wire.applied,
-            waiting: wire.waiting,
-        };
-        let waiting =
-            legacy.waiting.len() + wire.epochs.values().map(|c| c.waiting.len()).sum::<usize>();
-        NodeCursor {
-            legacy,
-            epochs: wire.epochs,
-            waiting,
-        }
-    }
-}
-
-impl Serialize for NodeCursor {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        CursorRef {
-            applied: self.legacy.applied,
-            waiting: &self.legacy.waiting,
-            epochs: &self.epochs,
-        }
-        .serialize(serializer)
-    }
+    /// The chains with waiting events (`None`: the chain without an epoch).
+    waiting_in: BTreeSet<Option<String>>,
 }
 
 /// A gap given up in one chain: its sequences `from..=to` will never be applied.
@@ -93,6 +52,33 @@ pub struct Given {
 }
 
 impl NodeCursor {
+    /// The chain of `epoch` (`None`: events without an epoch), if it exists.
+    pub fn chain(&self, epoch: Option<&str>) -> Option<&Chain> {
+        match epoch {
+            None => Some(&self.legacy),
+            Some(epoch) => self.epochs.get(epoch),
+        }
+    }
+
+    /// The chains of every epoch seen, by epoch id.
+    pub fn epochs(&self) -> &BTreeMap<String, Chain> {
+        &self.epochs
+    }
+
+    /// Replaces the chain of `epoch` (as loaded from a store).
+    pub fn set_chain(&mut self, epoch: Option<String>, chain: Chain) {
+        let old = self.chain_mut(epoch.clone());
+        let before = old.waiting.len();
+        *old = chain;
+        let after = old.waiting.len();
+        self.waiting = self.waiting - before + after;
+        if after > 0 {
+            self.waiting_in.insert(epoch);
+        } else {
+            self.waiting_in.remove(&epoch);
+        }
+    }
+
     /// The highest sequence applied in the chain of `epoch`.
     pub fn applied_in(&self, epoch: Option<&str>) -> u64 {
         match epoch {
@@ -133,9 +119,11 @@ impl NodeCursor {
 
     /// Keeps `event` until [`NodeCursor::take_ready`] finds it ready.
     pub fn buffer(&mut self, event: Event) {
-        let chain = self.chain_mut(event.epoch.clone());
+        let epoch = event.epoch.clone();
+        let chain = self.chain_mut(epoch.clone());
         if chain.waiting.insert(event.seq, event).is_none() {
             self.waiting += 1;
+            self.waiting_in.insert(epoch);
         }
     }
 
@@ -161,15 +149,20 @@ impl NodeCursor {
             .find(|(_, head)| self.ready(head))
             .map(|(epoch, head)| (epoch.map(str::to_owned), head.seq))?;
         let (epoch, seq) = ready;
-        let event = self.chain_mut(epoch).waiting.remove(&seq)?;
+        let chain = self.chain_mut(epoch.clone());
+        let event = chain.waiting.remove(&seq)?;
+        if chain.waiting.is_empty() {
+            self.waiting_in.remove(&epoch);
+        }
         self.waiting -= 1;
         Some(event)
     }
 
     /// The timestamp of the oldest waiting event.
     pub fn oldest_waiting(&self) -> Option<DateTime<Utc>> {
-        std::iter::once(&self.legacy)
-            .chain(self.epochs.values())
+        self.waiting_in
+            .iter()
+            .filter_map(|epoch| self.chain(epoch.as_deref()))
             .filter_map(|chain| chain.waiting.values().map(|e| e.timestamp).min())
             .min()
     }
@@ -195,17 +188,13 @@ impl NodeCursor {
         })
     }
 
-    /// The first waiting event of every chain, with the chain's epoch.
+    /// The first waiting event of every chain that has one, with the chain's epoch.
     fn heads(&self) -> impl Iterator<Item = (Option<&str>, &Event)> {
-        let legacy = self.legacy.waiting.values().next().map(|e| (None, e));
-        let epochs = self.epochs.iter().filter_map(|(epoch, chain)| {
-            chain
-                .waiting
-                .values()
-                .next()
-                .map(|e| (Some(epoch.as_str()), e))
-        });
-        legacy.into_iter().chain(epochs)
+        self.waiting_in.iter().filter_map(|epoch| {
+            let epoch = epoch.as_deref();
+            let head = self.chain(epoch)?.waiting.values().next()?;
+            Some((epoch, head))
+        })
     }
 
     fn chain_mut(&mut self, epoch: Option<String>) -> &mut Chain {

@@ -201,20 +201,3 @@ fn an_epoch_naming_a_chain_never_seen_waits_until_the_gap_is_accepted() {
     assert_eq!(fold.offer(events[9].clone()), Offer::Duplicate, "given up");
     assert_eq!(fold.accept_gap("n"), None);
 }
-
-#[test]
-fn a_cursor_saved_before_epochs_loads_as_the_chain_without_epoch() {
-    let old = r#"{"applied":7,"waiting":{}}"#;
-    let cursor: NodeCursor = serde_json::from_str(old).unwrap();
-    assert_eq!(cursor.legacy.applied, 7);
-    assert!(cursor.epochs.is_empty());
-    assert_eq!(serde_json::to_string(&cursor).unwrap(), old);
-
-    let mut cursor = cursor;
-    cursor.buffer(added(Some(D), 4, "d4"));
-    cursor.mark_applied(&added(Some(C), 2, "c2"));
-    let json = serde_json::to_string(&cursor).unwrap();
-    let back: NodeCursor = serde_json::from_str(&json).unwrap();
-    assert_eq!(back, cursor);
-    assert_eq!(back.waiting(), 1);
-}

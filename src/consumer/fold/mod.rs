@@ -90,8 +90,32 @@ pub struct Touched {
     pub items: BTreeSet<(String, String)>,
     /// Nodes whose cursor or waiting events changed.
     pub nodes: BTreeSet<String>,
+    /// The epochs, by node, whose chain changed (a subset of those nodes' chains).
+    pub epochs: BTreeMap<String, BTreeSet<String>>,
     /// Volatile event ids newly seen.
     pub volatile: Vec<String>,
+}
+
+impl Touched {
+    /// Records a change to `node`'s chain of `epoch` (`None`: the chain without an epoch).
+    /// Looks up before inserting: no copy of the ids when they are recorded already.
+    fn touch(&mut self, node: &str, epoch: Option<&str>) {
+        if !self.nodes.contains(node) {
+            self.nodes.insert(node.to_owned());
+        }
+        if let Some(epoch) = epoch {
+            match self.epochs.get_mut(node) {
+                Some(epochs) if epochs.contains(epoch) => {}
+                Some(epochs) => {
+                    epochs.insert(epoch.to_owned());
+                }
+                None => {
+                    self.epochs
+                        .insert(node.to_owned(), BTreeSet::from([epoch.to_owned()]));
+                }
+            }
+        }
+    }
 }
 
 impl Fold {
@@ -128,7 +152,7 @@ impl Fold {
         }
         if !cursor.ready(&event) {
             if !self.untracked {
-                self.touched.nodes.insert(event.node_id.clone());
+                self.touched.touch(&event.node_id, event.epoch.as_deref());
             }
             cursor.buffer(event);
             return Offer::Buffered;
@@ -177,7 +201,7 @@ impl Fold {
     pub fn accept_gap(&mut self, node: &str) -> Option<AcceptedGap> {
         let given = self.nodes.get_mut(node)?.give_up_oldest_gap()?;
         if !self.untracked {
-            self.touched.nodes.insert(node.to_owned());
+            self.touched.touch(node, given.epoch.as_deref());
         }
         let released = self.release(node) as u64;
         Some(AcceptedGap {
@@ -217,8 +241,8 @@ impl Fold {
                     self.nodes.insert(event.node_id.clone(), cursor);
                 }
             }
-            if !self.untracked && !self.touched.nodes.contains(&event.node_id) {
-                self.touched.nodes.insert(event.node_id.clone());
+            if !self.untracked {
+                self.touched.touch(&event.node_id, event.epoch.as_deref());
             }
         }
         self.projection.apply(&event);

@@ -141,7 +141,7 @@ fn an_announced_jump_does_not_block() {
         fold.offer(event.clone());
     }
     assert_eq!(fold.waiting(), 0);
-    assert_eq!(fold.nodes["mem"].legacy.applied, 500_000);
+    assert_eq!(fold.nodes["mem"].applied_in(None), 500_000);
 }
 
 #[test]
