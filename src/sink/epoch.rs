@@ -15,6 +15,7 @@ use std::path::Path;
 use chrono::Utc;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+use tracing::warn;
 
 use super::{keys, show_key, SinkError};
 use crate::domain::event::EPOCH_HEX;
@@ -42,19 +43,25 @@ struct Position {
 
 impl Epoch {
     /// A new epoch for the data directory at `path` whose log is in `tree`.
+    /// The predecessor is the last log entry that can be read: an unreadable one is never
+    /// published (the reconciler parks it), so consumers could not wait for it.
     pub(crate) fn open(path: &Path, tree: &sled::Tree) -> Result<Epoch, SinkError> {
-        let (prev_epoch, prev_seq) = match tree.scan_prefix(keys::LOG).next_back() {
-            None => (None, 0),
-            Some(entry) => {
-                let (key, value) = entry?;
-                let position: Position =
-                    serde_json::from_slice(&value).map_err(|err| SinkError::Corrupt {
-                        key: show_key(&key),
-                        reason: err.to_string(),
-                    })?;
-                (position.epoch, position.seq)
+        let mut last = (None, 0);
+        for entry in tree.scan_prefix(keys::LOG).rev() {
+            let (key, value) = entry?;
+            match serde_json::from_slice::<Position>(&value) {
+                Ok(position) => {
+                    last = (position.epoch, position.seq);
+                    break;
+                }
+                Err(err) => warn!(
+                    key = %show_key(&key),
+                    error = %err,
+                    "unreadable log entry: the new epoch names the last readable event before it"
+                ),
             }
-        };
+        }
+        let (prev_epoch, prev_seq) = last;
         Ok(Epoch {
             id: random_id(path),
             prev_epoch,
@@ -88,6 +95,38 @@ fn random_id(path: &Path) -> String {
 mod tests {
     use super::*;
     use crate::domain::event::is_epoch;
+
+    fn tree(entries: &[(u64, &str)]) -> sled::Tree {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        for (seq, json) in entries {
+            db.insert(keys::log(*seq), json.as_bytes()).unwrap();
+        }
+        (*db).clone()
+    }
+
+    fn named(entries: &[(u64, &str)]) -> (Option<String>, u64) {
+        let epoch = Epoch::open(Path::new("/data"), &tree(entries)).unwrap();
+        assert!(!epoch.started);
+        (epoch.prev_epoch, epoch.prev_seq)
+    }
+
+    /// A new epoch names the last readable logged event: nothing for an empty log, the chain
+    /// without an epoch for events written before epochs, and never an unreadable entry (it is
+    /// parked, never published, so consumers could not wait for it).
+    #[test]
+    fn a_new_epoch_names_the_last_readable_event() {
+        assert_eq!(named(&[]), (None, 0));
+        assert_eq!(
+            named(&[(1, r#"{"seq":1}"#), (2, r#"{"seq":2}"#)]),
+            (None, 2)
+        );
+        let a = r#"{"seq":5,"epoch":"00000000000000aa"}"#;
+        assert_eq!(
+            named(&[(1, r#"{"seq":1}"#), (5, a), (6, "\u{1}garbage")]),
+            (Some("00000000000000aa".into()), 5)
+        );
+        assert_eq!(named(&[(6, "garbage")]), (None, 0));
+    }
 
     #[test]
     fn ids_are_epoch_shaped_and_differ() {
