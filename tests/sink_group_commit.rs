@@ -95,7 +95,15 @@ fn command(op: &Op) -> Command {
 fn gist(event: &Event) -> String {
     let mut value = serde_json::to_value(event).unwrap();
     let object = value.as_object_mut().unwrap();
-    for volatile in ["event_id", "seq", "timestamp", "node_id"] {
+    for volatile in [
+        "event_id",
+        "seq",
+        "timestamp",
+        "node_id",
+        "epoch",
+        "prev_epoch",
+        "prev_seq",
+    ] {
         object.remove(volatile);
     }
     value.to_string()
