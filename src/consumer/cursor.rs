@@ -71,7 +71,7 @@ impl NodeCursor {
         let before = old.waiting.len();
         *old = chain;
         let after = old.waiting.len();
-        self.waiting = self.waiting - before + after;
+        self.waiting = self.waiting.saturating_sub(before) + after;
         if after > 0 {
             self.waiting_in.insert(epoch);
         } else {
