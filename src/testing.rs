@@ -50,9 +50,11 @@ impl Sink for MemorySink {
         for draft in drafts {
             let seq = state.log.len() as u64 + 1;
             let event = Event {
-                event_id: Event::stored_id("mem", seq),
+                event_id: Event::legacy_id("mem", seq),
                 node_id: "mem".into(),
                 seq,
+                epoch: None,
+                prev_epoch: None,
                 prev_seq: None,
                 timestamp: Utc::now(),
                 job_id: draft.job_id,

@@ -152,9 +152,14 @@ async fn healthy_bus_stores_then_publishes_exactly_once() {
         .await
         .unwrap();
     assert!(receipt.published);
+    let stored = emitter.sink().event(1).unwrap().unwrap();
     assert_eq!(
         receipt.event_ids,
-        vec![format!("{}:1", emitter.sink().node_id())]
+        vec![format!(
+            "{}:{}:1",
+            emitter.sink().node_id(),
+            stored.epoch.unwrap()
+        )]
     );
     assert!(emitter.sink().item("job-1", "a").unwrap().is_some());
     assert_eq!(emitter.sink().backlog().unwrap().count, 0);
@@ -398,9 +403,10 @@ async fn store_timeout_after_the_writer_took_the_event_publishes_one_copy() {
     drained(&emitter).await;
     let copies = copies_of(&server, "late").await;
     let ids: Vec<&String> = copies.iter().map(|(id, _)| id).collect();
+    let stored = emitter.sink().event(1).unwrap().unwrap();
     assert_eq!(
         ids,
-        vec![&format!("{}:1", emitter.sink().node_id())],
+        vec![&stored.event_id],
         "exactly the stored copy is in the stream"
     );
     assert_stream_matches_log(&emitter, &server).await;

@@ -125,17 +125,27 @@ async fn assert_next_seq(sink: &SledSink, seq: u64) {
     assert_eq!(events.last().unwrap().seq, seq);
 }
 
-/// A first dead-letter is one `dead_lettered` event with seq 1 and id "<node>:1", stored as an
-/// item of version 1, and stays in the backlog until the bus acknowledges it.
+/// A first dead-letter is one `dead_lettered` event with seq 1 and id "<node>:<epoch>:1", the
+/// first of its epoch (naming nothing before it), stored as an item of version 1, and stays in
+/// the backlog until the bus acknowledges it.
 #[tokio::test]
 async fn dead_letter_is_stored_and_unpublished_until_marked() {
     let (_dir, sink) = fresh(|c| c.node_id = Some("n1".into()));
     let events = ok(&sink, dl("job-a", "item-1")).await;
     assert_eq!(brief(&events), ["1 dead_lettered job-a/item-1"]);
-    assert_eq!((&*events[0].event_id, &*events[0].node_id), ("n1:1", "n1"));
+    let epoch = events[0]
+        .epoch
+        .clone()
+        .expect("stored events carry the epoch");
+    let id = format!("n1:{epoch}:1");
+    assert_eq!((&*events[0].event_id, &*events[0].node_id), (&*id, "n1"));
+    assert_eq!(
+        (events[0].prev_epoch.as_ref(), events[0].prev_seq),
+        (None, Some(0))
+    );
     let stored = sink.item("job-a", "item-1").unwrap().unwrap();
     assert_eq!((&*stored.item.job_id, len(&sink, "job-a")), ("job-a", 1));
-    assert_eq!((stored.version, &*stored.last_event_id), (1, "n1:1"));
+    assert_eq!((stored.version, &*stored.last_event_id), (1, &*id));
     assert_eq!(log(&sink), events);
     let backlog = sink.backlog().unwrap();
     assert!(backlog.count == 1 && backlog.oldest.is_some());
@@ -306,7 +316,14 @@ async fn state_survives_reopen_and_sequence_continues() {
     assert_eq!(sink.backlog().unwrap(), backlog);
     assert_eq!(sink.unpublished(0, 100).unwrap(), encoded(&events[3..]));
     let next = ok(&sink, dl("A", "after")).await;
-    assert_eq!(next[0].event_id, format!("{node}:11"));
+    let epoch = next[0].epoch.clone().unwrap();
+    assert_ne!(next[0].epoch, events[9].epoch, "every open is a new epoch");
+    assert_eq!(next[0].event_id, format!("{node}:{epoch}:11"));
+    assert_eq!(
+        (next[0].prev_epoch.as_ref(), next[0].prev_seq),
+        (events[9].epoch.as_ref(), Some(10)),
+        "the epoch's first event names the last one logged"
+    );
     close(sink).await;
 }
 
@@ -390,7 +407,7 @@ async fn injected_faults_surface_as_errors() {
         panic!("expected NotDurable")
     };
     assert_eq!(brief(&events), ["1 dead_lettered A/f"]);
-    assert_eq!(events[0].event_id, "n1:1");
+    assert_eq!(events[0].seq, 1);
     sink.faults().set_fail_flush(false);
     assert_next_seq(&sink, 2).await;
     close(sink).await;

@@ -95,7 +95,15 @@ fn command(op: &Op) -> Command {
 fn gist(event: &Event) -> String {
     let mut value = serde_json::to_value(event).unwrap();
     let object = value.as_object_mut().unwrap();
-    for volatile in ["event_id", "seq", "timestamp", "node_id"] {
+    for volatile in [
+        "event_id",
+        "seq",
+        "timestamp",
+        "node_id",
+        "epoch",
+        "prev_epoch",
+        "prev_seq",
+    ] {
         object.remove(volatile);
     }
     value.to_string()
@@ -152,6 +160,8 @@ async fn run(ops: Vec<Op>) {
                     event_id: String::new(),
                     node_id: String::new(),
                     seq: 0,
+                    epoch: None,
+                    prev_epoch: None,
                     prev_seq: None,
                     timestamp: Utc::now(),
                     job_id: d.job_id,

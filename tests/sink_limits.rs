@@ -110,13 +110,15 @@ async fn a_rolled_back_database_never_reuses_event_ids() {
     let sink = SledSink::open(config()).unwrap();
     let events = sink.append(dead_letter(big_item("new", 10))).await.unwrap();
     assert_eq!(
-        events[0].event_id, "n1:11",
+        events[0].seq, 11,
         "a clean close leaves no gap and no reuse"
     );
+    let epoch = events[0].epoch.clone().unwrap();
+    assert_eq!(events[0].event_id, format!("n1:{epoch}:11"));
     assert_eq!(
-        events[0].prev_seq,
-        Some(0),
-        "the jump over lost sequences is announced"
+        (events[0].prev_epoch.as_ref(), events[0].prev_seq),
+        (None, Some(0)),
+        "the new epoch names what the database held: nothing"
     );
     sink.close().await.unwrap();
 }

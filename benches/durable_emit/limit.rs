@@ -28,9 +28,11 @@ pub type Limits = HashMap<(usize, usize), (f64, usize)>;
 /// The JSON size of the `DeadLettered` event the sink stores for `item`.
 pub fn event_bytes(item: &DeadLetteredItem) -> usize {
     let event = Event {
-        event_id: Event::stored_id("0123456789abcdef", 1_000_000),
+        event_id: Event::stored_id("0123456789abcdef", "0123456789abcdef", 1_000_000),
         node_id: "0123456789abcdef".into(),
         seq: 1_000_000,
+        epoch: Some("0123456789abcdef".into()),
+        prev_epoch: None,
         prev_seq: None,
         timestamp: Utc::now(),
         job_id: item.job_id.clone(),

@@ -4,7 +4,7 @@
 //! Both count duplicates twice: *before dedup* (the same event id more than once: a re-publish,
 //! or a repair by `dlq republish` of an event this observer already had) and *after dedup by id*
 //! (a message with a new event id that is the same logical event as one already seen: the same
-//! `(job, item)` dead-lettered twice, or the same `(node, seq)`). The second figure is what a
+//! `(job, item)` dead-lettered twice, or the same `(node, epoch, seq)`). The second figure is what a
 //! consumer that drops repeated event ids would still see twice.
 
 use std::collections::hash_map::Entry;
@@ -124,7 +124,12 @@ impl Seen {
 fn logical_key(event: &Event) -> String {
     match &event.kind {
         EventKind::DeadLettered { item } => format!("dl|{}|{}", item.job_id, item.item_id),
-        _ if event.seq > 0 => format!("ev|{}|{}", event.node_id, event.seq),
+        _ if event.seq > 0 => format!(
+            "ev|{}|{}|{}",
+            event.node_id,
+            event.epoch.as_deref().unwrap_or_default(),
+            event.seq
+        ),
         _ => format!("id|{}", event.event_id),
     }
 }

@@ -32,8 +32,9 @@ pub struct ConsumeArgs {
     /// Keep consuming until interrupted (Ctrl-C or SIGTERM) instead of stopping when caught up.
     #[arg(long, requires = "durable")]
     pub follow: bool,
-    /// Give up the events missing from the stream before this node's oldest waiting event, and
-    /// apply what waited behind them (audited in the store and the log; with --durable only).
+    /// Give up the events missing from the stream before this node's oldest waiting event (in
+    /// its epoch, or in the earlier epoch that event names), and apply what waited behind them
+    /// (audited in the store and the log; with --durable only).
     /// Repair with `dlq republish` instead when the emitting node still has the events.
     #[arg(long, value_name = "NODE", requires = "durable")]
     pub accept_gap: Vec<String>,
@@ -140,7 +141,7 @@ pub async fn consume(cli: &Cli, args: &ConsumeArgs) -> Result<u8, CliError> {
         .fold
         .nodes
         .iter()
-        .map(|(node, cursor)| (node.as_str(), cursor.applied))
+        .map(|(node, cursor)| (node.as_str(), cursor.highest_applied()))
         .collect();
     let report = json!({
         "stream_messages": read.messages,

@@ -51,7 +51,7 @@ pub async fn run_republish(cli: &Cli, args: &RepublishArgs) -> Result<u8, CliErr
         let unpublished = unpublished_seqs(&sink)?;
         let missing = missing_events(
             sink.events_from(1),
-            &holding.seqs,
+            &holding.positions,
             holding.span.first_time,
             |seq| unpublished.contains(&seq),
         )?;
@@ -80,7 +80,7 @@ pub async fn run_republish(cli: &Cli, args: &RepublishArgs) -> Result<u8, CliErr
     let report = json!({
         "node_id": node,
         "stream_messages": holding.messages,
-        "held": holding.seqs.len(),
+        "held": holding.positions.len(),
         "missing": missing.events.len(),
         "before_stream": missing.before_stream,
         "unpublished": missing.unpublished,
@@ -102,7 +102,7 @@ pub async fn run_republish(cli: &Cli, args: &RepublishArgs) -> Result<u8, CliErr
             };
             println!(
                 "node {node}: the stream holds {} of this node's events; {} missing; {verb} {count}",
-                holding.seqs.len(),
+                holding.positions.len(),
                 missing.events.len(),
             );
             for id in &shown {

@@ -99,7 +99,7 @@ pub async fn run_durable(
         let gap = fold
             .accept_gap(node)
             .ok_or_else(|| ConsumeError::NoGap(node.clone()))?;
-        warn!(node = %gap.node, from = gap.from, to = gap.to, released = gap.released,
+        warn!(node = %gap.node, epoch = gap.epoch.as_deref().unwrap_or("none"), from = gap.from, to = gap.to, released = gap.released,
               "gap accepted by the operator: these events of the node will never be applied");
         store.record_accepted_gap(&gap)?;
         accepted.push(gap);

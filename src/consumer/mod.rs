@@ -5,6 +5,7 @@
 //! emitter's sink; [`repair`] re-publishes what a stream lost; [`durable`] keeps a consumer's state in its own [`store`], checkpointed by
 //! stream sequence.
 
+mod cursor;
 mod durable;
 mod fold;
 #[cfg(feature = "cli")]
@@ -18,7 +19,7 @@ pub use durable::{
     run_durable, ConsumeError, DurableConfig, DurableRun, ABSENT, APPLIED, DUPLICATES, LAG,
     OLDEST_WAITING_AGE, READ_BY_SEQUENCE, WAITING,
 };
-pub use fold::{AcceptedGap, Fold, FoldStats, Offer, MAX_WAITING_PER_NODE};
+pub use fold::{AcceptedGap, Chain, Fold, FoldStats, NodeCursor, Offer, MAX_WAITING_PER_NODE};
 pub use store::{ConsumerStore, PendingSave, StoreError};
 pub use stream::{
     for_each_message, read_from_start, ReadError, StreamMessage, StreamRead, StreamSpan,

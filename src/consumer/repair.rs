@@ -5,8 +5,8 @@
 //! it acknowledged (seen with nats-server 2.9 when a stream leader is killed; the new leader
 //! never had it and still answers "duplicate" within the window). Publishing the event again
 //! under its own id would be dropped by that window, so it goes out under
-//! `{event_id}~republished-{stamp}`; consumers drop it by `(node, seq)` if they hold it already,
-//! so a repair never counts anything twice.
+//! `{event_id}~republished-{stamp}`; consumers drop it by `(node, epoch, seq)` if they hold it
+//! already, so a repair never counts anything twice.
 
 use std::collections::HashSet;
 
@@ -17,11 +17,15 @@ use super::stream::{for_each_message, ReadError, StreamSpan};
 use crate::bus::{BusError, NatsBus};
 use crate::domain::event::Event;
 
+/// Where an event of a node belongs: its epoch (`None`: written before epochs) and sequence.
+/// Two incarnations of a data directory (replaced, restored) reuse sequences, never epochs.
+pub type Position = (Option<String>, u64);
+
 /// Which of one node's events a stream holds.
 #[derive(Debug, Default)]
 pub struct Holding {
-    /// The node's log sequences found in the stream.
-    pub seqs: HashSet<u64>,
+    /// The positions of the node's events found in the stream.
+    pub positions: HashSet<Position>,
     /// The stream's extent when the read began.
     pub span: StreamSpan,
     /// Messages read (every node's).
@@ -34,9 +38,11 @@ struct Identity<'a> {
     #[serde(borrow)]
     node_id: std::borrow::Cow<'a, str>,
     seq: u64,
+    #[serde(default)]
+    epoch: Option<String>,
 }
 
-/// Reads the whole stream once and records which of `node`'s log sequences it holds.
+/// Reads the whole stream once and records which of `node`'s events (by position) it holds.
 pub async fn holding_of_node(
     bus: &crate::bus::BusConfig,
     stream: &str,
@@ -47,7 +53,7 @@ pub async fn holding_of_node(
         holding.messages += 1;
         if let Ok(id) = serde_json::from_slice::<Identity<'_>>(message.payload) {
             if id.node_id == node && id.seq > 0 {
-                holding.seqs.insert(id.seq);
+                holding.positions.insert((id.epoch, id.seq));
             }
         }
     })
@@ -69,17 +75,17 @@ pub struct Missing {
 
 /// Picks from `log` (this node's stored events) those that are published, written at or after
 /// `stream_start` (when the stream's first stored message arrived; `None`: the stream is empty,
-/// so all), and not in `held`.
+/// so all), and whose position is not in `held`.
 pub fn missing_events<E>(
     log: impl IntoIterator<Item = Result<Event, E>>,
-    held: &HashSet<u64>,
+    held: &HashSet<Position>,
     stream_start: Option<DateTime<Utc>>,
     is_unpublished: impl Fn(u64) -> bool,
 ) -> Result<Missing, E> {
     let mut missing = Missing::default();
     for event in log {
         let event = event?;
-        if held.contains(&event.seq) {
+        if held.contains(&(event.epoch.clone(), event.seq)) {
             continue;
         }
         if is_unpublished(event.seq) {
@@ -146,6 +152,8 @@ mod tests {
             event_id: format!("n:{seq}"),
             node_id: "n".into(),
             seq,
+            epoch: None,
+            prev_epoch: None,
             prev_seq: None,
             timestamp: at,
             job_id: "job".into(),
@@ -168,12 +176,27 @@ mod tests {
             event(4, at(30)),
             event(5, at(40)),
         ];
-        let held: HashSet<u64> = [3].into();
+        let held: HashSet<Position> = [(None, 3)].into();
         let missing = missing_events(log, &held, Some(at(5)), |seq| seq == 5).unwrap();
         let seqs: Vec<u64> = missing.events.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, vec![2, 4]);
         assert_eq!(missing.before_stream, 1);
         assert_eq!(missing.unpublished, 1);
+    }
+
+    #[test]
+    fn the_same_sequence_of_another_epoch_does_not_count_as_held() {
+        let mut replaced = event(2, Utc::now()).unwrap();
+        replaced.epoch = Some("00000000000000bb".into());
+        let held: HashSet<Position> = [(None, 2), (Some("00000000000000aa".into()), 2)].into();
+        let missing = missing_events(vec![Ok::<_, ()>(replaced)], &held, None, |_| false).unwrap();
+        assert_eq!(missing.events.len(), 1, "held only by other epochs");
+        let mine: HashSet<Position> = [(Some("00000000000000bb".into()), 2)].into();
+        let log = vec![Ok::<_, ()>(missing.events[0].clone())];
+        assert!(missing_events(log, &mine, None, |_| false)
+            .unwrap()
+            .events
+            .is_empty());
     }
 
     #[test]

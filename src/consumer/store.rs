@@ -12,11 +12,16 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use super::fold::{AcceptedGap, Fold, FoldStats, NodeCursor};
+use super::fold::{AcceptedGap, Chain, Fold, FoldStats};
 use crate::domain::projection::StoredItem;
 
 const ITEM: &[u8] = b"i";
+/// A node's chain of events without an epoch: `n` + node → [`Chain`] JSON (before epochs, the
+/// node's whole cursor, in the same form).
 const NODE: &[u8] = b"n";
+/// A node's chain of one epoch: `e` + node + NUL + epoch → [`Chain`] JSON. One key per chain,
+/// so a save rewrites only the chains it changed, however often the node restarted.
+const EPOCH: &[u8] = b"e";
 const VOLATILE: &[u8] = b"v";
 const CHECKPOINT: &[u8] = b"m/checkpoint";
 const STATS: &[u8] = b"m/stats";
@@ -118,8 +123,26 @@ impl ConsumerStore {
         for entry in self.db.scan_prefix(NODE) {
             let (key, value) = entry.map_err(|e| self.io(e))?;
             let node = String::from_utf8_lossy(key.get(NODE.len()..).unwrap_or_default());
-            let cursor: NodeCursor = serde_json::from_slice(&value).map_err(|e| self.io(e))?;
-            fold.nodes.insert(node.into_owned(), cursor);
+            let chain: Chain = serde_json::from_slice(&value).map_err(|e| self.io(e))?;
+            let cursor = fold.nodes.entry(node.into_owned()).or_default();
+            cursor.set_chain(None, chain);
+        }
+        for entry in self.db.scan_prefix(EPOCH) {
+            let (key, value) = entry.map_err(|e| self.io(e))?;
+            let rest = key.get(EPOCH.len()..).unwrap_or_default();
+            let Some(split) = rest.iter().position(|&b| b == 0) else {
+                return Err(self.io(format!(
+                    "malformed epoch key {:?}",
+                    String::from_utf8_lossy(&key)
+                )));
+            };
+            let node = String::from_utf8_lossy(&rest[..split]).into_owned();
+            let epoch = String::from_utf8_lossy(&rest[split + 1..]).into_owned();
+            let chain: Chain = serde_json::from_slice(&value).map_err(|e| self.io(e))?;
+            fold.nodes
+                .entry(node)
+                .or_default()
+                .set_chain(Some(epoch), chain);
         }
         for entry in self.db.scan_prefix(VOLATILE) {
             let (key, _) = entry.map_err(|e| self.io(e))?;
@@ -177,9 +200,26 @@ impl ConsumerStore {
             }
         }
         for node in &touched.nodes {
-            let cursor = fold.nodes.get(node).cloned().unwrap_or_default();
-            let value = serde_json::to_vec(&cursor).map_err(|e| self.io(e))?;
+            let cursor = fold.nodes.get(node);
+            let legacy = cursor
+                .and_then(|c| c.chain(None))
+                .cloned()
+                .unwrap_or_default();
+            let value = serde_json::to_vec(&legacy).map_err(|e| self.io(e))?;
             batch.insert(key(NODE, &[node]), value);
+        }
+        for (node, epochs) in &touched.epochs {
+            let cursor = fold.nodes.get(node);
+            for epoch in epochs {
+                let key = key(EPOCH, &[node, epoch]);
+                match cursor.and_then(|c| c.chain(Some(epoch))) {
+                    Some(chain) => {
+                        let value = serde_json::to_vec(chain).map_err(|e| self.io(e))?;
+                        batch.insert(key, value);
+                    }
+                    None => batch.remove(key),
+                }
+            }
         }
         for id in &touched.volatile {
             batch.insert(key(VOLATILE, &[id]), &[]);
@@ -199,5 +239,60 @@ impl ConsumerStore {
         self.db.clear().map_err(|e| self.io(e))?;
         self.db.flush().map_err(|e| self.io(e))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::domain::event::{Event, EventKind, RemovalReason};
+
+    fn removed(epoch: Option<&str>, seq: u64, prev_seq: Option<u64>) -> Event {
+        Event {
+            event_id: format!("n:{seq}"),
+            node_id: "n".into(),
+            seq,
+            epoch: epoch.map(str::to_owned),
+            prev_epoch: None,
+            prev_seq,
+            timestamp: chrono::Utc::now(),
+            job_id: "job".into(),
+            topic: "t".into(),
+            kind: EventKind::ItemRemoved {
+                item_id: format!("i{seq}"),
+                reason: RemovalReason::Resolved,
+            },
+        }
+    }
+
+    /// A store written before epochs (a node's cursor as `{"applied", "waiting"}`) loads as the
+    /// chain without an epoch, and keeps that form; each epoch's chain is saved under its own
+    /// key and loads back, waiting events included.
+    #[test]
+    fn a_store_from_before_epochs_loads_and_epochs_are_saved_per_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ConsumerStore::open(dir.path()).unwrap();
+        let old = br#"{"applied":7,"waiting":{}}"#;
+        store.db.insert(key(NODE, &["n"]), &old[..]).unwrap();
+        let mut fold = store.load().unwrap();
+        assert_eq!(fold.nodes["n"].applied_in(None), 7);
+
+        let (a, b) = ("00000000000000aa", "00000000000000bb");
+        fold.offer(removed(Some(a), 8, Some(7)));
+        fold.offer(removed(Some(b), 12, None));
+        store.save(&mut fold, 3).unwrap();
+        let raw = store.db.get(key(NODE, &["n"])).unwrap().unwrap();
+        assert_eq!(
+            &raw[..],
+            &old[..],
+            "the chain without an epoch keeps its form"
+        );
+
+        let loaded = store.load().unwrap();
+        assert_eq!(loaded.nodes["n"], fold.nodes["n"]);
+        assert_eq!(loaded.nodes["n"].applied_in(Some(a)), 8);
+        assert_eq!(loaded.waiting(), 1, "b:12 waits for b:11");
+        assert_eq!(loaded.nodes["n"].epochs().len(), 2);
     }
 }

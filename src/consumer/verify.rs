@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::domain::event::Event;
 use crate::domain::projection::{MemoryProjection, StoredItem};
 
 /// One difference between the sink and the consumer.
@@ -79,11 +80,9 @@ pub fn compare_node<E>(
     Ok(differences)
 }
 
-/// Whether `node` wrote the item's last event (event ids are `<node_id>:<seq>`).
+/// Whether `node` wrote the item's last event (see [`Event::id_written_by`]).
 fn written_by(item: &StoredItem, node: &str) -> bool {
-    item.last_event_id
-        .rsplit_once(':')
-        .is_some_and(|(writer, _)| writer == node)
+    Event::id_written_by(&item.last_event_id, node)
 }
 
 #[cfg(test)]

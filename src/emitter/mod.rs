@@ -367,6 +367,8 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
             event_id: Event::volatile_id(node_id, nanos, counter),
             node_id: node_id.to_owned(),
             seq: 0,
+            epoch: None,
+            prev_epoch: None,
             prev_seq: None,
             timestamp: now,
             job_id: item.job_id.clone(),

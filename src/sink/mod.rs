@@ -42,9 +42,13 @@
 //!
 //! # Ids are never reused
 //!
-//! A damaged database may be recovered by sled as a shorter prefix of its log; the sequence
-//! floor ([`seq_floor`]) guarantees that new events never get the ids of events already handed
-//! out. After a crash the sequence may jump (a gap); it never goes back.
+//! Every open of a data directory starts a new random epoch ([`epoch`]) that every event it
+//! writes carries in its id (`"{node}:{epoch}:{seq}"`): a replaced directory (whose sequence
+//! starts again at 1) or a restored copy (whose sequence continues below ids already published)
+//! writes under a new epoch, so its ids are new. Within one directory, the sequence floor
+//! ([`seq_floor`]) keeps the log sequence from going back when sled recovers a damaged database
+//! as a shorter prefix of its log: after a crash the sequence may jump (a gap); it never goes
+//! back.
 //!
 //! # Recovery
 //!
@@ -53,6 +57,7 @@
 //! projection can always be rebuilt from the log with [`SledSink::rebuild_projection`].
 
 mod counters;
+mod epoch;
 pub mod faults;
 mod journal;
 mod journal_record;

@@ -1,8 +1,9 @@
-//! The sequence floor: a tiny file beside sled that makes event ids impossible to reuse.
+//! The sequence floor: a tiny file beside sled that keeps the log sequence from going back.
 //!
 //! sled may recover a damaged database as a shorter prefix of its log. The next sequence number
-//! would then go backwards and new events would reuse ids that were already published, which
-//! JetStream and consumers drop as duplicates: new failures lost. To prevent that, the writer
+//! would then go backwards. Ids would still be new (every open writes under a new epoch, see
+//! [`super::epoch`]), but a directory's sequence stays monotonic, which keeps its log, its
+//! unpublished set and what operators see in order. To that end the writer
 //! reserves sequence numbers in blocks: before it uses a sequence at or above the floor written
 //! in `seq.floor`, it raises the floor by [`BLOCK`] and fsyncs the file. On open, the next
 //! sequence is the larger of sled's and the floor. A clean close writes the exact next

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
 use super::counters::JobCounters;
+use super::epoch::Epoch;
 use super::journal::{self, Journal};
 use super::parked::ParkedSet;
 use super::reads::TreeView;
@@ -157,7 +158,7 @@ impl SledSink {
             journal,
             tree: tree.clone(),
             node_id: node_id.clone(),
-            last_seq: stored_next - 1,
+            epoch: Epoch::open(&config.path, &tree)?,
             next_seq,
             limits: Limits {
                 capacity_per_job: config.capacity_per_job,

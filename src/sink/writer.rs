@@ -32,6 +32,7 @@ use chrono::Utc;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
+use super::epoch::Epoch;
 use super::journal::{self, Journal};
 use super::journal_record::Write;
 use super::seq_floor::SeqFloor;
@@ -102,8 +103,8 @@ pub(crate) struct Writer {
     /// Where groups become durable between checkpoints.
     pub(crate) journal: Journal,
     pub(crate) node_id: String,
-    /// The last sequence used (0 before the first event).
-    pub(crate) last_seq: u64,
+    /// This open's incarnation of the data directory (see [`super::epoch`]).
+    pub(crate) epoch: Epoch,
     pub(crate) next_seq: u64,
     pub(crate) limits: Limits,
     pub(crate) max_event_bytes: usize,
@@ -249,16 +250,21 @@ impl Writer {
         let events: Vec<Event> = drafts
             .into_iter()
             .zip(*seq..)
-            .map(|(draft, seq)| Event {
-                event_id: Event::stored_id(&self.node_id, seq),
-                node_id: self.node_id.clone(),
-                seq,
-                prev_seq: (seq == self.next_seq && self.last_seq + 1 != seq)
-                    .then_some(self.last_seq),
-                timestamp: now,
-                job_id: draft.job_id,
-                topic: draft.topic,
-                kind: draft.kind,
+            .map(|(draft, seq)| {
+                // The epoch's first event names what the directory held when it was opened.
+                let first = !self.epoch.started && seq == self.next_seq;
+                Event {
+                    event_id: Event::stored_id(&self.node_id, &self.epoch.id, seq),
+                    node_id: self.node_id.clone(),
+                    seq,
+                    epoch: Some(self.epoch.id.clone()),
+                    prev_epoch: first.then(|| self.epoch.prev_epoch.clone()).flatten(),
+                    prev_seq: first.then_some(self.epoch.prev_seq),
+                    timestamp: now,
+                    job_id: draft.job_id,
+                    topic: draft.topic,
+                    kind: draft.kind,
+                }
             })
             .collect();
         staged.stage_events(&events, Some(self.max_event_bytes))?;
@@ -291,7 +297,7 @@ impl Writer {
         }
         let added = next_seq - self.next_seq;
         self.unpublished.fetch_add(added, Ordering::SeqCst);
-        self.last_seq = next_seq - 1;
+        self.epoch.started = true;
         self.next_seq = next_seq;
         Ok(())
     }

@@ -29,9 +29,11 @@ pub fn template_item_sized(blob_bytes: usize) -> DeadLetteredItem {
 /// (the publish-only baselines; JetStream drops repeated ids, so each `seq` is new).
 pub fn dead_lettered_event(node: &str, seq: u64, topic: &str, item: DeadLetteredItem) -> Event {
     Event {
-        event_id: Event::stored_id(node, seq),
+        event_id: Event::legacy_id(node, seq),
         node_id: node.into(),
         seq,
+        epoch: None,
+        prev_epoch: None,
         prev_seq: None,
         timestamp: Utc::now(),
         job_id: item.job_id.clone(),

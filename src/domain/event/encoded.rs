@@ -93,6 +93,8 @@ mod tests {
             event_id: "n\"1:7".into(),
             node_id: "n\"1".into(),
             seq: 7,
+            epoch: None,
+            prev_epoch: None,
             prev_seq: Some(3),
             timestamp: Utc::now(),
             job_id: "job \\ one".into(),

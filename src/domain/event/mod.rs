@@ -1,9 +1,17 @@
 //! The event envelope: every change to the dead-letter queue is one [`Event`].
 //!
 //! Events are appended to the sink's log, published to the bus as JSON, and folded into
-//! projections by [`crate::domain::projection`]. An event's identity is `event_id = "{node_id}:{seq}"`,
-//! where `seq` is the per-node log sequence (starting at 1). The id is sent as `Nats-Msg-Id`, so
-//! JetStream drops re-publishes inside its duplicate window, and consumers drop them beyond it.
+//! projections by [`crate::domain::projection`]. An event's identity is
+//! `event_id = "{node_id}:{epoch}:{seq}"`: `seq` is the data directory's log sequence (starting
+//! at 1) and `epoch` a random id drawn each time the data directory is opened, so a replaced or
+//! restored directory, whose log sequence starts again or goes back, never reuses an id. Events
+//! written before epochs existed have `"{node_id}:{seq}"` and no epoch. The id is sent as
+//! `Nats-Msg-Id`, so JetStream drops re-publishes inside its duplicate window, and consumers drop
+//! them beyond it.
+//!
+//! A node's events form chains, one per epoch (plus the chain of events without one): inside a
+//! chain the predecessor of `seq` is `seq - 1`; the first event of an epoch names what the
+//! directory held when it was opened (`prev_epoch`, `prev_seq`), see [`Event::needs`].
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -19,15 +27,27 @@ pub use encoded::EncodedEvent;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "wire::WireEvent")]
 pub struct Event {
-    /// `"{node_id}:{seq}"` for stored events; see [`Event::volatile_id`] for the others.
+    /// `"{node_id}:{epoch}:{seq}"` for stored events (`"{node_id}:{seq}"` for those written
+    /// before epochs); see [`Event::volatile_id`] for the others.
     pub event_id: String,
     /// The node (emitter process) that wrote the event.
     pub node_id: String,
     /// Per-node log sequence; `0` for an event the sink failed to store.
     pub seq: u64,
-    /// Set only when the previous sequence this node used is not `seq - 1` (after a crash the
-    /// sequence jumps to the reserved floor): the sequences between do not exist, so a consumer
-    /// applying a node's events in order must not wait for them.
+    /// The incarnation of the data directory that wrote the event: a random id drawn on every
+    /// open. `None` for events written before epochs existed and for volatile events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<String>,
+    /// On the first event of an epoch: the epoch of the last event the data directory held
+    /// when it was opened (`None` when it held none, or only events without an epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev_epoch: Option<String>,
+    /// With an epoch: set exactly on the epoch's first event, to the sequence of the last
+    /// event the directory held when it was opened (0 for an empty directory).
+    /// Without an epoch (older events): set only when the previous sequence this node used is
+    /// not `seq - 1` (after a crash the sequence jumps to the reserved floor).
+    /// Either way a consumer applying the node's events in order must not wait for the
+    /// sequences between.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prev_seq: Option<u64>,
     /// When the event was written.
@@ -138,9 +158,43 @@ impl EventKind {
 }
 
 impl Event {
-    /// The id of a stored event.
-    pub fn stored_id(node_id: &str, seq: u64) -> String {
+    /// The id of a stored event of `epoch`.
+    pub fn stored_id(node_id: &str, epoch: &str, seq: u64) -> String {
+        format!("{node_id}:{epoch}:{seq}")
+    }
+
+    /// The id of a stored event written before epochs existed (`"{node_id}:{seq}"`).
+    pub fn legacy_id(node_id: &str, seq: u64) -> String {
         format!("{node_id}:{seq}")
+    }
+
+    /// Whether `event_id` is the id of an event written by `node_id`: a stored id of either
+    /// form, or a volatile one.
+    pub fn id_written_by(event_id: &str, node_id: &str) -> bool {
+        event_id
+            .strip_prefix(node_id)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .is_some_and(|rest| {
+                let seq = match rest.split_once(':') {
+                    Some((epoch, seq)) if is_epoch(epoch) => seq,
+                    Some(_) => return false,
+                    None => rest,
+                };
+                seq.strip_prefix('v').map_or_else(
+                    || !seq.is_empty() && seq.bytes().all(|b| b.is_ascii_digit()),
+                    |volatile| !volatile.is_empty(),
+                )
+            })
+    }
+
+    /// What must be applied before this stored event, in the order its node wrote them: the
+    /// chain (`None`: events without an epoch) and the sequence in it (0: nothing).
+    pub fn needs(&self) -> (Option<&str>, u64) {
+        match (&self.epoch, self.prev_seq) {
+            (None, prev) => (None, prev.unwrap_or(self.seq.saturating_sub(1))),
+            (Some(_), Some(prev)) => (self.prev_epoch.as_deref(), prev),
+            (Some(epoch), None) => (Some(epoch), self.seq.saturating_sub(1)),
+        }
     }
 
     /// The id of an event the sink could not store: still unique per node (wall-clock nanos
@@ -160,6 +214,14 @@ impl Event {
     }
 }
 
+/// Whether `text` has the form of an epoch id: [`EPOCH_HEX`] lowercase hex digits.
+pub fn is_epoch(text: &str) -> bool {
+    text.len() == EPOCH_HEX && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Length of an epoch id in hex digits (64 random bits).
+pub const EPOCH_HEX: usize = 16;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,9 +229,11 @@ mod tests {
     #[test]
     fn kind_is_a_flat_tag() {
         let event = Event {
-            event_id: Event::stored_id("node-a", 7),
+            event_id: Event::stored_id("node-a", "00000000000000e1", 7),
             node_id: "node-a".into(),
             seq: 7,
+            epoch: Some("00000000000000e1".into()),
+            prev_epoch: None,
             prev_seq: None,
             timestamp: Utc::now(),
             job_id: "job-1".into(),
@@ -182,7 +246,27 @@ mod tests {
         let json: serde_json::Value = serde_json::from_slice(&event.to_json().unwrap()).unwrap();
         assert_eq!(json["kind"], "item_removed");
         assert_eq!(json["reason"], "resolved");
-        assert_eq!(json["event_id"], "node-a:7");
+        assert_eq!(json["event_id"], "node-a:00000000000000e1:7");
+        assert_eq!(json["epoch"], "00000000000000e1");
+        assert!(json.get("prev_epoch").is_none());
         assert_eq!(Event::from_json(&event.to_json().unwrap()).unwrap(), event);
+    }
+
+    #[test]
+    fn ids_of_both_forms_name_their_node() {
+        let epoch = "0123456789abcdef";
+        assert!(Event::id_written_by(
+            &Event::stored_id("n:1", epoch, 7),
+            "n:1"
+        ));
+        assert!(Event::id_written_by(&Event::legacy_id("n:1", 7), "n:1"));
+        assert!(Event::id_written_by(&Event::volatile_id("n", 5, 2), "n"));
+        assert!(!Event::id_written_by(
+            &Event::stored_id("n:1", epoch, 7),
+            "n"
+        ));
+        assert!(!Event::id_written_by(&Event::legacy_id("n:1", 7), "n"));
+        assert!(!Event::id_written_by("node-b:3", "node"));
+        assert!(!Event::id_written_by("n:", "n"));
     }
 }

@@ -43,6 +43,10 @@ pub(super) struct WireEvent {
     node_id: String,
     seq: u64,
     #[serde(default)]
+    epoch: Option<String>,
+    #[serde(default)]
+    prev_epoch: Option<String>,
+    #[serde(default)]
     prev_seq: Option<u64>,
     #[serde(deserialize_with = "crate::domain::timefmt::utc")]
     timestamp: DateTime<Utc>,
@@ -112,6 +116,8 @@ impl TryFrom<WireEvent> for Event {
             event_id: w.event_id,
             node_id: w.node_id,
             seq: w.seq,
+            epoch: w.epoch,
+            prev_epoch: w.prev_epoch,
             prev_seq: w.prev_seq,
             timestamp: w.timestamp,
             job_id: w.job_id,
@@ -132,6 +138,8 @@ mod tests {
             event_id: "n:9".into(),
             node_id: "n".into(),
             seq: 9,
+            epoch: Some("00000000000000e2".into()),
+            prev_epoch: Some("00000000000000e1".into()),
             prev_seq: Some(4),
             timestamp: Utc::now(),
             job_id: "job".into(),

@@ -1,0 +1,139 @@
+//! The epoch: one incarnation of a data directory, drawn at random on every open.
+//!
+//! The log sequence alone cannot make event ids unique: a replaced data directory starts again
+//! at 1, and a directory restored from a backup or VM snapshot continues from where the copy
+//! was taken, below sequences already published. Neither can know it was replaced or restored,
+//! so every open starts a new epoch and every event it writes carries it (and its id,
+//! `"{node}:{epoch}:{seq}"`). The epoch needs no file of its own: it is written with the
+//! epoch's first event, in the same atomic batch, and that event names what the directory held
+//! when it was opened (the last logged event's epoch and sequence), so consumers can order the
+//! node's epochs ([`crate::domain::event::Event::needs`]).
+
+use std::hash::{BuildHasher, Hasher};
+use std::path::Path;
+
+use chrono::Utc;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use tracing::warn;
+
+use super::{keys, show_key, SinkError};
+use crate::domain::event::EPOCH_HEX;
+
+/// The epoch of one open of a data directory.
+#[derive(Debug, Clone)]
+pub(crate) struct Epoch {
+    /// The random id ([`EPOCH_HEX`] hex digits).
+    pub(crate) id: String,
+    /// The epoch of the last event in the log at open (`None`: no event, or one without epoch).
+    pub(crate) prev_epoch: Option<String>,
+    /// The sequence of the last event in the log at open (0: none).
+    pub(crate) prev_seq: u64,
+    /// Whether an event of this epoch has been committed (the next is not the first).
+    pub(crate) started: bool,
+}
+
+/// The fields of a logged event that say where it belongs.
+#[derive(Deserialize)]
+struct Position {
+    seq: u64,
+    #[serde(default)]
+    epoch: Option<String>,
+}
+
+impl Epoch {
+    /// A new epoch for the data directory at `path` whose log is in `tree`.
+    /// The predecessor is the last log entry that can be read: an unreadable one is never
+    /// published (the reconciler parks it), so consumers could not wait for it.
+    pub(crate) fn open(path: &Path, tree: &sled::Tree) -> Result<Epoch, SinkError> {
+        let mut last = (None, 0);
+        for entry in tree.scan_prefix(keys::LOG).rev() {
+            let (key, value) = entry?;
+            match serde_json::from_slice::<Position>(&value) {
+                Ok(position) => {
+                    last = (position.epoch, position.seq);
+                    break;
+                }
+                Err(err) => warn!(
+                    key = %show_key(&key),
+                    error = %err,
+                    "unreadable log entry: the new epoch names the last readable event before it"
+                ),
+            }
+        }
+        let (prev_epoch, prev_seq) = last;
+        Ok(Epoch {
+            id: random_id(path),
+            prev_epoch,
+            prev_seq,
+            started: false,
+        })
+    }
+}
+
+/// [`EPOCH_HEX`] hex digits from the OS-seeded keys of std's `RandomState`, the clock, the
+/// process and the path: two opens, even of copies of one directory, do not draw the same.
+fn random_id(path: &Path) -> String {
+    let mut hasher = Sha256::new();
+    for _ in 0..2 {
+        let mut random = std::collections::hash_map::RandomState::new().build_hasher();
+        random.write_u64(0);
+        hasher.update(random.finish().to_be_bytes());
+    }
+    hasher.update(Utc::now().timestamp_nanos_opt().unwrap_or(0).to_be_bytes());
+    hasher.update(std::process::id().to_be_bytes());
+    hasher.update(path.to_string_lossy().as_bytes());
+    let digest = hasher.finalize();
+    digest
+        .iter()
+        .take(EPOCH_HEX / 2)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::event::is_epoch;
+
+    fn tree(entries: &[(u64, &str)]) -> sled::Tree {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        for (seq, json) in entries {
+            db.insert(keys::log(*seq), json.as_bytes()).unwrap();
+        }
+        (*db).clone()
+    }
+
+    fn named(entries: &[(u64, &str)]) -> (Option<String>, u64) {
+        let epoch = Epoch::open(Path::new("/data"), &tree(entries)).unwrap();
+        assert!(!epoch.started);
+        (epoch.prev_epoch, epoch.prev_seq)
+    }
+
+    /// A new epoch names the last readable logged event: nothing for an empty log, the chain
+    /// without an epoch for events written before epochs, and never an unreadable entry (it is
+    /// parked, never published, so consumers could not wait for it).
+    #[test]
+    fn a_new_epoch_names_the_last_readable_event() {
+        assert_eq!(named(&[]), (None, 0));
+        assert_eq!(
+            named(&[(1, r#"{"seq":1}"#), (2, r#"{"seq":2}"#)]),
+            (None, 2)
+        );
+        let a = r#"{"seq":5,"epoch":"00000000000000aa"}"#;
+        assert_eq!(
+            named(&[(1, r#"{"seq":1}"#), (5, a), (6, "\u{1}garbage")]),
+            (Some("00000000000000aa".into()), 5)
+        );
+        assert_eq!(named(&[(6, "garbage")]), (None, 0));
+    }
+
+    #[test]
+    fn ids_are_epoch_shaped_and_differ() {
+        let dir = std::path::Path::new("/data");
+        let (a, b) = (random_id(dir), random_id(dir));
+        assert!(is_epoch(&a), "{a}");
+        assert!(is_epoch(&b), "{b}");
+        assert_ne!(a, b);
+    }
+}
