@@ -38,10 +38,17 @@ impl Partition {
         let partition = Partition { plan };
         for command in partition.plan.setup() {
             run(&command).map_err(|e| {
-                err(format!(
-                    "net-partition needs network namespaces and veth links (run as root, with \
-                     iproute2 installed; in a container, with CAP_NET_ADMIN and CAP_SYS_ADMIN): {e}"
-                ))
+                let e = e.to_string();
+                let denied = ["not permitted", "Permission denied", "cannot run"]
+                    .iter()
+                    .any(|s| e.contains(s));
+                let hint = if denied {
+                    "; net-partition needs network namespaces and veth links: run it as root \
+                     (in a container, with CAP_NET_ADMIN and CAP_SYS_ADMIN) with iproute2 installed"
+                } else {
+                    ""
+                };
+                err(format!("cannot build the drill's network: {e}{hint}"))
             })?;
         }
         Ok(partition)
