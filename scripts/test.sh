@@ -9,6 +9,8 @@ step="install nats-server"
 trap 'echo; echo "scripts/test.sh: FAILED during: $step" >&2' ERR
 
 scripts/install-nats-server.sh
+step="install nftables"
+scripts/install-nftables.sh
 # The tests look for NATS_SERVER_BIN, then PATH, then /usr/sbin; make the choice explicit.
 if [ -z "${NATS_SERVER_BIN:-}" ] && ! command -v nats-server >/dev/null 2>&1 \
   && [ -x /usr/sbin/nats-server ]; then

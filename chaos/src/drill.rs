@@ -11,6 +11,7 @@ use crate::cluster;
 use crate::emit::unix_ms;
 use crate::faults::{self, Mark, Rig, Servers};
 use crate::fleet::{copy_tail, Fleet, FleetConfig, SharedTally};
+use crate::netns::Partition;
 use crate::observe::{read_stream, Seen, Subscriber};
 use crate::procs::blocking;
 use crate::proxy::Proxy;
@@ -81,6 +82,11 @@ pub async fn run_cli(args: DrillArgs) -> Res<u8> {
         fault: args.fault,
         net_cut_mode: (args.fault == Fault::NetCut).then_some(args.mode),
         sink_mode: (args.fault == Fault::SinkFail).then_some(args.sink_mode),
+        partition_phases: (args.fault == Fault::NetPartition).then(|| {
+            faults::partition_phases(&args)
+                .map(crate::netns::Phase::describe)
+                .to_vec()
+        }),
         duration_s: args.duration.as_secs_f64(),
         rate: args.rate,
         emitters: args.emitters,
@@ -119,12 +125,21 @@ async fn run_mode(args: &DrillArgs, baseline: bool, work: &Path, out: &Path) -> 
     let mode = if baseline { "baseline" } else { "ours" };
     eprintln!("dlq-chaos: === {} / {mode} ===", args.fault.name());
     std::fs::create_dir_all(work)?;
-    let mut servers = start_servers(args, work).await?;
+    // Declared first, dropped last: its namespaces go once everything in them is stopped.
+    let partition = match args.fault {
+        Fault::NetPartition => Some(blocking(Partition::create)?),
+        _ => None,
+    };
+    let mut servers = start_servers(args, work, partition.as_ref()).await?;
     let proxy = match (&servers, args.fault) {
         (Servers::Single(server), Fault::NetCut) => Some(Proxy::start(server.port()).await?),
         _ => None,
     };
-    let emit_url = proxy.as_ref().map_or_else(|| servers.url(), Proxy::url);
+    let emit_url = match (&servers, &proxy, &partition) {
+        (_, Some(proxy), _) => proxy.url(),
+        (Servers::Single(server), None, Some(partition)) => partition.emit_url(server.port()),
+        _ => servers.url(),
+    };
     let subscriber = Subscriber::start(&servers.subscriber_url(), SUBJECT).await?;
     let (t0, t0_ms) = (Instant::now(), unix_ms());
     let fleet_config = FleetConfig {
@@ -138,6 +153,7 @@ async fn run_mode(args: &DrillArgs, baseline: bool, work: &Path, out: &Path) -> 
         } else {
             1
         },
+        netns: partition.as_ref().map(|p| p.emit_ns().to_owned()),
         drain_timeout: if baseline {
             Duration::ZERO
         } else {
@@ -163,18 +179,12 @@ async fn run_mode(args: &DrillArgs, baseline: bool, work: &Path, out: &Path) -> 
         let mut rig = Rig {
             servers: &mut servers,
             proxy: proxy.as_ref(),
+            partition: partition.as_ref(),
             fleet: &mut fleet,
             t0,
             marks: &mut marks,
         };
-        faults::run(
-            &mut rig,
-            args.fault,
-            args.duration,
-            args.mode,
-            args.sink_mode,
-        )
-        .await?
+        faults::run(&mut rig, args).await?
     };
     let ms_at = |i: Instant| t0_ms + u64::try_from((i - t0).as_millis()).unwrap_or(0);
     let fault_end_ms = ms_at(window.end);
@@ -219,6 +229,7 @@ async fn run_mode(args: &DrillArgs, baseline: bool, work: &Path, out: &Path) -> 
     }
     servers.kill();
     drop(proxy);
+    drop(partition);
 
     let samples = samples.lock().map(|s| s.clone()).unwrap_or_default();
     let times = Times {
@@ -248,10 +259,20 @@ async fn run_mode(args: &DrillArgs, baseline: bool, work: &Path, out: &Path) -> 
     Ok(result)
 }
 
-/// The single server, or for `cluster-kill` the three-node cluster with the `DLQ` stream
+/// The single server (for `net-partition` in the bus namespace, reached by the drill through
+/// the control link), or for `cluster-kill` the three-node cluster with the `DLQ` stream
 /// created with three replicas (by the library, as the emitters would) and the node the drill
 /// never kills: one that does not lead the stream, so the subscriber keeps its connection.
-async fn start_servers(args: &DrillArgs, work: &Path) -> Res<Servers> {
+async fn start_servers(
+    args: &DrillArgs,
+    work: &Path,
+    partition: Option<&Partition>,
+) -> Res<Servers> {
+    if let Some(partition) = partition {
+        let host = std::net::IpAddr::V4(partition.plan().bus_ctl_ip);
+        let server = blocking(|| NatsServer::try_start_in_netns(work, partition.bus_ns(), host))?;
+        return Ok(Servers::Single(Box::new(server)));
+    }
     if args.fault != Fault::ClusterKill {
         let server = blocking(|| NatsServer::try_start_in(work))?;
         return Ok(Servers::Single(Box::new(server)));

@@ -9,9 +9,25 @@ use dlq_testkit::{NatsCluster, NatsServer};
 
 use crate::cluster;
 use crate::fleet::Fleet;
+use crate::netns::{Partition, Phase};
 use crate::procs::blocking;
 use crate::proxy::{Proxy, ProxyMode};
-use crate::{err, CutMode, Fault, Res, SinkMode};
+use crate::{err, CutMode, DrillArgs, Fault, Res, SinkMode};
+
+/// Longest queueing delay of the slow-link phase of `net-partition`.
+const SLOW_LATENCY_MS: u32 = 400;
+
+/// The phases of `net-partition`, in order (each a third of the duration).
+pub fn partition_phases(args: &DrillArgs) -> [Phase; 3] {
+    [
+        Phase::Loss { percent: args.loss },
+        Phase::Slow {
+            kbit: args.slow_kbit,
+            latency_ms: SLOW_LATENCY_MS,
+        },
+        Phase::Cut,
+    ]
+}
 
 /// Something that happened during the drill, at `t` seconds after the load started.
 #[derive(Debug, Clone, Serialize)]
@@ -82,7 +98,7 @@ impl Servers {
     }
 }
 
-/// When a fault began, when the outage proper began (for `cluster-kill` the second node's
+/// When a fault began, when the outage proper began (for `net-partition` the cut, for `cluster-kill` the second node's
 /// kill, which takes the quorum away; for the others the same as `start`) and when the fault
 /// ended (restored and healthy).
 #[derive(Debug, Clone, Copy)]
@@ -101,6 +117,8 @@ pub struct Rig<'a> {
     pub servers: &'a mut Servers,
     /// The proxy (net-cut only).
     pub proxy: Option<&'a Proxy>,
+    /// The namespaces and their link (net-partition only).
+    pub partition: Option<&'a Partition>,
     /// The emitters.
     pub fleet: &'a mut Fleet,
     /// When the load started.
@@ -129,15 +147,11 @@ fn switch(mode: SinkMode) -> &'static str {
     }
 }
 
-/// Injects `fault`, keeps it for `duration`, restores. Returns when the fault began, when
-/// the outage proper began and when the fault ended (the bus or network is back and healthy).
-pub async fn run(
-    rig: &mut Rig<'_>,
-    fault: Fault,
-    duration: Duration,
-    cut: CutMode,
-    sink_mode: SinkMode,
-) -> Res<Window> {
+/// Injects `args.fault`, keeps it for `args.duration`, restores. Returns when the fault
+/// began, when the outage proper began and when the fault ended (the bus or network is back
+/// and healthy).
+pub async fn run(rig: &mut Rig<'_>, args: &DrillArgs) -> Res<Window> {
+    let (fault, duration, cut, sink_mode) = (args.fault, args.duration, args.mode, args.sink_mode);
     let start = Instant::now();
     let mut outage_start = start;
     match fault {
@@ -194,6 +208,23 @@ pub async fn run(
             // The emitters poll the switch every 100 ms.
             tokio::time::sleep(Duration::from_millis(200)).await;
             rig.mark("sinks healthy again");
+        }
+        Fault::NetPartition => {
+            let partition = rig
+                .partition
+                .ok_or_else(|| err("net-partition needs its namespaces"))?;
+            let phases = partition_phases(args);
+            for (i, phase) in (1u32..).zip(phases) {
+                if phase == Phase::Cut {
+                    outage_start = Instant::now();
+                }
+                let commands = blocking(|| partition.start(phase))?;
+                rig.mark(format!("{}: {commands}", phase.describe()));
+                let end = start + duration * i / phases.len() as u32;
+                tokio::time::sleep_until(end.into()).await;
+                let commands = blocking(|| partition.heal(phase))?;
+                rig.mark(format!("healed: {commands}"));
+            }
         }
         Fault::ClusterKill => {
             let Servers::Cluster { cluster, survivor } = &mut *rig.servers else {

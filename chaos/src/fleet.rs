@@ -91,6 +91,8 @@ pub struct FleetConfig {
     pub drain_timeout: Duration,
     /// Replicas of the stream the emitters create (3 on the cluster).
     pub replicas: usize,
+    /// The network namespace the emitters run in (`ip netns exec`; net-partition only).
+    pub netns: Option<String>,
 }
 
 /// The emitter processes.
@@ -154,7 +156,15 @@ impl Fleet {
             .create(true)
             .append(true)
             .open(config.work.join(format!("{}.stderr", member.node)))?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = match &config.netns {
+            // `ip netns exec` execs in place: the child's pid is the emitter's.
+            Some(netns) => {
+                let mut cmd = Command::new("ip");
+                cmd.args(["netns", "exec", netns]).arg(exe);
+                cmd
+            }
+            None => Command::new(exe),
+        };
         cmd.arg("emit")
             .arg("--data-dir")
             .arg(&member.data_dir)

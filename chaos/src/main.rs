@@ -13,6 +13,7 @@ mod emit;
 mod emit_side;
 mod faults;
 mod fleet;
+mod netns;
 mod observe;
 mod procs;
 mod proxy;
@@ -72,6 +73,10 @@ pub enum Fault {
     /// A three-node cluster and a stream with three replicas: the stream leader SIGKILLed,
     /// at half the duration a second node (no quorum); both restart after the duration.
     ClusterKill,
+    /// nats-server in one network namespace, the emitters in another, joined by a veth link;
+    /// a third of the duration each: random packet loss (nftables), a slow link (`tc tbf`),
+    /// the link down; then healed.
+    NetPartition,
 }
 
 impl Fault {
@@ -84,6 +89,7 @@ impl Fault {
             Fault::EmitterKill => "emitter-kill",
             Fault::SinkFail => "sink-fail",
             Fault::ClusterKill => "cluster-kill",
+            Fault::NetPartition => "net-partition",
         }
     }
 }
@@ -138,6 +144,12 @@ pub struct DrillArgs {
     /// sink-fail: refuse writes or fail flushes.
     #[arg(long, value_enum, default_value = "fail-writes")]
     pub sink_mode: SinkMode,
+    /// net-partition: percent of the packets dropped each way during the loss phase.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub loss: u8,
+    /// net-partition: rate of the slow-link phase, kbit/s each way.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(8..))]
+    pub slow_kbit: u32,
     /// The `dlq` binary, used for `dlq verify` after the drill (default: next to this one).
     #[arg(long)]
     pub dlq_bin: Option<PathBuf>,

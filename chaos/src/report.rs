@@ -45,11 +45,12 @@ impl Latency {
 pub struct Phases {
     /// Before the fault.
     pub before: Latency,
-    /// `cluster-kill` only: one node of three down, before the second kill.
+    /// `cluster-kill`: one node of three down, before the second kill; `net-partition`: the
+    /// packet loss and slow-link phases, before the cut.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub degraded: Option<Latency>,
     /// During the outage: the whole fault, or for `cluster-kill` from the second kill (no
-    /// quorum) until the cluster recovered.
+    /// quorum) until the cluster recovered, for `net-partition` the cut.
     pub during: Latency,
     /// After restoring, until the load stopped.
     pub after: Latency,
@@ -194,6 +195,9 @@ pub struct DrillResult {
     pub net_cut_mode: Option<crate::CutMode>,
     /// sink-fail mode, when relevant.
     pub sink_mode: Option<crate::SinkMode>,
+    /// net-partition: what each phase did to the emitters' link, in order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition_phases: Option<Vec<String>>,
     /// Fault duration, seconds.
     pub duration_s: f64,
     /// Failures per second over all emitters.
@@ -227,8 +231,10 @@ fn drain(r: &ModeResult) -> String {
     }
 }
 
-/// The row shown only when a mode has a degraded phase (`cluster-kill`).
-const DEGRADED_ROW: &str = "emit latency p50 / p99 with one cluster node down";
+/// The row shown only when a mode has a degraded phase (`cluster-kill`: one node down;
+/// `net-partition`: packet loss, then the slow link).
+const DEGRADED_ROW: &str =
+    "emit latency p50 / p99 degraded (one cluster node down / packet loss and slow link)";
 
 /// The rows of the comparison table: label and value for a mode.
 type Row = (&'static str, fn(&ModeResult) -> String);
@@ -348,6 +354,14 @@ pub fn markdown(d: &DrillResult) -> String {
     }
     if let Some(mode) = d.sink_mode {
         detail = format!(" (sink mode {mode:?})");
+    }
+    if let Some(phases) = &d.partition_phases {
+        detail = format!(
+            " (nats-server in a network namespace, the emitters in another, joined by a veth \
+             link that only they use; the subscriber and `dlq verify` reach the server over a \
+             second link that is never faulted; a third of the duration each: {})",
+            phases.join("; then ")
+        );
     }
     if d.fault == crate::Fault::ClusterKill {
         detail = " (three-node JetStream cluster, stream `DLQ` with 3 replicas, emitters given \

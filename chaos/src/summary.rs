@@ -17,7 +17,8 @@ pub struct Times {
     pub t0_ms: u64,
     /// The fault began.
     pub fault_start: Instant,
-    /// The outage proper began (`cluster-kill`: the second node's kill; else `fault_start`).
+    /// The outage proper began (`cluster-kill`: the second node's kill; `net-partition`: the
+    /// cut; else `fault_start`).
     pub outage_start: Instant,
     /// The fault ended (restored and healthy).
     pub fault_end: Instant,

@@ -77,7 +77,8 @@ fn panel(s: &mut String, d: &DrillResult, m: &ModeResult, y0: f64, t_max: f64, c
         m.lost,
         m.peak_backlog
     );
-    // A degraded phase before the outage proper (cluster-kill: one node down) is lighter.
+    // A degraded phase before the outage proper (cluster-kill: one node down; net-partition:
+    // loss and slow link) is lighter.
     let outage_start = m.outage_start_s.max(m.fault_start_s);
     if outage_start > m.fault_start_s {
         let _ = writeln!(

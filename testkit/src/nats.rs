@@ -5,8 +5,12 @@
 //! ([`NatsServer::start`]) or one the caller keeps ([`NatsServer::try_start_in`]). It never
 //! touches a system server on 127.0.0.1:4222. `Drop` kills and reaps the process; and since the
 //! process is spawned with [`spawn_tied`], it also dies if this process itself is killed.
+//!
+//! [`NatsServer::try_start_in_netns`] runs it inside a network namespace instead (`ip netns
+//! exec`, which execs in place: the pid, the kill and the freeze are the server's own),
+//! listening on every address of that namespace and reached through one of them.
 
-use std::net::TcpStream;
+use std::net::{IpAddr, Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,7 +19,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tempfile::TempDir;
 
-use crate::net::{http_get, try_free_port};
+use crate::net::{http_get, http_get_at, try_free_port};
 use crate::process::{proc_state, read_from, spawn_tied, tail};
 use crate::wait::poll_until;
 use crate::Error;
@@ -31,6 +35,10 @@ const INSTALL_HINT: &str = "install it with `scripts/install-nats-server.sh` \
 pub struct NatsServer {
     bin: PathBuf,
     extra: Vec<String>,
+    /// Where this process reaches the server (loopback, or an address in its namespace).
+    host: IpAddr,
+    /// `ip netns exec NAME` when the server runs in a network namespace.
+    netns: Option<String>,
     port: u16,
     monitor_port: u16,
     child: Option<Child>,
@@ -97,6 +105,18 @@ impl NatsServer {
         NatsServer::try_start(dir, &[], None)
     }
 
+    /// Like [`NatsServer::try_start_in`], but inside the existing network namespace `netns`
+    /// (`ip netns exec`, so it needs the rights to enter it), listening on every address there;
+    /// `host` is an address of that namespace this process can reach (its URL, and where
+    /// readiness and health are checked). Kill, freeze and restart work as on loopback.
+    pub fn try_start_in_netns(dir: &Path, netns: &str, host: IpAddr) -> Result<NatsServer, Error> {
+        let mut server = NatsServer::prepare(find_binary()?, dir, &[], None)?;
+        server.host = host;
+        server.netns = Some(netns.to_owned());
+        server.boot(true)?;
+        Ok(server)
+    }
+
     fn try_start(dir: &Path, extra: &[&str], temp: Option<TempDir>) -> Result<NatsServer, Error> {
         NatsServer::try_start_with(find_binary()?, dir, extra, temp)
     }
@@ -107,11 +127,24 @@ impl NatsServer {
         extra: &[&str],
         temp: Option<TempDir>,
     ) -> Result<NatsServer, Error> {
+        let mut server = NatsServer::prepare(bin, dir, extra, temp)?;
+        server.boot(true)?;
+        Ok(server)
+    }
+
+    fn prepare(
+        bin: PathBuf,
+        dir: &Path,
+        extra: &[&str],
+        temp: Option<TempDir>,
+    ) -> Result<NatsServer, Error> {
         let store = dir.join("nats-store");
         std::fs::create_dir_all(&store)?;
-        let mut server = NatsServer {
+        Ok(NatsServer {
             bin,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            netns: None,
             port: 0,
             monitor_port: 0,
             child: None,
@@ -119,14 +152,12 @@ impl NatsServer {
             dir: dir.to_path_buf(),
             store,
             _temp: temp,
-        };
-        server.boot(true)?;
-        Ok(server)
+        })
     }
 
-    /// `nats://127.0.0.1:PORT`.
+    /// `nats://127.0.0.1:PORT` (in a namespace: `nats://HOST:PORT`).
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        format!("nats://{}:{}", self.host, self.port)
     }
 
     /// The client port (kept across restarts).
@@ -214,10 +245,7 @@ impl NatsServer {
         kill(Pid::from_raw(pid as i32), Signal::SIGCONT)
             .map_err(|e| Error::new(format!("SIGCONT nats-server {pid}: {e}")))?;
         self.stopped = false;
-        poll_until(READY_TIMEOUT, || {
-            healthz_ok(self.monitor_port).then_some(())
-        })
-        .ok_or_else(|| {
+        poll_until(READY_TIMEOUT, || self.healthy().then_some(())).ok_or_else(|| {
             Error::new(format!(
                 "nats-server not healthy after SIGCONT\n{}",
                 self.log_tail(40)
@@ -253,6 +281,14 @@ impl NatsServer {
     /// True while the process is frozen by [`NatsServer::stop`].
     pub fn is_stopped(&self) -> bool {
         self.stopped
+    }
+
+    /// `/healthz` answers 200, asked where this process reaches the server.
+    fn healthy(&self) -> bool {
+        matches!(
+            http_get_at(self.host, self.monitor_port, "/healthz"),
+            Some((200, _))
+        )
     }
 
     fn stderr_path(&self) -> PathBuf {
@@ -295,8 +331,20 @@ impl NatsServer {
         let log = self.log_path();
         let log_offset = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
         let stderr = std::fs::File::create(self.stderr_path())?;
-        let flags = format!("-js -a 127.0.0.1 -p {} -m {}", self.port, self.monitor_port);
-        let mut cmd = Command::new(&self.bin);
+        let listen = if self.netns.is_some() {
+            "0.0.0.0"
+        } else {
+            "127.0.0.1"
+        };
+        let flags = format!("-js -a {listen} -p {} -m {}", self.port, self.monitor_port);
+        let mut cmd = match &self.netns {
+            Some(netns) => {
+                let mut cmd = Command::new("ip");
+                cmd.args(["netns", "exec", netns]).arg(&self.bin);
+                cmd
+            }
+            None => Command::new(&self.bin),
+        };
         cmd.args(flags.split(' '))
             .arg("-sd")
             .arg(&self.store)
@@ -319,8 +367,8 @@ impl NatsServer {
                 return Some(Err(status));
             }
             let ready = read_from(&log, log_offset).contains("Server is ready")
-                && TcpStream::connect(("127.0.0.1", self.port)).is_ok()
-                && healthz_ok(self.monitor_port);
+                && TcpStream::connect((self.host, self.port)).is_ok()
+                && self.healthy();
             ready.then_some(Ok(()))
         });
         match outcome {

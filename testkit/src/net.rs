@@ -1,7 +1,7 @@
 //! Loopback ports and a raw HTTP GET (no extra crates).
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -52,13 +52,19 @@ pub fn try_free_port(avoid: u16) -> std::io::Result<u16> {
 /// A tiny HTTP/1.0 `GET http://127.0.0.1:{port}{path}` over a std `TcpStream` (1 s timeouts).
 /// Returns the status code and body, or `None` if the connection or response failed.
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    http_get_at(IpAddr::from([127, 0, 0, 1]), port, path)
+}
+
+/// [`http_get`] to `http://{ip}:{port}{path}` (a server in another network namespace, reached
+/// through a veth link).
+pub fn http_get_at(ip: IpAddr, port: u16, path: &str) -> Option<(u16, String)> {
+    let addr = SocketAddr::new(ip, port);
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
     stream
         .set_write_timeout(Some(Duration::from_secs(1)))
         .ok()?;
-    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
     stream.write_all(request.as_bytes()).ok()?;
     let mut response = Vec::new();
     stream.read_to_end(&mut response).ok()?;
