@@ -86,7 +86,7 @@ pub use domain::failure::dead_lettered_item;
 pub use domain::model::{DeadLetteredItem, ErrorType, FailureDetail, WorktreeArtifacts};
 pub use domain::signature::{classify, signature, Signature};
 pub use emitter::{
-    EmitError, Emitter, EmitterBuilder, Receipt, ReconcilerConfig, RetentionConfig, TopicPolicies,
+    AntiEntropyConfig, AntiEntropyStats, EmitError, Emitter, EmitterBuilder, Receipt, ReconcilerConfig, RetentionConfig, TopicPolicies,
     TopicPolicy,
 };
 pub use error_class::ErrorClass;
