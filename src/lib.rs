@@ -86,8 +86,8 @@ pub use domain::failure::dead_lettered_item;
 pub use domain::model::{DeadLetteredItem, ErrorType, FailureDetail, WorktreeArtifacts};
 pub use domain::signature::{classify, signature, Signature};
 pub use emitter::{
-    AntiEntropyConfig, AntiEntropyStats, EmitError, Emitter, EmitterBuilder, Receipt, ReconcilerConfig, RetentionConfig, TopicPolicies,
-    TopicPolicy,
+    AntiEntropyConfig, AntiEntropyStats, EmitError, Emitter, EmitterBuilder, Receipt,
+    ReconcilerConfig, RetentionConfig, TopicPolicies, TopicPolicy,
 };
 pub use error_class::ErrorClass;
 pub use sink::{Sink, SinkConfig, SinkError, SledSink};

@@ -52,7 +52,10 @@ fn fast(horizon: Duration) -> Option<AntiEntropyConfig> {
 
 /// Emits `n` dead-letters, each acknowledged by the stream on the emit path; their event ids.
 async fn emit(emitter: &TestEmitter, n: usize) -> Vec<String> {
-    wait_for("bus connected", WAIT, || async { emitter.bus().is_healthy() }).await;
+    wait_for("bus connected", WAIT, || async {
+        emitter.bus().is_healthy()
+    })
+    .await;
     let mut ids = Vec::new();
     for i in 0..n {
         let mut item = template_item();
@@ -121,7 +124,11 @@ async fn deleted_messages_come_back_once_with_their_event_ids() {
 
     let (counts, repaired) = census(&server.url()).await;
     for id in &ids {
-        assert_eq!(counts.get(id), Some(&1), "{id} once in the stream: {counts:?}");
+        assert_eq!(
+            counts.get(id),
+            Some(&1),
+            "{id} once in the stream: {counts:?}"
+        );
     }
     assert_eq!(counts.len(), 10, "nothing else: {counts:?}");
     let lost: Vec<&str> = [1, 4, 8].iter().map(|i| ids[*i].as_str()).collect();
@@ -132,7 +139,10 @@ async fn deleted_messages_come_back_once_with_their_event_ids() {
     came_back.sort();
     let mut expected = lost.clone();
     expected.sort();
-    assert_eq!(came_back, expected, "exactly the lost ones, under repair ids");
+    assert_eq!(
+        came_back, expected,
+        "exactly the lost ones, under repair ids"
+    );
     let s = stats(&emitter);
     assert_eq!((s.missing, s.republished, s.duplicates), (3, 3, 0), "{s:?}");
     assert!(s.checked >= 10, "{s:?}");
@@ -222,7 +232,10 @@ async fn events_published_by_the_reconciler_are_checked_too() {
     let mut server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let emitter = emitter(dir.path(), &server.url(), fast(Duration::from_secs(60))).await;
-    wait_for("bus connected", WAIT, || async { emitter.bus().is_healthy() }).await;
+    wait_for("bus connected", WAIT, || async {
+        emitter.bus().is_healthy()
+    })
+    .await;
     // The bus is frozen while the item is stored: the emit path gives up, the reconciler
     // publishes it once the server is back.
     server.stop();
@@ -242,7 +255,11 @@ async fn events_published_by_the_reconciler_are_checked_too() {
         .position(|(msg_id, _)| *msg_id == receipt.event_ids[0])
         .expect("the item is in the stream") as u64
         + 1;
-    assert!(stream(&server.url()).await.delete_message(seq).await.unwrap());
+    assert!(stream(&server.url())
+        .await
+        .delete_message(seq)
+        .await
+        .unwrap());
     wait_for("the lost event re-published", WAIT, || async {
         stats(&emitter).republished == 1
     })

@@ -83,11 +83,10 @@ impl NatsBus {
         probes: &[super::Probe],
     ) -> Result<Vec<Presence>, BusError> {
         let name = &self.config().stream;
-        let mut handle = self
-            .jetstream()
-            .get_stream(name)
-            .await
-            .map_err(|err| BusError::StreamSetup(format!("cannot read stream {name}: {err}")))?;
+        let mut handle =
+            self.jetstream().get_stream(name).await.map_err(|err| {
+                BusError::StreamSetup(format!("cannot read stream {name}: {err}"))
+            })?;
         let info = handle
             .info()
             .await
@@ -107,7 +106,9 @@ impl NatsBus {
                                 Presence::Missing
                             })
                         }
-                        Err(err) if matches!(err.kind(), LastRawMessageErrorKind::NoMessageFound) => {
+                        Err(err)
+                            if matches!(err.kind(), LastRawMessageErrorKind::NoMessageFound) =>
+                        {
                             Ok(Presence::Missing)
                         }
                         Err(err) => Err(BusError::Transport(format!(

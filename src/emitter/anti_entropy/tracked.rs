@@ -159,7 +159,10 @@ mod tests {
         t.replace(&batch[1], "n:2~repair", 900, now);
         let again = t.due(10);
         assert_eq!(seqs(&again), vec![1, 3, 2]);
-        assert_eq!((again[2].msg_id.as_str(), again[2].stream_seq), ("n:2~repair", 900));
+        assert_eq!(
+            (again[2].msg_id.as_str(), again[2].stream_seq),
+            ("n:2~repair", 900)
+        );
         // A stale copy of the old entry changes nothing.
         t.forget(&batch[1]);
         assert_eq!(t.len(), 3);
