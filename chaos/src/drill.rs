@@ -197,7 +197,8 @@ async fn run_mode(args: &DrillArgs, baseline: bool, work: &Path, out: &Path) -> 
     sampler.abort();
     // Our mode repairs what the bus lost after acknowledging it, as an operator would after a
     // failover; the subscriber is still listening, so it receives the repairs too.
-    let repaired = if baseline {
+    // stream-loss shows what anti-entropy repairs on its own, without `dlq republish`.
+    let repaired = if baseline || args.fault == Fault::StreamLoss {
         Vec::new()
     } else {
         run_repair(args, &fleet.data_dirs(), &servers.url()).await

@@ -72,6 +72,10 @@ pub enum Fault {
     /// A three-node cluster and a stream with three replicas: the stream leader SIGKILLed,
     /// at half the duration a second node (no quorum); both restart after the duration.
     ClusterKill,
+    /// The bus stays up; every second the drill deletes a few of the newest messages from the
+    /// stream (JetStream's delete-message API), as a server crash before its fsync would lose
+    /// them: anti-entropy must bring them back.
+    StreamLoss,
 }
 
 impl Fault {
@@ -84,6 +88,7 @@ impl Fault {
             Fault::EmitterKill => "emitter-kill",
             Fault::SinkFail => "sink-fail",
             Fault::ClusterKill => "cluster-kill",
+            Fault::StreamLoss => "stream-loss",
         }
     }
 }
