@@ -268,3 +268,92 @@ async fn events_published_by_the_reconciler_are_checked_too() {
     assert_eq!(counts.get(&receipt.event_ids[0]), Some(&1), "{counts:?}");
     emitter.shutdown().await.unwrap();
 }
+
+/// A counter's value in a Prometheus text page (0 when absent).
+fn scraped(page: &str, name: &str) -> f64 {
+    page.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The `dlq` binary's long-running emitter takes its anti-entropy settings from the config file
+/// and the flags, runs it by default, and exports the counts on `/metrics`.
+#[tokio::test]
+async fn a_dlq_process_repairs_the_stream_and_exports_the_counts() {
+    use std::io::BufRead;
+    let _one = ONE_AT_A_TIME.lock().await;
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("node");
+    std::fs::write(data.with_extension("yml"), "anti_entropy:\n  horizon: 1m\n").unwrap();
+    let port = dlq_testkit::free_port(server.port());
+    let addr = format!("127.0.0.1:{port}");
+    let mut cmd = dlq_testkit::cli::dlq_command(
+        env!("CARGO_BIN_EXE_dlq"),
+        &data,
+        &server.url(),
+        &["--anti-entropy-interval", "200ms", "--metrics-addr", &addr],
+    );
+    cmd.args(["demo", "--loop", "--print-acked", "--job-id", "ae"])
+        .args(["--drain-timeout", "0s"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut child = dlq_testkit::spawn_tied(cmd).unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let reader = {
+        let acked = acked.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(id) = line.strip_prefix("ACK ") {
+                    acked.lock().unwrap().push(id.to_owned());
+                }
+            }
+        })
+    };
+    wait_for("20 events in the stream", WAIT, || async {
+        stream_len(&server.url(), "DLQ").await >= 20
+    })
+    .await;
+    let handle = stream(&server.url()).await;
+    let mut lost = Vec::new();
+    for seq in [3, 11] {
+        let message = handle.get_raw_message(seq).await.unwrap();
+        lost.push(
+            message
+                .headers
+                .get(HEADER_MSG_ID)
+                .unwrap()
+                .as_str()
+                .to_owned(),
+        );
+        assert!(handle.delete_message(seq).await.unwrap());
+    }
+    let metrics_page = || async move {
+        dlq_testkit::http_get(port, "/metrics")
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    };
+    wait_for("the process re-published both", WAIT, || async {
+        scraped(&metrics_page().await, "dlq_anti_entropy_republished_total") >= 2.0
+    })
+    .await;
+    let page = metrics_page().await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    reader.join().unwrap();
+    assert_eq!(scraped(&page, "dlq_anti_entropy_republished_total"), 2.0);
+    assert_eq!(scraped(&page, "dlq_anti_entropy_missing_total"), 2.0);
+    assert!(
+        scraped(&page, "dlq_anti_entropy_checked_total") >= 20.0,
+        "{page}"
+    );
+    let (counts, repaired) = census(&server.url()).await;
+    for id in &lost {
+        assert_eq!(counts.get(id), Some(&1), "{id}");
+        assert!(acked.lock().unwrap().contains(id), "{id} was acknowledged");
+    }
+    assert_eq!(repaired.len(), 2, "{repaired:?}");
+}
