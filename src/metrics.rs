@@ -40,6 +40,8 @@ pub const ANTI_ENTROPY_REPUBLISHED: &str = "dlq_anti_entropy_republished_total";
 pub const ANTI_ENTROPY_DUPLICATES: &str = "dlq_anti_entropy_duplicates_total";
 /// Acknowledged events anti-entropy still checks.
 pub const ANTI_ENTROPY_TRACKED: &str = "dlq_anti_entropy_tracked_events";
+/// Acknowledged events anti-entropy stopped checking early because `max_tracked` was reached.
+pub const ANTI_ENTROPY_DROPPED: &str = "dlq_anti_entropy_dropped_total";
 /// When the last anti-entropy pass completed (Unix seconds).
 pub const ANTI_ENTROPY_LAST_PASS: &str = "dlq_anti_entropy_last_pass_timestamp_seconds";
 
@@ -108,6 +110,10 @@ pub fn describe() {
     describe_counter!(
         ANTI_ENTROPY_DUPLICATES,
         "Anti-entropy re-publishes answered as duplicates (not stored)"
+    );
+    describe_counter!(
+        ANTI_ENTROPY_DROPPED,
+        "Acknowledged events anti-entropy stopped checking early (max_tracked reached)"
     );
     describe_gauge!(
         ANTI_ENTROPY_TRACKED,

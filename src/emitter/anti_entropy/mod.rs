@@ -117,7 +117,13 @@ impl Tracker {
     /// without a stream sequence cannot be checked).
     pub(crate) fn acknowledged(&self, seq: u64, msg_id: &str, published: &Published) {
         if let Some(stream_seq) = published.stream_seq {
-            self.set().record(seq, msg_id, stream_seq, Instant::now());
+            let mut set = self.set();
+            let dropped = set.dropped;
+            set.record(seq, msg_id, stream_seq, Instant::now());
+            if set.dropped > dropped {
+                // Full: the oldest entry will never be checked again.
+                metrics::counter!(m::ANTI_ENTROPY_DROPPED).increment(set.dropped - dropped);
+            }
         }
     }
 
