@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's single test command (CI runs it through .ci/run): installs nats-server if
-# needed, then checks formatting and lints, then runs every test of the workspace (dlq,
+# needed (and a recent one for the TLS-first test, scripts/install-nats-server-recent.sh), then checks formatting and lints, then runs every test of the workspace (dlq,
 # dlq-testkit, dlq-chaos).
 set -Eeuo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -14,6 +14,10 @@ if [ -z "${NATS_SERVER_BIN:-}" ] && ! command -v nats-server >/dev/null 2>&1 \
   && [ -x /usr/sbin/nats-server ]; then
   export NATS_SERVER_BIN=/usr/sbin/nats-server
 fi
+# A recent nats-server besides, for what Debian's 2.9.10 lacks (the TLS-first handshake).
+step="install a recent nats-server"
+NATS_SERVER_RECENT_BIN="$(scripts/install-nats-server-recent.sh | tail -n 1)"
+export NATS_SERVER_RECENT_BIN
 
 announce() {
   step="$*"

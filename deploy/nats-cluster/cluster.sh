@@ -11,11 +11,23 @@
 #   cluster.sh run NODE         render, then run the node in the foreground (exec: for a
 #                               supervisor such as systemd, or a test that owns the process)
 #   cluster.sh urls             the client URLs, one per line
+#   cluster.sh credentials      where the CA certificate and each user's password file are
+#                               (paths only: it never prints a password)
 #
 # Everything lives under the base dir ${DLQ_CLUSTER_DIR:-/tmp/dlq-cluster}: per node
 # nN/nN.conf (rendered from deploy/nats-cluster/nN.conf), nN/store/ (the JetStream store),
 # nN/nats-server.log and nN/nats-server.pid. Nothing is installed or started system-wide, and
 # only loopback addresses are used.
+#
+# Security (DLQ_CLUSTER_SECURITY, default tls): clients must use TLS and log in as one of the
+# least-privilege users of deploy/nats-permissions.conf (dlq-emitter, dlq-consumer,
+# dlq-operator); routes between the nodes use mutual TLS (a node's certificate must be signed
+# by the cluster's CA). The first render makes, with openssl, a private CA and one node
+# certificate for 127.0.0.1/localhost under pki/, and a random password per user under
+# secrets/ (mode 0600); later renders reuse them. Each node's security.conf and route-tls.conf
+# (included by nN.conf) and its copy of the permissions with the passwords filled in
+# (mode 0600) are rendered into nN/. With DLQ_CLUSTER_SECURITY=none those files are empty: no
+# TLS and no users (for tests on loopback only).
 #
 # Environment:
 #   DLQ_CLUSTER_DIR           base dir (default /tmp/dlq-cluster)
@@ -25,6 +37,7 @@
 #   DLQ_CLUSTER_CLIENT_PORTS  "P1 P2 P3": override the client ports one by one
 #   DLQ_CLUSTER_ROUTE_PORTS   "P1 P2 P3": override the cluster ports
 #   DLQ_CLUSTER_HTTP_PORTS    "P1 P2 P3": override the monitoring ports
+#   DLQ_CLUSTER_SECURITY      tls (default) or none, see above
 #   DLQ_CLUSTER_TIMEOUT       seconds to wait for health (default 30)
 #   NATS_SERVER_BIN           nats-server binary (default: on PATH, else /usr/sbin/nats-server)
 #
@@ -46,7 +59,7 @@ die() {
 }
 
 usage() {
-  sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -62,6 +75,15 @@ BASE="${BASE%/}"
 case "$BASE" in
   *'"'* | *\\* | *'$'* | *$'\n'* | '') die "DLQ_CLUSTER_DIR must not contain quotes, backslashes, \$ or newlines: $BASE" ;;
 esac
+
+SECURITY="${DLQ_CLUSTER_SECURITY:-tls}"
+case "$SECURITY" in
+  tls | none) ;;
+  *) die "DLQ_CLUSTER_SECURITY must be tls or none, not '$SECURITY'" ;;
+esac
+# The users of deploy/nats-permissions.conf and the variables that hold their passwords there.
+USERS=(dlq-emitter dlq-consumer dlq-operator)
+PASSWORD_VARS=(DLQ_EMITTER_PASSWORD DLQ_CONSUMER_PASSWORD DLQ_OPERATOR_PASSWORD)
 
 TIMEOUT="${DLQ_CLUSTER_TIMEOUT:-30}"
 [[ "$TIMEOUT" =~ ^[0-9]+$ ]] || die "DLQ_CLUSTER_TIMEOUT must be a number of seconds, not '$TIMEOUT'"
@@ -159,11 +181,90 @@ render_node() { # index
   mv -f "$dst.tmp" "$dst"
 }
 
+# The cluster's private CA and the node certificate (for clients and routes), made once.
+ensure_pki() {
+  local pki="$BASE/pki" ext
+  [ -f "$pki/ca.pem" ] && [ -f "$pki/node.pem" ] && [ -f "$pki/node.key" ] && return 0
+  command -v openssl >/dev/null 2>&1 || die "openssl is needed to make the cluster's certificates (Debian: apt-get install openssl), or set DLQ_CLUSTER_SECURITY=none"
+  mkdir -p "$pki"
+  chmod 700 "$pki"
+  ext="$pki/node.ext"
+  printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=digitalSignature,keyEncipherment" \
+    "extendedKeyUsage=serverAuth,clientAuth" "subjectAltName=IP:127.0.0.1,DNS:localhost" >"$ext"
+  (
+    umask 077
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 825 \
+      -subj "/CN=dlq cluster CA" -keyout "$pki/ca.key" -out "$pki/ca.pem" 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+      -subj "/CN=dlq cluster node" -keyout "$pki/node.key" -out "$pki/node.csr" 2>/dev/null
+    openssl x509 -req -in "$pki/node.csr" -CA "$pki/ca.pem" -CAkey "$pki/ca.key" \
+      -CAcreateserial -days 825 -extfile "$ext" -out "$pki/node.pem" 2>/dev/null
+  ) || die "openssl could not make the certificates under $pki"
+  chmod 644 "$pki/ca.pem" "$pki/node.pem"
+  rm -f "$pki/node.csr" "$ext"
+}
+
+# A random password per user, made once, readable by the owner only.
+ensure_secrets() {
+  local dir="$BASE/secrets" user
+  mkdir -p "$dir"
+  chmod 700 "$dir"
+  for user in "${USERS[@]}"; do
+    [ -s "$dir/$user.password" ] && continue
+    (umask 077 && openssl rand -hex 24 >"$dir/$user.password") \
+      || die "cannot write $dir/$user.password"
+  done
+}
+
+# nN/security.conf (client TLS and the users), nN/route-tls.conf (mutual TLS between nodes)
+# and nN/nats-permissions.conf (the users, passwords filled in), or empty files without TLS.
+render_security() { # index
+  local dir pki="$BASE/pki" text k pw
+  dir="$(node_dir "$1")"
+  if [ "$SECURITY" = none ]; then
+    : >"$dir/security.conf"
+    : >"$dir/route-tls.conf"
+    rm -f "$dir/nats-permissions.conf"
+    return 0
+  fi
+  text="$(<"$SCRIPT_DIR/../nats-permissions.conf")"
+  for k in 0 1 2; do
+    pw="$(<"$BASE/secrets/${USERS[k]}.password")"
+    text="${text//"\$${PASSWORD_VARS[k]}"/"\"$pw\""}"
+  done
+  (umask 077 && printf '%s\n' "# Rendered by cluster.sh from deploy/nats-permissions.conf with the passwords of $BASE/secrets/." "$text" >"$dir/nats-permissions.conf")
+  {
+    echo "# Rendered by cluster.sh (DLQ_CLUSTER_SECURITY=tls). Clients must use TLS and log in."
+    echo "tls {"
+    echo "  cert_file: \"$pki/node.pem\""
+    echo "  key_file: \"$pki/node.key\""
+    echo "  timeout: 2"
+    echo "}"
+    echo "include \"nats-permissions.conf\""
+  } >"$dir/security.conf"
+  {
+    echo "# Rendered by cluster.sh: routes use mutual TLS; only nodes with a certificate of the"
+    echo "# cluster's CA ($pki/ca.pem) may join."
+    echo "tls {"
+    echo "  cert_file: \"$pki/node.pem\""
+    echo "  key_file: \"$pki/node.key\""
+    echo "  ca_file: \"$pki/ca.pem\""
+    echo "  verify: true"
+    echo "  timeout: 2"
+    echo "}"
+  } >"$dir/route-tls.conf"
+}
+
 render_all() {
   mkdir -p "$BASE" || die "cannot create base dir $BASE"
   local i out
+  if [ "$SECURITY" = tls ]; then
+    ensure_pki
+    ensure_secrets
+  fi
   for i in 0 1 2; do
     render_node "$i"
+    render_security "$i"
     if ! out="$("$NATS" -c "$(conf_path "$i")" -t 2>&1)"; then
       die "nats-server rejects the rendered config $(conf_path "$i"): $out"
     fi
@@ -290,7 +391,7 @@ launch() { # index; starts the node in the background if it does not run
     fi
     sleep 0.05
   done
-  echo "${NODES[i]}: started (pid $pid), client nats://127.0.0.1:${CLIENT[i]}, monitoring http://127.0.0.1:${HTTP[i]}, log $log"
+  echo "${NODES[i]}: started (pid $pid), client $(scheme)://127.0.0.1:${CLIENT[i]}, monitoring http://127.0.0.1:${HTTP[i]}, log $log"
 }
 
 stop_node() { # index; graceful stop, SIGKILL after 10 s
@@ -341,7 +442,7 @@ cmd_status() {
     if healthz_ok "$i"; then health=healthy; else health=unhealthy; all_ok=1; fi
     leader="$(meta_leader "$i")"
     [ -n "$leader" ] || all_ok=1
-    echo "${NODES[i]}: running (pid $pid), $health, meta leader ${leader:-none}, client nats://127.0.0.1:${CLIENT[i]}, monitoring http://127.0.0.1:${HTTP[i]}"
+    echo "${NODES[i]}: running (pid $pid), $health, meta leader ${leader:-none}, client $(scheme)://127.0.0.1:${CLIENT[i]}, monitoring http://127.0.0.1:${HTTP[i]}"
   done
   return "$all_ok"
 }
@@ -378,16 +479,31 @@ cmd_run() {
   exec "$NATS" -c "$(conf_path "$i")"
 }
 
+scheme() { if [ "$SECURITY" = tls ]; then echo tls; else echo nats; fi; }
+
+cmd_credentials() {
+  local k
+  if [ "$SECURITY" = none ]; then
+    echo "DLQ_CLUSTER_SECURITY=none: no TLS and no users"
+    return 0
+  fi
+  echo "CA certificate (bus.tls.ca, --tlsca, NATS_CA): $BASE/pki/ca.pem"
+  for k in 0 1 2; do
+    echo "user ${USERS[k]}: password in $BASE/secrets/${USERS[k]}.password"
+  done
+  echo "e.g. NATS_USER=dlq-emitter NATS_PASSWORD=\"\$(cat $BASE/secrets/dlq-emitter.password)\" NATS_CA=$BASE/pki/ca.pem dlq --config deploy/dlq.cluster.yml demo"
+}
+
 cmd_urls() {
   local i
-  for i in 0 1 2; do echo "nats://127.0.0.1:${CLIENT[i]}"; done
+  for i in 0 1 2; do echo "$(scheme)://127.0.0.1:${CLIENT[i]}"; done
 }
 
 [ "$#" -ge 1 ] || usage
 command="$1"
 shift
 case "$command" in
-  start | stop | status | render | urls) [ "$#" -eq 0 ] || usage ;;
+  start | stop | status | render | urls | credentials) [ "$#" -eq 0 ] || usage ;;
   kill | restart | run) [ "$#" -eq 1 ] || usage ;;
   -h | --help | help) usage ;;
   *) echo "cluster.sh: unknown command '$command'" >&2 && usage ;;
@@ -408,4 +524,5 @@ case "$command" in
     ;;
   run) cmd_run "$1" ;;
   urls) cmd_urls ;;
+  credentials) cmd_credentials ;;
 esac

@@ -203,6 +203,17 @@ impl NatsBus {
                         "bus not reachable yet: {}",
                         explain_connect_error(&err, &plan, &config.url)
                     ),
+                    Err(_) if plan.tls && !config.tls.first => {
+                        // A server with `handshake_first` waits for our TLS hello while we wait
+                        // for its greeting: nothing ever fails, it only times out.
+                        let line = format!(
+                            "no TLS handshake with {} within {}: if the server sets handshake_first, pass --tlsfirst (bus.tls.first); otherwise check that nats-server runs there and answers",
+                            redact_url(&config.url),
+                            humantime::format_duration(config.publish_timeout)
+                        );
+                        warn!("{line}");
+                        set_refusal(&refusal, Some(line));
+                    }
                     _ => debug!("bus not reachable within the publish timeout"),
                 }
                 plan.apply(&config, Self::options(&config, &refusal))

@@ -16,6 +16,7 @@ mod serve;
 mod signals;
 mod status;
 mod stream;
+mod tour;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -145,6 +146,9 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Show what dlq is for: run an example job whose items fail, take a private bus down in
+    /// the middle, bring it back, and check from the stream that nothing was lost.
+    Tour(tour::TourArgs),
     /// Emit sample failures into the data directory and publish them when the bus is reachable.
     Demo(demo::DemoArgs),
     /// Show the node id, item count and unpublished backlog of the data directory.
@@ -201,6 +205,7 @@ pub enum Command {
 /// Runs the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> ExitCode {
     let result = match &cli.command {
+        Command::Tour(args) => tour::run(&cli, args).await,
         Command::Demo(args) => demo::run(&cli, args).await,
         Command::Status => status::status(&cli).await,
         Command::Reconcile(args) => status::reconcile(&cli, args).await,
@@ -259,6 +264,9 @@ pub enum CliError {
     /// directory.
     #[error(transparent)]
     Serve(#[from] crate::serve::ServeError),
+    /// `dlq tour` could not run its own bus or example.
+    #[error(transparent)]
+    Tour(#[from] tour::TourError),
 }
 
 impl CliError {
@@ -274,7 +282,9 @@ impl CliError {
             CliError::Serve(err) => err.class(),
             CliError::Config(_) | CliError::Bus(BusError::Config(_)) => ErrorClass::Usage,
             CliError::NotFound(_) => ErrorClass::NotFound,
-            CliError::Bus(_) | CliError::Metrics(_) | CliError::Consumer(_) => ErrorClass::Failure,
+            CliError::Bus(_) | CliError::Metrics(_) | CliError::Consumer(_) | CliError::Tour(_) => {
+                ErrorClass::Failure
+            }
         }
     }
 

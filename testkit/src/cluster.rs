@@ -6,6 +6,10 @@
 //! kills every node, and a node also dies if this process is killed. Nodes can be SIGKILLed
 //! and restarted on the same ports and store.
 //!
+//! [`NatsCluster::start`] runs the nodes without TLS or users (`DLQ_CLUSTER_SECURITY=none`),
+//! for tests of failover; [`NatsCluster::start_secure`] runs the deployed default: TLS for
+//! clients, mutual TLS between the nodes, and the users of `deploy/nats-permissions.conf`.
+//!
 //! [`ScriptCluster`] drives `cluster.sh start|status|kill|restart|stop` itself (the script
 //! daemonizes the nodes); its `Drop` runs `cluster.sh stop` and then kills any node left in
 //! a pid file.
@@ -108,8 +112,27 @@ pub fn meta_leader(http_port: u16) -> Option<String> {
     (!leader.is_empty()).then(|| leader.to_owned())
 }
 
+/// How `cluster.sh render` secures the cluster (`DLQ_CLUSTER_SECURITY`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Security {
+    /// No TLS, no users.
+    None,
+    /// TLS for clients and routes, the least-privilege users (the deployed default).
+    Tls,
+}
+
+impl Security {
+    fn env_value(self) -> &'static str {
+        match self {
+            Security::None => "none",
+            Security::Tls => "tls",
+        }
+    }
+}
+
 /// Three `nats-server` processes owned by this process, configured by `cluster.sh render`.
 pub struct NatsCluster {
+    security: Security,
     bin: PathBuf,
     script: PathBuf,
     ports: Ports,
@@ -125,12 +148,21 @@ impl NatsCluster {
     /// Starts the cluster in a temporary dir (see [`NatsCluster::try_start_in`]) and waits up
     /// to [`READY_TIMEOUT`]; panics with the nodes' log tails if it cannot.
     pub fn start() -> NatsCluster {
+        NatsCluster::start_with(Security::None)
+    }
+
+    /// Like [`NatsCluster::start`], secured as deployed: see [`Security::Tls`].
+    pub fn start_secure() -> NatsCluster {
+        NatsCluster::start_with(Security::Tls)
+    }
+
+    fn start_with(security: Security) -> NatsCluster {
         let temp = tempfile::Builder::new()
             .prefix("dlq-cluster-")
             .tempdir()
             .expect("create temp dir for the cluster");
         let base = temp.path().to_path_buf();
-        NatsCluster::try_start(&base, &script(), READY_TIMEOUT, Some(temp))
+        NatsCluster::try_start(&base, &script(), READY_TIMEOUT, security, Some(temp))
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
@@ -143,17 +175,19 @@ impl NatsCluster {
         script: &Path,
         ready_timeout: Duration,
     ) -> Result<NatsCluster, Error> {
-        NatsCluster::try_start(base, script, ready_timeout, None)
+        NatsCluster::try_start(base, script, ready_timeout, Security::None, None)
     }
 
     fn try_start(
         base: &Path,
         script: &Path,
         ready_timeout: Duration,
+        security: Security,
         temp: Option<TempDir>,
     ) -> Result<NatsCluster, Error> {
         std::fs::create_dir_all(base)?;
         let mut cluster = NatsCluster {
+            security,
             bin: find_binary()?,
             script: script.to_path_buf(),
             ports: Ports::try_pick()?,
@@ -190,6 +224,7 @@ impl NatsCluster {
         let mut cmd = Command::new("timeout");
         cmd.arg("30").arg("bash").arg(&self.script).arg("render");
         self.ports.apply(&mut cmd, &self.base);
+        cmd.env("DLQ_CLUSTER_SECURITY", self.security.env_value());
         let out = cmd.stdin(Stdio::null()).output()?;
         if !out.status.success() {
             return Err(Error::new(format!(
@@ -261,9 +296,28 @@ impl NatsCluster {
             .any(|node| read_from(&self.log_path(node), offset).contains("address already in use"))
     }
 
-    /// `nats://127.0.0.1:PORT` of one node.
+    /// `nats://127.0.0.1:PORT` of one node (`tls://` when secured).
     pub fn url(&self, node: usize) -> String {
-        format!("nats://127.0.0.1:{}", self.ports.client[node])
+        let scheme = match self.security {
+            Security::None => "nats",
+            Security::Tls => "tls",
+        };
+        format!("{scheme}://127.0.0.1:{}", self.ports.client[node])
+    }
+
+    /// The cluster's CA certificate (made by `cluster.sh render` when secured).
+    pub fn ca_path(&self) -> PathBuf {
+        self.base.join("pki/ca.pem")
+    }
+
+    /// The password `cluster.sh render` made for one of the users of
+    /// `deploy/nats-permissions.conf` (`dlq-emitter`, `dlq-consumer`, `dlq-operator`).
+    pub fn password(&self, user: &str) -> String {
+        let path = self.base.join("secrets").join(format!("{user}.password"));
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+            .trim()
+            .to_owned()
     }
 
     /// Every node's URL.

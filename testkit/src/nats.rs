@@ -74,6 +74,22 @@ impl NatsServer {
         NatsServer::try_start(&dir, &["-c", &conf], Some(temp)).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// Like [`NatsServer::start_with_config`], with the recent nats-server of
+    /// [`recent_binary`] (for what Debian's 2.9.10 lacks, such as the TLS-first handshake).
+    pub fn start_recent_with_config(config: &str) -> NatsServer {
+        let temp = tempfile::Builder::new()
+            .prefix("dlq-nats-")
+            .tempdir()
+            .expect("create temp dir for nats-server");
+        let dir = temp.path().to_path_buf();
+        let conf = dir.join("server.conf");
+        std::fs::write(&conf, config).expect("write server.conf");
+        let conf = conf.to_str().expect("a UTF-8 temp path").to_owned();
+        let bin = recent_binary().unwrap_or_else(|e| panic!("{e}"));
+        NatsServer::try_start_with(bin, &dir, &["-c", &conf], Some(temp))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// Starts `nats-server -js` on a free loopback port with its store (`nats-store/`), log
     /// (`nats-server.log`) and stderr (`nats-server.stderr`) in `dir`, which outlives the
     /// server; returns once it is ready.
@@ -82,10 +98,19 @@ impl NatsServer {
     }
 
     fn try_start(dir: &Path, extra: &[&str], temp: Option<TempDir>) -> Result<NatsServer, Error> {
+        NatsServer::try_start_with(find_binary()?, dir, extra, temp)
+    }
+
+    fn try_start_with(
+        bin: PathBuf,
+        dir: &Path,
+        extra: &[&str],
+        temp: Option<TempDir>,
+    ) -> Result<NatsServer, Error> {
         let store = dir.join("nats-store");
         std::fs::create_dir_all(&store)?;
         let mut server = NatsServer {
-            bin: find_binary()?,
+            bin,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             port: 0,
             monitor_port: 0,
@@ -349,6 +374,32 @@ pub fn find_binary() -> Result<PathBuf, Error> {
         )));
     }
     Ok(bin)
+}
+
+/// The version `scripts/install-nats-server-recent.sh` installs by default.
+pub const RECENT_VERSION: &str = "2.15.1";
+
+/// A nats-server newer than Debian's, for tests of features 2.9.10 lacks:
+/// `NATS_SERVER_RECENT_BIN`, else where `scripts/install-nats-server-recent.sh` puts it
+/// (`${DLQ_TOOLS_DIR:-$HOME/.cache/dlq-tools}/nats-server-VERSION/nats-server`).
+pub fn recent_binary() -> Result<PathBuf, Error> {
+    let bin = match std::env::var_os("NATS_SERVER_RECENT_BIN").filter(|b| !b.is_empty()) {
+        Some(bin) => PathBuf::from(bin),
+        None => std::env::var_os("DLQ_TOOLS_DIR")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/dlq-tools")))
+            .unwrap_or_default()
+            .join(format!("nats-server-{RECENT_VERSION}"))
+            .join("nats-server"),
+    };
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(Error::new(format!(
+            "no recent nats-server at {}: run scripts/install-nats-server-recent.sh (scripts/test.sh does), or set NATS_SERVER_RECENT_BIN",
+            bin.display()
+        )))
+    }
 }
 
 /// `GET /healthz` on a monitoring port answers 200 (in a cluster: the node is current with

@@ -25,8 +25,9 @@ pub struct Pki {
     pub client_key: PathBuf,
 }
 
-/// Generates the [`Pki`] into `dir`.
+/// Generates the [`Pki`] into `dir` (created when missing).
 pub fn pki(dir: &Path) -> Pki {
+    std::fs::create_dir_all(dir).unwrap();
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
         KeyPair, KeyUsagePurpose,
