@@ -9,6 +9,7 @@ use thiserror::Error;
 
 use crate::bus::BusConfig;
 use crate::emitter::reconciler::ReconcilerConfig;
+use crate::emitter::AntiEntropyConfig;
 use crate::emitter::RetentionConfig;
 use crate::emitter::TopicPolicies;
 use crate::sink::SinkConfig;
@@ -60,6 +61,8 @@ pub struct Config {
     pub reconciler: ReconcilerConfig,
     /// Retention settings.
     pub retention: RetentionConfig,
+    /// Anti-entropy settings: checking that the stream still holds what it acknowledged.
+    pub anti_entropy: AntiEntropyConfig,
     /// Where to serve Prometheus metrics, if anywhere.
     pub metrics_addr: Option<SocketAddr>,
     /// Program and arguments that `claude:` steps of `dlq run` / `dlq retry` run (the prompt
@@ -141,6 +144,18 @@ mod tests {
         assert_eq!(config.topics.default.retry_attempts, 1);
         assert_eq!(config.sink.store_timeout, Duration::from_secs(2));
         assert_eq!(config.bus.0.subject, "sys.job.dlq");
+        assert!(config.anti_entropy.enabled);
+    }
+
+    #[test]
+    fn anti_entropy_settings_parse_and_unknown_ones_are_refused() {
+        let yaml = "anti_entropy:\n  enabled: false\n  interval: 10s\n  horizon: 15m\n  max_checks_per_pass: 100\n";
+        let config = Config::parse(yaml).unwrap();
+        assert!(!config.anti_entropy.enabled);
+        assert_eq!(config.anti_entropy.interval, Duration::from_secs(10));
+        assert_eq!(config.anti_entropy.horizon, Duration::from_secs(900));
+        assert_eq!(config.anti_entropy.max_checks_per_pass, 100);
+        assert!(Config::parse("anti_entropy:\n  horizn: 1m\n").is_err());
     }
 
     #[test]

@@ -41,7 +41,8 @@
 //! - [`sink`] (storage): the durable log and the sled store operators query.
 //!   [`bus`] (transport): the `Bus` trait and NATS JetStream, with credentials and TLS
 //!   ([`BusAuth`], [`BusTls`]; `bus::auth`).
-//! - Services: [`emitter`] (sink first, then the bus; its reconciler and retention),
+//! - Services: [`emitter`] (sink first, then the bus; its reconciler, retention and
+//!   anti-entropy),
 //!   [`consumer`] (rebuilding the state from the stream), [`removal`] (clear and purge),
 //!   `query` (list, stats, analyze, export, import, CEL filters), `runner` (the MapReduce
 //!   job runner).
@@ -86,8 +87,8 @@ pub use domain::failure::dead_lettered_item;
 pub use domain::model::{DeadLetteredItem, ErrorType, FailureDetail, WorktreeArtifacts};
 pub use domain::signature::{classify, signature, Signature};
 pub use emitter::{
-    EmitError, Emitter, EmitterBuilder, Receipt, ReconcilerConfig, RetentionConfig, TopicPolicies,
-    TopicPolicy,
+    AntiEntropyConfig, AntiEntropyStats, EmitError, Emitter, EmitterBuilder, Receipt,
+    ReconcilerConfig, RetentionConfig, TopicPolicies, TopicPolicy,
 };
 pub use error_class::ErrorClass;
 pub use sink::{Sink, SinkConfig, SinkError, SledSink};

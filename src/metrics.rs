@@ -30,6 +30,21 @@ pub const PUBLISHED: &str = "dlq_published_total";
 /// Time an emit call took, in seconds.
 pub const EMIT_DURATION: &str = "dlq_emit_duration_seconds";
 
+/// Acknowledged events anti-entropy checked in the stream.
+pub const ANTI_ENTROPY_CHECKED: &str = "dlq_anti_entropy_checked_total";
+/// Acknowledged events anti-entropy found missing from the stream.
+pub const ANTI_ENTROPY_MISSING: &str = "dlq_anti_entropy_missing_total";
+/// Missing events anti-entropy published again and the stream stored.
+pub const ANTI_ENTROPY_REPUBLISHED: &str = "dlq_anti_entropy_republished_total";
+/// Anti-entropy re-publishes the stream answered as duplicates (not stored).
+pub const ANTI_ENTROPY_DUPLICATES: &str = "dlq_anti_entropy_duplicates_total";
+/// Acknowledged events anti-entropy still checks.
+pub const ANTI_ENTROPY_TRACKED: &str = "dlq_anti_entropy_tracked_events";
+/// Acknowledged events anti-entropy stopped checking early because `max_tracked` was reached.
+pub const ANTI_ENTROPY_DROPPED: &str = "dlq_anti_entropy_dropped_total";
+/// When the last anti-entropy pass completed (Unix seconds).
+pub const ANTI_ENTROPY_LAST_PASS: &str = "dlq_anti_entropy_last_pass_timestamp_seconds";
+
 /// Items of a running job, by `job_id` and `outcome` (succeeded, dead_lettered, skipped, pending).
 pub const JOB_ITEMS: &str = "dlq_job_items";
 /// Share of a job's completed items that failed, by `job_id`.
@@ -80,6 +95,35 @@ pub fn describe() {
         "Events acknowledged by the bus on the emit path, by topic"
     );
     describe_histogram!(EMIT_DURATION, Unit::Seconds, "Time an emit call took");
+    describe_counter!(
+        ANTI_ENTROPY_CHECKED,
+        "Acknowledged events anti-entropy checked in the stream"
+    );
+    describe_counter!(
+        ANTI_ENTROPY_MISSING,
+        "Acknowledged events anti-entropy found missing from the stream"
+    );
+    describe_counter!(
+        ANTI_ENTROPY_REPUBLISHED,
+        "Lost events anti-entropy published again and the stream stored"
+    );
+    describe_counter!(
+        ANTI_ENTROPY_DUPLICATES,
+        "Anti-entropy re-publishes answered as duplicates (not stored)"
+    );
+    describe_counter!(
+        ANTI_ENTROPY_DROPPED,
+        "Acknowledged events anti-entropy stopped checking early (max_tracked reached)"
+    );
+    describe_gauge!(
+        ANTI_ENTROPY_TRACKED,
+        "Acknowledged events anti-entropy still checks"
+    );
+    describe_gauge!(
+        ANTI_ENTROPY_LAST_PASS,
+        Unit::Seconds,
+        "When the last anti-entropy pass completed, in Unix seconds"
+    );
 }
 
 /// The exporter could not start.

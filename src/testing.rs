@@ -84,6 +84,14 @@ impl Sink for MemorySink {
             .collect())
     }
 
+    fn stored(&self, seq: u64) -> Result<Option<EncodedEvent>, SinkError> {
+        let state = self.state.lock().unwrap();
+        let index = (seq as usize).checked_sub(1);
+        Ok(index
+            .and_then(|i| state.log.get(i))
+            .map(|event| EncodedEvent::encode(event).unwrap()))
+    }
+
     fn park(&self, seq: u64, event_id: Option<&str>, reason: &str) -> Result<bool, SinkError> {
         let mut state = self.state.lock().unwrap();
         if !state.unpublished.remove(&seq) {

@@ -646,6 +646,13 @@ fn deployment_files_are_valid_and_cover_every_exported_metric() {
         dlq::metrics::EMIT_DURATION,
         dlq::metrics::PARKED,
         dlq::metrics::PARKED_TOTAL,
+        dlq::metrics::ANTI_ENTROPY_CHECKED,
+        dlq::metrics::ANTI_ENTROPY_MISSING,
+        dlq::metrics::ANTI_ENTROPY_REPUBLISHED,
+        dlq::metrics::ANTI_ENTROPY_DUPLICATES,
+        dlq::metrics::ANTI_ENTROPY_DROPPED,
+        dlq::metrics::ANTI_ENTROPY_TRACKED,
+        dlq::metrics::ANTI_ENTROPY_LAST_PASS,
     ]
     .into_iter()
     .map(str::to_owned)
@@ -699,6 +706,8 @@ fn deployment_files_are_valid_and_cover_every_exported_metric() {
         "dlq_parked_events",
         "dlq_consumer_lag",
         "dlq_consumer_oldest_waiting_age_seconds",
+        "dlq_anti_entropy_republished_total",
+        "dlq_anti_entropy_last_pass_timestamp_seconds",
     ] {
         assert!(alerts.contains(name), "no alert on {name}");
     }

@@ -207,6 +207,7 @@ async fn run_mode(args: &DrillArgs, baseline: bool, work: &Path, out: &Path) -> 
     sampler.abort();
     // Our mode repairs what the bus lost after acknowledging it, as an operator would after a
     // failover; the subscriber is still listening, so it receives the repairs too.
+    // After stream-loss it finds nothing: anti-entropy re-published what the stream lost.
     let repaired = if baseline {
         Vec::new()
     } else {

@@ -24,7 +24,9 @@ use chrono::Utc;
 use dlq::bus::{BusConfig, NatsBus};
 use dlq::domain::model::{ErrorType, FailureDetail};
 use dlq::emitter::reconciler::ReconcilerConfig;
-use dlq::emitter::{EmitError, Emitter, EmitterBuilder, RetryBackoff, TopicPolicies, TopicPolicy};
+use dlq::emitter::{
+    AntiEntropyConfig, EmitError, Emitter, EmitterBuilder, RetryBackoff, TopicPolicies, TopicPolicy,
+};
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -69,6 +71,13 @@ pub struct EmitArgs {
     /// Most emits in flight at once (a scheduler's worker pool).
     #[arg(long, default_value_t = 2000)]
     pub max_in_flight: usize,
+    /// Time between anti-entropy passes (ours only; the baseline runs none). Shorter than the
+    /// library's 30 s default so that a drill sees repairs within its `--after`.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub anti_entropy_interval: Duration,
+    /// How long an acknowledged event is checked (ours only).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub anti_entropy_horizon: Duration,
 }
 
 /// The emitter as the drill builds it.
@@ -130,6 +139,11 @@ pub async fn run(args: EmitArgs) -> Res<u8> {
         .policies(policies)
         .publish_timeout(args.publish_timeout)
         .reconciler(Some(reconciler))
+        .anti_entropy((!args.baseline).then_some(AntiEntropyConfig {
+            interval: args.anti_entropy_interval,
+            horizon: args.anti_entropy_horizon,
+            ..AntiEntropyConfig::default()
+        }))
         .build();
 
     let (out_tx, out_rx) = mpsc::unbounded_channel::<String>();
@@ -182,6 +196,7 @@ pub async fn run(args: EmitArgs) -> Res<u8> {
     let backlog = emitter.sink().backlog()?;
     let (rss, hwm) = memory_kb();
     let c = &counters;
+    let ae = emitter.anti_entropy_stats().unwrap_or_default();
     let last = json!({
         "node_id": args.node_id,
         "incarnation": args.incarnation,
@@ -196,6 +211,9 @@ pub async fn run(args: EmitArgs) -> Res<u8> {
         "peak_backlog": c.peak_backlog.load(Ordering::SeqCst).max(backlog.count),
         "rss_kb": rss,
         "hwm_kb": hwm,
+        "anti_entropy_checked": ae.checked,
+        "anti_entropy_missing": ae.missing,
+        "anti_entropy_republished": ae.republished,
     });
     let _ = out_tx.send(format!("FINAL {last}"));
     drop(out_tx);

@@ -226,6 +226,14 @@ pub async fn run(rig: &mut Rig<'_>, args: &DrillArgs) -> Res<Window> {
                 rig.mark(format!("healed: {commands}"));
             }
         }
+        Fault::StreamLoss => {
+            let url = rig.servers.url();
+            rig.mark("the stream starts losing acknowledged messages (deleted by the drill)");
+            let deleted = stream_loss(&url, duration).await?;
+            rig.mark(format!(
+                "the stream lost {deleted} acknowledged messages in all (anti-entropy should re-publish each)"
+            ));
+        }
         Fault::ClusterKill => {
             let Servers::Cluster { cluster, survivor } = &mut *rig.servers else {
                 return Err(err("cluster-kill needs the cluster"));
@@ -240,6 +248,35 @@ pub async fn run(rig: &mut Rig<'_>, args: &DrillArgs) -> Res<Window> {
         outage_start,
         end: Instant::now(),
     })
+}
+
+/// `stream-loss`: every second deletes messages at three recent sequences of the stream
+/// (the newest, 7 and 13 before it) through JetStream's delete-message API; returns how many
+/// it deleted. Nothing else about the stream changes.
+async fn stream_loss(url: &str, duration: Duration) -> Res<u64> {
+    const STREAM: &str = "DLQ";
+    let client = async_nats::connect(url).await?;
+    let js = async_nats::jetstream::new(client);
+    let end = Instant::now() + duration;
+    let mut deleted = 0;
+    while Instant::now() < end {
+        tokio::time::sleep(
+            Duration::from_secs(1).min(end.saturating_duration_since(Instant::now())),
+        )
+        .await;
+        let mut stream = js.get_stream(STREAM).await?;
+        let last = stream.info().await?.state.last_sequence;
+        for back in [0, 7, 13] {
+            let Some(seq) = last.checked_sub(back).filter(|s| *s > 0) else {
+                continue;
+            };
+            // A sequence already deleted (or never stored) answers an error: not counted.
+            if matches!(stream.delete_message(seq).await, Ok(true)) {
+                deleted += 1;
+            }
+        }
+    }
+    Ok(deleted)
 }
 
 /// `cluster-kill`: SIGKILLs the stream's leader, waits for the two others to elect a new one;

@@ -77,6 +77,10 @@ pub enum Fault {
     /// a third of the duration each: random packet loss (nftables), a slow link (`tc tbf`),
     /// the link down; then healed.
     NetPartition,
+    /// The bus stays up; every second the drill deletes a few of the newest messages from the
+    /// stream (JetStream's delete-message API), as a server crash before its fsync would lose
+    /// them: anti-entropy must bring them back.
+    StreamLoss,
 }
 
 impl Fault {
@@ -90,6 +94,7 @@ impl Fault {
             Fault::SinkFail => "sink-fail",
             Fault::ClusterKill => "cluster-kill",
             Fault::NetPartition => "net-partition",
+            Fault::StreamLoss => "stream-loss",
         }
     }
 }

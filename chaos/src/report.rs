@@ -155,6 +155,11 @@ pub struct ModeResult {
     pub stream_duplicate_sample: Vec<String>,
     /// Events left unpublished in the sinks at the end.
     pub final_unpublished: u64,
+    /// Acknowledged events the emitters' anti-entropy found missing from the stream (summed
+    /// over the last incarnation of each emitter).
+    pub anti_entropy_missing: u64,
+    /// Of those, re-published and stored again.
+    pub anti_entropy_republished: u64,
     /// Seconds from restoring until the backlog was drained (`None`: never).
     pub time_to_drain_s: Option<f64>,
     /// Largest unpublished backlog over all sinks (sampled every 500 ms).
@@ -257,6 +262,12 @@ const ROWS: &[Row] = &[
     }),
     ("in the stream: distinct ids (items)", |r| {
         format!("{} ({})", r.stream_unique, r.stream_items)
+    }),
+    ("anti-entropy: found missing / re-published", |r| {
+        format!(
+            "{} / {}",
+            r.anti_entropy_missing, r.anti_entropy_republished
+        )
     }),
     (
         "stream sequence gaps / reader's consumer: delivered twice, skipped (read by sequence)",

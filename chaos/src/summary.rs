@@ -95,6 +95,7 @@ pub fn summarise(
         None => None,
     };
     let not_stored_published = t.not_stored.iter().filter(|(_, p)| *p).count() as u64;
+    let final_sum = |key: &str| -> u64 { finals.values().filter_map(|f| f[key].as_u64()).sum() };
     ModeResult {
         mode: mode.into(),
         reconciler,
@@ -126,6 +127,8 @@ pub fn summarise(
         lost_sample: lost.into_iter().take(20).collect(),
         stream_duplicate_sample: stream.repeated_ids(20),
         final_unpublished,
+        anti_entropy_missing: final_sum("anti_entropy_missing"),
+        anti_entropy_republished: final_sum("anti_entropy_republished"),
         time_to_drain_s,
         peak_backlog: samples.iter().map(|s| s.backlog).max().unwrap_or(0),
         latency: Phases {

@@ -5,7 +5,9 @@
 //! net-partition the baseline (a sink-then-publish emitter without a reconciler) runs too and
 //! must lose something. net-partition (15 s) builds its own network namespaces and needs root
 //! and nftables: without them it fails, it does not skip. The cluster drill runs 20 s against a private three-node JetStream cluster
-//! (`deploy/nats-cluster/`), with the baseline. The full drills (`--duration 5m`) are described
+//! (`deploy/nats-cluster/`), with the baseline. `stream-loss` deletes acknowledged messages from
+//! the stream and checks that the emitters' anti-entropy brings each back (the baseline, which
+//! runs none, loses them). The full drills (`--duration 5m`) are described
 //! in `chaos/README.md`.
 //!
 //! The drill runs `dlq verify` and `dlq republish` with the `dlq` binary next to `dlq-chaos`
@@ -366,4 +368,37 @@ fn cluster_losing_one_node_then_two_loses_nothing_and_the_baseline_loss_is_repor
         "cluster baseline lost {lost} of {}",
         n(baseline, "acknowledged")
     );
+}
+
+/// The number in the `stream-loss` timeline mark "the stream lost N acknowledged messages".
+fn deleted_by_the_drill(mode: &Value) -> u64 {
+    let marks = mode["marks"].as_array().unwrap();
+    marks
+        .iter()
+        .filter_map(|m| m["what"].as_str()?.strip_prefix("the stream lost "))
+        .find_map(|rest| rest.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no deletion count in the timeline: {marks:?}"))
+}
+
+#[test]
+fn stream_losing_acknowledged_messages_is_repaired_by_anti_entropy() {
+    let result = drill("stream-loss", &["--baseline-too"]);
+    // Lossless, and `dlq republish` at the end found nothing to re-publish: the emitters'
+    // anti-entropy had already brought back every deleted message.
+    assert_ours_lossless(&result);
+    let ours = &result["ours"];
+    let deleted = deleted_by_the_drill(ours);
+    assert!(deleted > 0, "the drill deleted nothing: {ours}");
+    assert_eq!(
+        n(ours, "anti_entropy_republished"),
+        deleted,
+        "each deleted message re-published once: {ours}"
+    );
+    assert_eq!(n(ours, "anti_entropy_missing"), deleted);
+    // Without anti-entropy (the baseline), the deleted messages stay lost.
+    let baseline = &result["baseline"];
+    let lost = n(baseline, "lost");
+    assert!(lost > 0, "the baseline lost nothing: {baseline}");
+    assert_eq!(lost, deleted_by_the_drill(baseline), "{baseline}");
+    assert_eq!(n(baseline, "anti_entropy_republished"), 0);
 }

@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod context;
 mod nats;
+mod probe;
 pub mod stream;
 
 use std::future::Future;
@@ -19,6 +20,7 @@ use crate::domain::event::{EncodedEvent, Event};
 
 pub use auth::{BusAuth, BusTls, Secret};
 pub use nats::{connect_client, BusConfig, BusMode, NatsBus};
+pub use probe::{Presence, Probe};
 
 /// The servers of a comma-separated URL list (`nats://a:4222,nats://b:4222`), trimmed, for
 /// async-nats, which parses a single string as one URL.
@@ -68,6 +70,43 @@ pub trait Bus: Send + Sync + 'static {
     /// reconciler at start and whenever the bus is healthy; cheap once done.
     fn prepare(&self) -> impl Future<Output = Result<(), BusError>> + Send {
         async { Ok(()) }
+    }
+
+    /// Whether this bus can say which acknowledged messages it still holds
+    /// ([`Bus::probe`]) and take a repair ([`Bus::publish_encoded_as`]): JetStream can, core
+    /// NATS (which keeps nothing) cannot. Anti-entropy runs only when it can.
+    fn can_probe(&self) -> bool {
+        false
+    }
+
+    /// For each probe, whether the stream still holds that message at that stream sequence.
+    /// One answer per probe, in order.
+    fn probe(
+        &self,
+        probes: &[Probe],
+    ) -> impl Future<Output = Result<Vec<Presence>, BusError>> + Send {
+        let _ = probes;
+        async {
+            Err(BusError::Rejected(
+                "this bus cannot say what it holds (JetStream only)".into(),
+            ))
+        }
+    }
+
+    /// Publishes one stored event under `msg_id` instead of its event id (a repair the
+    /// duplicate window must not drop; the payload keeps the event id, by which consumers
+    /// drop copies they hold). `Ok` only once acknowledged.
+    fn publish_encoded_as(
+        &self,
+        event: &EncodedEvent,
+        msg_id: &str,
+    ) -> impl Future<Output = Result<Published, BusError>> + Send {
+        let _ = (event, msg_id);
+        async {
+            Err(BusError::Rejected(
+                "re-publishing under a new id needs a JetStream stream".into(),
+            ))
+        }
     }
 }
 

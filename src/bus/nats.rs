@@ -304,6 +304,11 @@ impl NatsBus {
         &self.config
     }
 
+    /// The JetStream context (for the stream reads of sibling modules).
+    pub(super) fn jetstream(&self) -> &jetstream::Context {
+        &self.jetstream
+    }
+
     /// Gets the stream ready for publishing, once per bus (again after the server lost it):
     /// creates it from the configuration when it is missing; otherwise reads it and never
     /// changes it. Refuses ([`BusError::StreamUnfit`]) a stream that cannot hold dlq's events
@@ -404,6 +409,16 @@ impl NatsBus {
     /// the stream's duplicate window cannot drop it: the repair of an event the stream lost
     /// (`dlq republish`). Consumers still drop it if they hold it, by event id. JetStream only.
     pub async fn publish_as(&self, event: &Event, msg_id: &str) -> Result<Published, BusError> {
+        let encoded = EncodedEvent::encode(event).map_err(|e| BusError::Encode(e.to_string()))?;
+        self.publish_encoded_under(&encoded, msg_id).await
+    }
+
+    /// [`NatsBus::publish_as`] for an event as stored.
+    async fn publish_encoded_under(
+        &self,
+        event: &EncodedEvent,
+        msg_id: &str,
+    ) -> Result<Published, BusError> {
         if self.config.mode != BusMode::Jetstream {
             return Err(BusError::Rejected(
                 "re-publishing under a new id needs a JetStream stream (bus mode is core)".into(),
@@ -412,9 +427,8 @@ impl NatsBus {
         if !self.is_healthy() {
             return Err(BusError::Disconnected);
         }
-        let encoded = EncodedEvent::encode(event).map_err(|e| BusError::Encode(e.to_string()))?;
         let timeout = self.config.publish_timeout;
-        tokio::time::timeout(timeout, self.publish_jetstream(&encoded, msg_id))
+        tokio::time::timeout(timeout, self.publish_jetstream(event, msg_id))
             .await
             .unwrap_or(Err(BusError::Timeout(timeout)))
     }
@@ -536,5 +550,24 @@ impl Bus for NatsBus {
             BusMode::Jetstream => self.ensure_stream().await,
             BusMode::Core => Ok(()),
         }
+    }
+
+    fn can_probe(&self) -> bool {
+        self.config.mode == BusMode::Jetstream
+    }
+
+    async fn probe(&self, probes: &[super::Probe]) -> Result<Vec<super::Presence>, BusError> {
+        if !self.is_healthy() {
+            return Err(BusError::Disconnected);
+        }
+        self.probe_stream(probes).await
+    }
+
+    async fn publish_encoded_as(
+        &self,
+        event: &EncodedEvent,
+        msg_id: &str,
+    ) -> Result<Published, BusError> {
+        self.publish_encoded_under(event, msg_id).await
     }
 }

@@ -127,6 +127,17 @@ pub struct Cli {
     #[arg(long, global = true, env = "DLQ_LOCK_WAIT", default_value = "10s",
           value_parser = humantime::parse_duration)]
     pub lock_wait: Duration,
+    /// Turn anti-entropy off: long-running processes then no longer check that the stream
+    /// still holds the events it acknowledged (config `anti_entropy.enabled`).
+    #[arg(long, global = true)]
+    pub no_anti_entropy: bool,
+    /// Time between anti-entropy passes [default: config `anti_entropy.interval`, 30s].
+    #[arg(long, global = true, env = "DLQ_ANTI_ENTROPY_INTERVAL", value_parser = humantime::parse_duration)]
+    pub anti_entropy_interval: Option<Duration>,
+    /// How long after its acknowledgement an event must still be in the stream before it is
+    /// no longer checked [default: config `anti_entropy.horizon`, 5m].
+    #[arg(long, global = true, env = "DLQ_ANTI_ENTROPY_HORIZON", value_parser = humantime::parse_duration)]
+    pub anti_entropy_horizon: Option<Duration>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

@@ -28,6 +28,15 @@ pub fn config(cli: &Cli) -> Result<Config, CliError> {
     if cli.metrics_addr.is_some() {
         config.metrics_addr = cli.metrics_addr;
     }
+    if cli.no_anti_entropy {
+        config.anti_entropy.enabled = false;
+    }
+    if let Some(interval) = cli.anti_entropy_interval {
+        config.anti_entropy.interval = interval;
+    }
+    if let Some(horizon) = cli.anti_entropy_horizon {
+        config.anti_entropy.horizon = horizon;
+    }
     let bus: &mut BusConfig = &mut config.bus.0;
     if let Some(name) = &cli.context {
         NatsContext::load(&context_path(name)?)?.apply(bus);
@@ -176,6 +185,7 @@ pub async fn emitter_with_sink(
         .publish_timeout(config.bus.0.publish_timeout)
         .store_timeout(config.sink.store_timeout)
         .reconciler(Some(config.reconciler))
+        .anti_entropy(Some(config.anti_entropy))
         .retention(retention.then_some(config.retention))
         .build())
 }

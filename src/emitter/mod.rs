@@ -12,6 +12,7 @@
 //! writer had already taken is [`EmitError::Unconfirmed`] and publishes nothing, because the
 //! writer stores it late and the reconciler publishes that copy (see `sink::writer`, `Claim`).
 
+pub mod anti_entropy;
 pub mod reconciler;
 mod retention;
 mod topic_policy;
@@ -28,16 +29,18 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+pub use anti_entropy::{AntiEntropyConfig, AntiEntropyStats};
 pub use reconciler::ReconcilerConfig;
 pub use retention::RetentionConfig;
 pub use topic_policy::{RetryBackoff, TopicPolicies, TopicPolicy};
 
-use crate::bus::{Bus, BusError};
+use crate::bus::{Bus, BusError, Published};
 use crate::domain::command::Command;
 use crate::domain::event::{Event, EventKind};
 use crate::domain::model::DeadLetteredItem;
 use crate::metrics as m;
 use crate::sink::{Sink, SinkError};
+use anti_entropy::{AntiEntropy, Tracker};
 use reconciler::Reconciler;
 use retention::retention_task;
 
@@ -131,6 +134,8 @@ struct Inner<S, B> {
     shutdown: CancellationToken,
     volatile_counter: AtomicU64,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Acknowledged events anti-entropy checks (`None` when it is off).
+    tracker: Option<Arc<Tracker>>,
 }
 
 impl<S, B> Drop for Inner<S, B> {
@@ -149,6 +154,7 @@ pub struct EmitterBuilder<S, B> {
     store_timeout: Duration,
     reconciler: Option<ReconcilerConfig>,
     retention: Option<RetentionConfig>,
+    anti_entropy: Option<AntiEntropyConfig>,
 }
 
 impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
@@ -162,7 +168,15 @@ impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
             store_timeout: Duration::from_secs(2),
             reconciler: Some(ReconcilerConfig::default()),
             retention: None,
+            anti_entropy: Some(AntiEntropyConfig::default()),
         }
+    }
+
+    /// Anti-entropy settings (on by default), or `None` to run without it: see
+    /// [`anti_entropy`] (checks that the stream still holds what it acknowledged).
+    pub fn anti_entropy(mut self, config: Option<AntiEntropyConfig>) -> Self {
+        self.anti_entropy = config;
+        self
     }
 
     /// Purge items past retention in the background (off unless set).
@@ -195,8 +209,11 @@ impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
         self
     }
 
-    /// Builds the handle and starts the reconciler. Needs a Tokio runtime.
+    /// Builds the handle and starts the reconciler (and anti-entropy, retention). Needs a
+    /// Tokio runtime.
     pub fn build(self) -> Emitter<S, B> {
+        let anti_entropy = self.anti_entropy.filter(|config| config.enabled);
+        let tracker = anti_entropy.map(|config| Arc::new(Tracker::new(&config)));
         let inner = Arc::new(Inner {
             sink: Arc::new(self.sink),
             bus: Arc::new(self.bus),
@@ -208,6 +225,7 @@ impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
             shutdown: CancellationToken::new(),
             volatile_counter: AtomicU64::new(0),
             tasks: Mutex::new(Vec::new()),
+            tracker: tracker.clone(),
         });
         if let Some(config) = self.reconciler.filter(|config| config.enabled) {
             let reconciler = Reconciler {
@@ -217,8 +235,22 @@ impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
                 in_flight: inner.in_flight.clone(),
                 wake: inner.wake_reconciler.clone(),
                 shutdown: inner.shutdown.child_token(),
+                tracker: tracker.clone(),
             };
             let handle = tokio::spawn(reconciler.run());
+            if let Ok(mut tasks) = inner.tasks.lock() {
+                tasks.push(handle);
+            }
+        }
+        if let (Some(config), Some(tracker)) = (anti_entropy, tracker) {
+            let task = AntiEntropy {
+                sink: inner.sink.clone(),
+                bus: inner.bus.clone(),
+                config,
+                tracker,
+                shutdown: inner.shutdown.child_token(),
+            };
+            let handle = tokio::spawn(task.run());
             if let Ok(mut tasks) = inner.tasks.lock() {
                 tasks.push(handle);
             }
@@ -410,15 +442,18 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
         }
         let outcome = self.publish_with_retry(event, budget).await;
         if durable {
-            if outcome.is_ok() {
+            if let Ok(published) = &outcome {
                 if let Err(err) = self.inner.sink.mark_published(event.seq) {
                     warn!(error = %err, event_id = %event.event_id, "cannot mark event published; it will be published again");
+                }
+                if let Some(tracker) = &self.inner.tracker {
+                    tracker.acknowledged(event.seq, &event.event_id, published);
                 }
             }
             self.in_flight(|set| set.remove(&event.seq));
         }
         match outcome {
-            Ok(()) => {
+            Ok(_) => {
                 metrics::counter!(m::PUBLISHED, "topic" => topic.to_owned()).increment(1);
                 true
             }
@@ -434,12 +469,12 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
         &self,
         event: &Event,
         budget: &mut Attempts,
-    ) -> Result<(), (u32, BusError)> {
+    ) -> Result<Published, (u32, BusError)> {
         let mut attempts = 0u32;
         loop {
             attempts += 1;
             let err = match self.inner.bus.publish(event).await {
-                Ok(_) => return Ok(()),
+                Ok(published) => return Ok(published),
                 Err(err) => err,
             };
             debug!(event_id = %event.event_id, attempts, error = %err, "publish attempt failed");
@@ -484,6 +519,11 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
         if let Ok(mut set) = self.inner.in_flight.lock() {
             change(&mut set);
         }
+    }
+
+    /// What anti-entropy has checked and repaired so far; `None` when it is off.
+    pub fn anti_entropy_stats(&self) -> Option<AntiEntropyStats> {
+        self.inner.tracker.as_ref().map(|tracker| tracker.stats())
     }
 
     /// Wakes the reconciler now (e.g. after bulk changes appended straight to the sink).

@@ -26,6 +26,7 @@ use tracing::{debug, info, warn};
 
 use crate::bus::Bus;
 use crate::domain::event::EncodedEvent;
+use crate::emitter::anti_entropy::Tracker;
 use crate::emitter::InFlight;
 use crate::metrics as m;
 use crate::sink::{Sink, SinkError};
@@ -66,6 +67,8 @@ pub(crate) struct Reconciler<S, B> {
     pub(crate) in_flight: InFlight,
     pub(crate) wake: Arc<Notify>,
     pub(crate) shutdown: CancellationToken,
+    /// Where acknowledged events are remembered for anti-entropy, when it runs.
+    pub(crate) tracker: Option<Arc<Tracker>>,
 }
 
 /// What one pass did.
@@ -147,8 +150,11 @@ impl<S: Sink, B: Bus> Reconciler<S, B> {
                 return Ok(report);
             };
             match result {
-                Ok(_) => {
+                Ok(published) => {
                     self.sink.mark_published(event.seq)?;
+                    if let Some(tracker) = &self.tracker {
+                        tracker.acknowledged(event.seq, &event.event_id, &published);
+                    }
                     metrics::counter!(m::RECONCILED).increment(1);
                     report.published += 1;
                 }
@@ -297,6 +303,7 @@ mod tests {
             in_flight: InFlight::default(),
             wake: Arc::new(Notify::new()),
             shutdown: CancellationToken::new(),
+            tracker: None,
         }
     }
 

@@ -126,6 +126,10 @@ pub trait Sink: Send + Sync + 'static {
     /// be read fails the call with [`SinkError::Unreadable`], naming its sequence.
     fn unpublished(&self, after: u64, limit: usize) -> Result<Vec<EncodedEvent>, SinkError>;
 
+    /// The stored event at log sequence `seq`, as it is published; `None` when the log has no
+    /// such entry. Anti-entropy re-publishes only what this returns: what the sink holds.
+    fn stored(&self, seq: u64) -> Result<Option<EncodedEvent>, SinkError>;
+
     /// Moves the unpublished event `seq` into the parked set, saying why: the reconciler no
     /// longer tries it, but it stays stored and listed ([`parked`](Sink::parked)) until
     /// [`unpark_all`](Sink::unpark_all). False when `seq` was not unpublished.

@@ -369,6 +369,10 @@ impl Sink for SledSink {
         Ok(events)
     }
 
+    fn stored(&self, seq: u64) -> Result<Option<EncodedEvent>, SinkError> {
+        self.view().encoded_event(seq)
+    }
+
     fn park(&self, seq: u64, event_id: Option<&str>, reason: &str) -> Result<bool, SinkError> {
         self.parked_set().park(seq, event_id, reason)
     }

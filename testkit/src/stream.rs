@@ -3,10 +3,12 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 /// Every message in `stream`, in stream order, as `(Nats-Msg-Id header, parsed JSON body)`.
-/// An independent reader: it goes straight to the server, not through the emitter.
+/// An independent reader: it goes straight to the server, not through the emitter. Sequences
+/// deleted from the middle of the stream are skipped.
 pub async fn stream_messages(url: &str, stream: &str) -> Vec<(String, serde_json::Value)> {
     let client = async_nats::connect(url)
         .await
@@ -21,8 +23,11 @@ pub async fn stream_messages(url: &str, stream: &str) -> Vec<(String, serde_json
     for seq in state.first_sequence..=state.last_sequence {
         let message = tokio::time::timeout(Duration::from_secs(5), stream.get_raw_message(seq))
             .await
-            .expect("get message in time")
-            .expect("get message");
+            .expect("get message in time");
+        let message = match message {
+            Err(err) if matches!(err.kind(), LastRawMessageErrorKind::NoMessageFound) => continue,
+            other => other.expect("get message"),
+        };
         let id = message
             .headers
             .get("Nats-Msg-Id")

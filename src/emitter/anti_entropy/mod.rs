@@ -1,0 +1,300 @@
+//! Anti-entropy: re-publishes this node's acknowledged events that the stream lost.
+//!
+//! A JetStream PubAck means the server has the message, not that it reached the disk: with
+//! the server's default `sync_interval` (2 min) a crash of the NATS host can lose messages it
+//! acknowledged, and an operator (or a bug) can delete messages. The sink still holds every
+//! such event and has marked it published, so the reconciler never sends it again.
+//!
+//! So every durable event the bus acknowledges (on the emit path or by the reconciler) is
+//! remembered with its PubAck's stream sequence ([`tracked`]). Every `interval` a pass takes at
+//! most `max_checks_per_pass` of them and asks the stream whether it still holds each one at
+//! that sequence under that `Nats-Msg-Id` ([`Bus::probe`]). A missing one is read back from
+//! the sink ([`Sink::stored`]: only what the sink holds is ever published) and published again
+//! under a repair id, `{event_id}~anti-entropy-{unix ms}`: the stream's duplicate window
+//! remembers a deleted message's id, and a re-publish under the original id inside it is
+//! answered "duplicate" and **not stored**. The payload is unchanged, so consumers still drop a
+//! copy they hold by `(node, seq)`. The repaired copy is checked in turn. An entry is forgotten
+//! once a check finds it held more than `horizon` after it was acknowledged (it outlived the
+//! server's sync window), or when the stream's own limits removed it ([`Presence::Expired`]).
+//! Nothing here changes the stream.
+//!
+//! What is remembered lives in memory: events acknowledged by a process that has since
+//! stopped are not checked (`dlq republish` compares the whole log with the stream).
+
+mod tracked;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::bus::{Bus, BusError, Presence, Probe, Published};
+use crate::metrics as m;
+use crate::sink::{Sink, SinkError};
+pub(crate) use tracked::Tracked;
+
+/// How anti-entropy runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AntiEntropyConfig {
+    /// Whether acknowledged events are checked at all.
+    pub enabled: bool,
+    /// Time between passes.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// How long after its acknowledgement an event must still be found in the stream before
+    /// it is no longer checked: longer than the server's `sync_interval` (2 min by default)
+    /// plus the time a crashed server takes to come back.
+    #[serde(with = "humantime_serde")]
+    pub horizon: Duration,
+    /// Most events checked in one pass (the rest wait for the next passes).
+    pub max_checks_per_pass: usize,
+    /// Most events remembered; past it the oldest are no longer checked.
+    pub max_tracked: usize,
+}
+
+impl Default for AntiEntropyConfig {
+    fn default() -> Self {
+        AntiEntropyConfig {
+            enabled: true,
+            interval: Duration::from_secs(30),
+            horizon: Duration::from_secs(300),
+            max_checks_per_pass: 5000,
+            max_tracked: 100_000,
+        }
+    }
+}
+
+/// What anti-entropy has done since the emitter was built (per emitter; the metrics are the
+/// process-wide sums).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AntiEntropyStats {
+    /// Passes that completed.
+    pub passes: u64,
+    /// Events checked.
+    pub checked: u64,
+    /// Events found missing.
+    pub missing: u64,
+    /// Missing events the stream stored again.
+    pub republished: u64,
+    /// Re-publishes answered as duplicates (not stored; checked again next pass).
+    pub duplicates: u64,
+    /// Events remembered now.
+    pub tracked: u64,
+}
+
+/// Shared between the emitter (which records acknowledgements) and the task.
+#[derive(Debug)]
+pub(crate) struct Tracker {
+    set: Mutex<Tracked>,
+    passes: AtomicU64,
+    checked: AtomicU64,
+    missing: AtomicU64,
+    republished: AtomicU64,
+    duplicates: AtomicU64,
+}
+
+impl Tracker {
+    pub(crate) fn new(config: &AntiEntropyConfig) -> Self {
+        Tracker {
+            set: Mutex::new(Tracked::new(config.max_tracked)),
+            passes: AtomicU64::new(0),
+            checked: AtomicU64::new(0),
+            missing: AtomicU64::new(0),
+            republished: AtomicU64::new(0),
+            duplicates: AtomicU64::new(0),
+        }
+    }
+
+    fn set(&self) -> std::sync::MutexGuard<'_, Tracked> {
+        self.set.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Remembers that the bus acknowledged the stored event `seq` (JetStream only: a PubAck
+    /// without a stream sequence cannot be checked).
+    pub(crate) fn acknowledged(&self, seq: u64, msg_id: &str, published: &Published) {
+        if let Some(stream_seq) = published.stream_seq {
+            let mut set = self.set();
+            let dropped = set.dropped;
+            set.record(seq, msg_id, stream_seq, Instant::now());
+            if set.dropped > dropped {
+                // Full: the oldest entry will never be checked again.
+                metrics::counter!(m::ANTI_ENTROPY_DROPPED).increment(set.dropped - dropped);
+            }
+        }
+    }
+
+    pub(crate) fn stats(&self) -> AntiEntropyStats {
+        AntiEntropyStats {
+            passes: self.passes.load(Ordering::Relaxed),
+            checked: self.checked.load(Ordering::Relaxed),
+            missing: self.missing.load(Ordering::Relaxed),
+            republished: self.republished.load(Ordering::Relaxed),
+            duplicates: self.duplicates.load(Ordering::Relaxed),
+            tracked: self.set().len() as u64,
+        }
+    }
+}
+
+/// Why a pass stopped early; the next pass tries again.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PassError {
+    /// The stream could not be read, or a re-publish was not acknowledged.
+    #[error("anti-entropy: {0}; will try again next pass")]
+    Bus(#[from] BusError),
+    /// The sink could not be read.
+    #[error("anti-entropy cannot read the sink: {0}; will try again next pass")]
+    Sink(#[from] SinkError),
+}
+
+/// The background task; built by [`crate::emitter::EmitterBuilder`].
+pub(crate) struct AntiEntropy<S, B> {
+    pub(crate) sink: Arc<S>,
+    pub(crate) bus: Arc<B>,
+    pub(crate) config: AntiEntropyConfig,
+    pub(crate) tracker: Arc<Tracker>,
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl<S: Sink, B: Bus> AntiEntropy<S, B> {
+    /// Runs a pass every `interval` until shutdown.
+    pub(crate) async fn run(self) {
+        if !self.bus.can_probe() {
+            debug!("the bus keeps no stream: anti-entropy does not run");
+            return;
+        }
+        loop {
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                _ = tokio::time::sleep(self.config.interval) => {}
+            }
+            if !self.bus.is_healthy() {
+                continue;
+            }
+            match self.pass().await {
+                Ok(0) => {}
+                Ok(republished) => {
+                    warn!(republished, "anti-entropy re-published events the stream had lost after acknowledging them")
+                }
+                Err(err) => info!("{err}"),
+            }
+        }
+    }
+
+    /// Checks one batch; returns how many events the stream stored again.
+    pub(crate) async fn pass(&self) -> Result<u64, PassError> {
+        let batch = self.tracker.set().due(self.config.max_checks_per_pass);
+        let probes: Vec<Probe> = batch
+            .iter()
+            .map(|entry| Probe {
+                stream_seq: entry.stream_seq,
+                msg_id: entry.msg_id.clone(),
+            })
+            .collect();
+        let presence = if probes.is_empty() {
+            Vec::new()
+        } else {
+            self.bus.probe(&probes).await?
+        };
+        let now = Instant::now();
+        let mut republished = 0;
+        for (entry, presence) in batch.iter().zip(presence) {
+            self.count(&self.tracker.checked, m::ANTI_ENTROPY_CHECKED, 1);
+            match presence {
+                Presence::Held => {
+                    if now.saturating_duration_since(entry.acked_at) > self.config.horizon {
+                        self.tracker.set().forget(entry);
+                    }
+                }
+                Presence::Expired => self.tracker.set().forget(entry),
+                Presence::Missing => {
+                    self.count(&self.tracker.missing, m::ANTI_ENTROPY_MISSING, 1);
+                    republished += self.repair(entry).await?;
+                }
+            }
+        }
+        self.tracker.passes.fetch_add(1, Ordering::Relaxed);
+        metrics::gauge!(m::ANTI_ENTROPY_TRACKED).set(self.tracker.set().len() as f64);
+        metrics::gauge!(m::ANTI_ENTROPY_LAST_PASS).set(unix_now());
+        Ok(republished)
+    }
+
+    /// Publishes the stored copy of a lost event again; 1 when the stream stored it.
+    async fn repair(&self, entry: &tracked::Acked) -> Result<u64, PassError> {
+        let Some(event) = self.sink.stored(entry.seq)? else {
+            warn!(
+                seq = entry.seq,
+                "anti-entropy: the stream lost an event the sink no longer has; not re-published"
+            );
+            self.tracker.set().forget(entry);
+            return Ok(0);
+        };
+        let msg_id = repair_id(&event.event_id, unix_millis());
+        let published = self.bus.publish_encoded_as(&event, &msg_id).await?;
+        let Some(stream_seq) = published.stream_seq else {
+            self.tracker.set().forget(entry);
+            return Ok(0);
+        };
+        self.tracker
+            .set()
+            .replace(entry, &msg_id, stream_seq, Instant::now());
+        if published.duplicate {
+            // Only if this repair id was used before; the entry now names that message and
+            // the next pass checks it.
+            self.count(&self.tracker.duplicates, m::ANTI_ENTROPY_DUPLICATES, 1);
+            warn!(event_id = %event.event_id, msg_id, "anti-entropy re-publish answered as a duplicate; checking it again next pass");
+            return Ok(0);
+        }
+        self.count(&self.tracker.republished, m::ANTI_ENTROPY_REPUBLISHED, 1);
+        info!(event_id = %event.event_id, msg_id, stream_seq, "anti-entropy re-published an event the stream had lost");
+        Ok(1)
+    }
+
+    fn count(&self, counter: &AtomicU64, metric: &'static str, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+        metrics::counter!(metric).increment(n);
+    }
+}
+
+/// The `Nats-Msg-Id` a repaired event goes out under: its event id, marked and stamped so
+/// that the duplicate window (which remembers the lost message's id) cannot drop it.
+pub fn repair_id(event_id: &str, unix_millis: u128) -> String {
+    format!("{event_id}~anti-entropy-{unix_millis}")
+}
+
+fn unix_millis() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_repair_id_keeps_the_event_id_and_differs_from_it() {
+        let id = repair_id("n:7", 1_700_000_000_123);
+        assert_eq!(id, "n:7~anti-entropy-1700000000123");
+        assert_ne!(repair_id("n:7", 1), repair_id("n:7", 2));
+    }
+
+    #[test]
+    fn defaults_outlast_the_servers_sync_interval() {
+        let config = AntiEntropyConfig::default();
+        assert!(config.enabled);
+        assert!(config.horizon > Duration::from_secs(120));
+        assert!(config.interval < config.horizon);
+    }
+}
