@@ -230,9 +230,11 @@ pub async fn healthz(State(state): Shared) -> Answer {
     let sink = state.emitter.sink();
     let backlog = sink.backlog().map_err(RequestError::from)?;
     let parked = sink.parked().map_err(RequestError::from)?.len();
+    let bus = state.emitter.bus().connection();
     Ok(Json(json!({
         "status": "ok",
         "node_id": sink.node_id(),
+        "bus": bus,
         "unpublished": backlog.count,
         "oldest_unpublished": backlog.oldest,
         "parked": parked,
@@ -297,6 +299,25 @@ async fn inspect(State(state): Shared, item: String, job: Option<String>, pairs:
     })
     .await?;
     rendered(format, |out| write_item(out, format, &found))
+}
+
+/// `GET /v1/items/{job_id}/{item_id}/events`: the item's job events (agent attempts, failures,
+/// dead-lettering, success), as `dlq events JOB` prints them, in order.
+pub async fn item_events(
+    State(state): Shared,
+    path: Result<Path<(String, String)>, PathRejection>,
+    pairs: Pairs,
+) -> Answer {
+    let Path((job, item)) = path?;
+    Params::new(pairs?.0).finish("/v1/items/{job_id}/{item_id}/events")?;
+    let data_dir = state.run.data_dir.clone();
+    let events = tokio::task::spawn_blocking(move || {
+        crate::runner::item_events(&data_dir, &job, &item)
+    })
+    .await
+    .map_err(|err| ApiError::internal(format!("the query task failed: {err}")))?
+    .map_err(RequestError::Run)?;
+    Ok(Json(json!({ "events": events })).into_response())
 }
 
 /// Reads `job_id` and `format` of a report route.
@@ -401,7 +422,7 @@ pub async fn no_route() -> ApiError {
         status: StatusCode::NOT_FOUND,
         code: "not_found",
         message: "no such route: see GET /v1/items, /v1/items/{item_id}, \
-                  /v1/items/{job_id}/{item_id}, /v1/stats, /v1/analyze, \
+                  /v1/items/{job_id}/{item_id}, /v1/items/{job_id}/{item_id}/events, /v1/stats, /v1/analyze, \
                   POST /v1/jobs/{job_id}/clear, /v1/jobs/{job_id}/retry, /v1/purge, \
                   GET /healthz, /metrics"
             .into(),
