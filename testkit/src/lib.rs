@@ -14,6 +14,7 @@
 //! * [`cli`]: the `dlq` binary on a data directory ([`cli::Env`], [`cli::dlq_command`]);
 //!   [`flow`]: a workflow directory run by `dlq run`; [`reference`]: the legacy layout (one JSON file per item).
 //! * [`items`]: realistic items and events; [`stream`]: what reached the stream, and metrics.
+//! * [`browser`]: a headless Chromium driven through chromedriver ([`browser::Browser`]).
 //! * [`bench`]: concurrent load ([`bench::load`]) and the suite's row format
 //!   ([`bench::suite`]).
 //!
@@ -25,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod browser;
 pub mod cli;
 pub mod cluster;
 pub mod flow;
