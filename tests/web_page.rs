@@ -8,6 +8,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
@@ -158,8 +160,10 @@ async fn operate_the_dlq_from_the_page() {
     let data = browser.text_until("#item-data", |t| t.contains("fixable")).await;
     assert!(data.contains("\"kind\": \"fixable\""), "pretty-printed: {data}");
     browser.text_until(".message-full", |t| t.contains("upstream said no")).await;
-    browser.text_until("#item-events", |t| t.contains("ItemDeadLettered") || t.contains("dead")).await;
+    browser.text_until("#item-events", |t| t.contains("ItemDeadLettered")).await;
     browser.screenshot(&shots, "4-detail").await;
+    browser.scroll_to("#failures").await;
+    browser.screenshot(&shots, "4-detail-failures").await;
 
     // The hostile item's page: every payload is text, nothing ran.
     browser.client.goto(&format!("{page}#/item/web/evil")).await.unwrap();
@@ -220,6 +224,72 @@ async fn operate_the_dlq_from_the_page() {
     let jobs = flow.env.json(&["jobs"]);
     assert_eq!(jobs["summary"]["successful"], 4, "{jobs}");
     assert_eq!(jobs["summary"]["failed"], 1, "{jobs}");
+}
+
+/// One HTTP/1.1 request to the server: status, head (lower-cased) and body.
+fn http(port: u16, path: &str, token: Option<&str>) -> (u16, String, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let request = dlq_testkit::http::request("GET", path, token, None);
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, head.to_ascii_lowercase(), body.to_owned())
+}
+
+/// The page's files need no token and carry the security headers (scripts from the server
+/// only, no inline ones); the routes the page added: an item's job events (token needed) and
+/// the bus connection in `/healthz`.
+#[test]
+fn page_headers_and_the_routes_it_uses() {
+    let nats = NatsServer::start();
+    let flow = Flow::new(DLQ, &nats.url());
+    flow.items(&[json!({"id": "a", "msg": "boom"}), json!({"id": "b", "msg": "bang"})]);
+    let (code, report) = flow::report(&flow.run(WORKFLOW, "web"));
+    assert_eq!(code, 0, "{report}");
+    let (_server, port) = serve(&flow);
+
+    for path in ["/", "/ui/app.js", "/ui/items.js", "/ui/app.css"] {
+        let (status, head, body) = http(port, path, None);
+        assert_eq!(status, 200, "{path}: {head}");
+        assert!(!body.is_empty(), "{path}");
+        let csp = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-security-policy: "))
+            .unwrap_or_else(|| panic!("{path} has no CSP: {head}"));
+        assert!(csp.contains("script-src 'self'"), "{csp}");
+        assert!(csp.contains("default-src 'none'"), "{csp}");
+        assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+        assert!(!csp.contains("unsafe"), "{csp}");
+        assert!(head.contains("x-content-type-options: nosniff"), "{head}");
+        assert!(head.contains("referrer-policy: no-referrer"), "{head}");
+    }
+    let (_, head, index) = http(port, "/", None);
+    assert!(head.contains("content-type: text/html"), "{head}");
+    assert!(!index.contains("<script>") && !index.contains("style="), "no inline script or style: {index}");
+    let (_, head, _) = http(port, "/ui/app.js", None);
+    assert!(head.contains("content-type: text/javascript"), "{head}");
+    assert_eq!(http(port, "/ui/nothing.js", None).0, 404);
+
+    let (status, _, _) = http(port, "/v1/items/web/a/events", None);
+    assert_eq!(status, 401, "the item's events need the token");
+    let (status, _, body) = http(port, "/v1/items/web/a/events", Some(TOKEN));
+    assert_eq!(status, 200, "{body}");
+    let events: Value = serde_json::from_str(&body).unwrap();
+    let events = events["events"].as_array().unwrap();
+    assert!(!events.is_empty(), "{body}");
+    assert!(events.iter().all(|e| e["item_id"] == "a"), "only item a: {body}");
+    assert!(events.iter().any(|e| e["event"] == "ItemDeadLettered"), "{body}");
+    let (status, _, body) = http(port, "/v1/items/web/zzz/events", Some(TOKEN));
+    assert_eq!((status, body.as_str()), (200, "{\"events\":[]}"));
+    let (status, _, body) = http(port, "/v1/items/no%20such/a/events", Some(TOKEN));
+    assert_eq!(status, 400, "a job id that cannot exist: {body}");
+
+    let (_, _, body) = http(port, "/healthz", None);
+    let health: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(health["bus"], "connected", "{body}");
 }
 
 /// The server logged no error about the page.

@@ -74,7 +74,7 @@ impl Browser {
             "--disable-component-update".to_owned(),
             "--disable-sync".to_owned(),
             "--disable-dev-shm-usage".to_owned(),
-            "--window-size=1280,900".to_owned(),
+            "--window-size=1280,1000".to_owned(),
             format!("--user-data-dir={}", profile.path().display()),
         ];
         let caps = json!({
@@ -129,6 +129,16 @@ impl Browser {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!("'{css}' never showed the expected text; last: {last:?}")
+    }
+
+    /// Scrolls the element `css` to the top of the viewport (before a screenshot).
+    pub async fn scroll_to(&self, css: &str) {
+        let el = self.find(css).await;
+        let arg = serde_json::to_value(&el).unwrap();
+        self.client
+            .execute("arguments[0].scrollIntoView({block: 'start'});", vec![arg])
+            .await
+            .unwrap();
     }
 
     /// Saves a PNG of the viewport as `dir/name.png`; answers its path.

@@ -68,6 +68,7 @@ export function retryControls(label, id, plan, { fail }) {
         counted.push({ ...step, report: r });
       }
       replace(out, confirmBox(counted, options, out, fail));
+      out.scrollIntoView({ block: "center" });
     } catch (err) {
       replace(out, note("error", "Dry run refused: " + err.message));
     }
@@ -104,6 +105,7 @@ function confirmBox(counted, options, out, fail) {
     replace(out, note(sum.failed_again ? "error" : "ok", el("span", { id: "retry-outcome" },
       `${sum.resolved} resolved, ${sum.failed_again} failed again, ${sum.skipped} skipped`)),
     el("button", { type: "button", id: "reload", onclick: () => window.dispatchEvent(new HashChangeEvent("hashchange")) }, "Reload"));
+    out.scrollIntoView({ block: "center" });
   };
   const rate = options.rate ? `at most ${options.rate} items/s` : "without a rate limit";
   return el("div", { class: "confirm card", id: "retry-confirm" },
