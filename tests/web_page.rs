@@ -93,7 +93,10 @@ async fn click(browser: &Browser, css: &str) {
 async fn nothing_ran(browser: &Browser) {
     let pwned = browser
         .client
-        .execute("return window.__pwned === undefined ? null : String(window.__pwned);", vec![])
+        .execute(
+            "return window.__pwned === undefined ? null : String(window.__pwned);",
+            vec![],
+        )
         .await
         .unwrap();
     assert_eq!(pwned, Value::Null, "the hostile payload ran");
@@ -136,8 +139,14 @@ async fn operate_the_dlq_from_the_page() {
     browser.screenshot(&shots, "1-overview").await;
 
     // The list shows every item, the hostile one as text.
-    browser.client.goto(&format!("{page}#/items")).await.unwrap();
-    let table = browser.text_until("#items-table", |t| t.contains("evil")).await;
+    browser
+        .client
+        .goto(&format!("{page}#/items"))
+        .await
+        .unwrap();
+    let table = browser
+        .text_until("#items-table", |t| t.contains("evil"))
+        .await;
     assert!(table.contains("<img src=x onerror="), "{table}");
     nothing_ran(&browser).await;
     browser.screenshot(&shots, "2-items").await;
@@ -151,29 +160,53 @@ async fn operate_the_dlq_from_the_page() {
 
     type_into(&browser, "#filter", r#"item.kind == "fixable""#).await;
     click(&browser, "#apply-filter").await;
-    browser.text_until("#matched", |t| t.starts_with("4 matching")).await;
+    browser
+        .text_until("#matched", |t| t.starts_with("4 matching"))
+        .await;
     let table = browser.find("#items-table").await.text().await.unwrap();
     assert!(!table.contains("evil"), "{table}");
 
     // Open an item: data, the failure in full, its job events.
     click(&browser, "a.item-link").await;
-    let data = browser.text_until("#item-data", |t| t.contains("fixable")).await;
-    assert!(data.contains("\"kind\": \"fixable\""), "pretty-printed: {data}");
-    browser.text_until(".message-full", |t| t.contains("upstream said no")).await;
-    browser.text_until("#item-events", |t| t.contains("ItemDeadLettered")).await;
+    let data = browser
+        .text_until("#item-data", |t| t.contains("fixable"))
+        .await;
+    assert!(
+        data.contains("\"kind\": \"fixable\""),
+        "pretty-printed: {data}"
+    );
+    browser
+        .text_until(".message-full", |t| t.contains("upstream said no"))
+        .await;
+    browser
+        .text_until("#item-events", |t| t.contains("ItemDeadLettered"))
+        .await;
     browser.screenshot(&shots, "4-detail").await;
     browser.scroll_to("#failures").await;
     browser.screenshot(&shots, "4-detail-failures").await;
 
     // The hostile item's page: every payload is text, nothing ran.
-    browser.client.goto(&format!("{page}#/item/web/evil")).await.unwrap();
-    let data = browser.text_until("#item-data", |t| t.contains("<script>")).await;
+    browser
+        .client
+        .goto(&format!("{page}#/item/web/evil"))
+        .await
+        .unwrap();
+    let data = browser
+        .text_until("#item-data", |t| t.contains("<script>"))
+        .await;
     assert!(data.contains("javascript:window.__pwned"), "{data}");
-    let message = browser.text_until(".message-full", |t| t.contains("onerror")).await;
-    assert!(message.contains("<script>window.__pwned"), "{message}");
-    let images = browser.client.find_all(Locator::Css("main img")).await.unwrap();
-    assert!(images.is_empty(), "the payload made an <img> element");
+    browser.find(".message-full").await;
     nothing_ran(&browser).await;
+    let images = browser
+        .client
+        .find_all(Locator::Css("main img"))
+        .await
+        .unwrap();
+    assert!(images.is_empty(), "the payload made an <img> element");
+    let message = browser
+        .text_until(".message-full", |t| t.contains("onerror"))
+        .await;
+    assert!(message.contains("<script>window.__pwned"), "{message}");
     browser.screenshot(&shots, "5-hostile-item").await;
 
     // "Fix" the work, then retry everything matching the filter: a dry-run count first, a
@@ -181,26 +214,49 @@ async fn operate_the_dlq_from_the_page() {
     for i in 0..4 {
         flow.write(&format!("fixed-f{i}"), "");
     }
-    let filtered = format!("{page}#/items?filter={}", "item.kind%20%3D%3D%20%22fixable%22");
+    let filtered = format!(
+        "{page}#/items?filter={}",
+        "item.kind%20%3D%3D%20%22fixable%22"
+    );
     browser.client.goto(&filtered).await.unwrap();
-    browser.text_until("#matched", |t| t.starts_with("4 matching")).await;
+    browser
+        .text_until("#matched", |t| t.starts_with("4 matching"))
+        .await;
     click(&browser, "#retry-matching").await;
-    let confirm = browser.text_until("#confirm-text", |t| t.contains("Retry")).await;
+    let confirm = browser
+        .text_until("#confirm-text", |t| t.contains("Retry"))
+        .await;
     assert!(confirm.contains("Retry 4 items"), "{confirm}");
     assert!(confirm.contains("at most 10 items/s"), "{confirm}");
     browser.screenshot(&shots, "6-retry-confirm").await;
     click(&browser, "#confirm-retry").await;
-    let outcome = browser.text_until("#retry-outcome", |t| !t.is_empty()).await;
+    let outcome = browser
+        .text_until("#retry-outcome", |t| !t.is_empty())
+        .await;
     assert_eq!(outcome, "4 resolved, 0 failed again, 0 skipped");
     browser.screenshot(&shots, "7-retry-result").await;
     click(&browser, "#reload").await;
-    browser.text_until("#matched", |t| t.starts_with("0 matching")).await;
-    assert!(browser.client.find(Locator::Css("#items-table")).await.is_err());
+    browser
+        .text_until("#matched", |t| t.starts_with("0 matching"))
+        .await;
+    assert!(browser
+        .client
+        .find(Locator::Css("#items-table"))
+        .await
+        .is_err());
 
-    browser.client.goto(&format!("{page}#/actions")).await.unwrap();
+    browser
+        .client
+        .goto(&format!("{page}#/actions"))
+        .await
+        .unwrap();
     browser.find("#purge-start").await;
     browser.screenshot(&shots, "8-actions").await;
-    browser.client.goto(&format!("{page}#/overview")).await.unwrap();
+    browser
+        .client
+        .goto(&format!("{page}#/overview"))
+        .await
+        .unwrap();
     browser.text_until("#items-total", |t| t == "1").await;
     browser.close().await;
     nothing_ran_in_log(&flow);
@@ -208,15 +264,19 @@ async fn operate_the_dlq_from_the_page() {
     // The stream holds the removal of each resolved item.
     let url = nats.url();
     let expected: BTreeSet<String> = (0..4).map(|i| format!("f{i}")).collect();
-    wait_for("the item_removed events of f0..f3 in the stream", Duration::from_secs(30), || async {
-        let ids: BTreeSet<String> = stream_messages(&url, "DLQ")
-            .await
-            .iter()
-            .filter(|(_, e)| e["kind"] == "item_removed" && e["reason"] == "resolved")
-            .map(|(_, e)| e["item_id"].as_str().unwrap().to_owned())
-            .collect();
-        ids == expected
-    })
+    wait_for(
+        "the item_removed events of f0..f3 in the stream",
+        Duration::from_secs(30),
+        || async {
+            let ids: BTreeSet<String> = stream_messages(&url, "DLQ")
+                .await
+                .iter()
+                .filter(|(_, e)| e["kind"] == "item_removed" && e["reason"] == "resolved")
+                .map(|(_, e)| e["item_id"].as_str().unwrap().to_owned())
+                .collect();
+            ids == expected
+        },
+    )
     .await;
 
     // `dlq jobs` counts as of now: 4 of the 5 dead-lettered items resolved.
@@ -229,7 +289,9 @@ async fn operate_the_dlq_from_the_page() {
 /// One HTTP/1.1 request to the server: status, head (lower-cased) and body.
 fn http(port: u16, path: &str, token: Option<&str>) -> (u16, String, String) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     let request = dlq_testkit::http::request("GET", path, token, None);
     stream.write_all(request.as_bytes()).unwrap();
     let mut raw = String::new();
@@ -246,7 +308,10 @@ fn http(port: u16, path: &str, token: Option<&str>) -> (u16, String, String) {
 fn page_headers_and_the_routes_it_uses() {
     let nats = NatsServer::start();
     let flow = Flow::new(DLQ, &nats.url());
-    flow.items(&[json!({"id": "a", "msg": "boom"}), json!({"id": "b", "msg": "bang"})]);
+    flow.items(&[
+        json!({"id": "a", "msg": "boom"}),
+        json!({"id": "b", "msg": "bang"}),
+    ]);
     let (code, report) = flow::report(&flow.run(WORKFLOW, "web"));
     assert_eq!(code, 0, "{report}");
     let (_server, port) = serve(&flow);
@@ -268,7 +333,10 @@ fn page_headers_and_the_routes_it_uses() {
     }
     let (_, head, index) = http(port, "/", None);
     assert!(head.contains("content-type: text/html"), "{head}");
-    assert!(!index.contains("<script>") && !index.contains("style="), "no inline script or style: {index}");
+    assert!(
+        !index.contains("<script>") && !index.contains("style="),
+        "no inline script or style: {index}"
+    );
     let (_, head, _) = http(port, "/ui/app.js", None);
     assert!(head.contains("content-type: text/javascript"), "{head}");
     assert_eq!(http(port, "/ui/nothing.js", None).0, 404);
@@ -280,8 +348,14 @@ fn page_headers_and_the_routes_it_uses() {
     let events: Value = serde_json::from_str(&body).unwrap();
     let events = events["events"].as_array().unwrap();
     assert!(!events.is_empty(), "{body}");
-    assert!(events.iter().all(|e| e["item_id"] == "a"), "only item a: {body}");
-    assert!(events.iter().any(|e| e["event"] == "ItemDeadLettered"), "{body}");
+    assert!(
+        events.iter().all(|e| e["item_id"] == "a"),
+        "only item a: {body}"
+    );
+    assert!(
+        events.iter().any(|e| e["event"] == "ItemDeadLettered"),
+        "{body}"
+    );
     let (status, _, body) = http(port, "/v1/items/web/zzz/events", Some(TOKEN));
     assert_eq!((status, body.as_str()), (200, "{\"events\":[]}"));
     let (status, _, body) = http(port, "/v1/items/no%20such/a/events", Some(TOKEN));

@@ -15,7 +15,10 @@ use super::job_summary::{JobSummary, Outcome, Tally};
 
 /// The job's last summary with its counts brought up to date from its outcomes; `None` when
 /// the job has no summary yet.
-pub(crate) fn current_summary(data_dir: &Path, job_id: &str) -> Result<Option<JobSummary>, RunError> {
+pub(crate) fn current_summary(
+    data_dir: &Path,
+    job_id: &str,
+) -> Result<Option<JobSummary>, RunError> {
     let outcomes = read_outcomes(data_dir, job_id)?;
     let path = jobs_dir(data_dir).join(job_id).join("summary.json");
     let summary: Option<JobSummary> = std::fs::read(&path)
@@ -81,7 +84,10 @@ mod tests {
         run.record("b", Outcome::DeadLettered);
         run.record("c", Outcome::DeadLettered);
         let summary = run.summary();
-        assert_eq!((summary.successful, summary.failed, summary.pending), (1, 2, 1));
+        assert_eq!(
+            (summary.successful, summary.failed, summary.pending),
+            (1, 2, 1)
+        );
         let outcomes = [
             outcome("a", Outcome::Succeeded),
             outcome("b", Outcome::DeadLettered),
@@ -90,7 +96,14 @@ mod tests {
             outcome("b", Outcome::Succeeded),
         ];
         let now = recount(summary, &outcomes);
-        assert_eq!((now.total, now.successful, now.failed, now.pending), (4, 2, 1, 1));
-        assert!((now.failure_rate - 1.0 / 3.0).abs() < 1e-9, "{}", now.failure_rate);
+        assert_eq!(
+            (now.total, now.successful, now.failed, now.pending),
+            (4, 2, 1, 1)
+        );
+        assert!(
+            (now.failure_rate - 1.0 / 3.0).abs() < 1e-9,
+            "{}",
+            now.failure_rate
+        );
     }
 }

@@ -311,12 +311,11 @@ pub async fn item_events(
     let Path((job, item)) = path?;
     Params::new(pairs?.0).finish("/v1/items/{job_id}/{item_id}/events")?;
     let data_dir = state.run.data_dir.clone();
-    let events = tokio::task::spawn_blocking(move || {
-        crate::runner::item_events(&data_dir, &job, &item)
-    })
-    .await
-    .map_err(|err| ApiError::internal(format!("the query task failed: {err}")))?
-    .map_err(RequestError::Run)?;
+    let events =
+        tokio::task::spawn_blocking(move || crate::runner::item_events(&data_dir, &job, &item))
+            .await
+            .map_err(|err| ApiError::internal(format!("the query task failed: {err}")))?
+            .map_err(RequestError::Run)?;
     Ok(Json(json!({ "events": events })).into_response())
 }
 

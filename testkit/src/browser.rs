@@ -37,7 +37,8 @@ fn configured(var: &str, default: &str) -> PathBuf {
 
 /// Whether chromedriver and Chromium are installed (`scripts/install-chromium.sh` installs them).
 pub fn installed() -> bool {
-    configured("CHROMEDRIVER", CHROMEDRIVER).is_file() && configured("CHROMIUM_BIN", CHROMIUM).is_file()
+    configured("CHROMEDRIVER", CHROMEDRIVER).is_file()
+        && configured("CHROMIUM_BIN", CHROMIUM).is_file()
 }
 
 impl Browser {
@@ -84,7 +85,9 @@ impl Browser {
             },
             "unhandledPromptBehavior": "ignore",
         });
-        let serde_json::Value::Object(caps) = caps else { unreachable!() };
+        let serde_json::Value::Object(caps) = caps else {
+            unreachable!()
+        };
         let client = ClientBuilder::new(HttpConnector::new())
             .capabilities(caps)
             .connect(&format!("http://127.0.0.1:{port}"))
@@ -127,6 +130,9 @@ impl Browser {
                 }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if let Ok(alert) = self.client.get_alert_text().await {
+            panic!("'{css}' never showed the expected text: an alert is open ({alert:?})");
         }
         panic!("'{css}' never showed the expected text; last: {last:?}")
     }

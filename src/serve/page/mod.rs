@@ -24,7 +24,11 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'
 
 /// The page's files under `/ui/`: name, content type, content.
 const ASSETS: &[(&str, &str, &str)] = &[
-    ("app.css", "text/css; charset=utf-8", include_str!("assets/app.css")),
+    (
+        "app.css",
+        "text/css; charset=utf-8",
+        include_str!("assets/app.css"),
+    ),
     ("app.js", JS, include_str!("assets/app.js")),
     ("api.js", JS, include_str!("assets/api.js")),
     ("dom.js", JS, include_str!("assets/dom.js")),

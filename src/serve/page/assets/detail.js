@@ -35,7 +35,7 @@ export async function detail(root, route, { fail }) {
 
 function failure(f) {
   const rows = [
-    ["when", f.timestamp], ["error type", text(f.error_type)], ["step", f.step_failed],
+    ["when", f.timestamp], ["error type", errorType(f.error_type)], ["step", f.step_failed],
     ["agent", f.agent_id], ["duration", `${f.duration_ms} ms`],
     ["JSON log", f.json_log_location || "none"],
   ];
@@ -44,6 +44,14 @@ function failure(f) {
     el("dl", { class: "facts" }, rows.map(([k, v]) => [el("dt", {}, k), el("dd", {}, text(v))])),
     el("h4", {}, "Message"), el("pre", { class: "code message-full" }, f.error_message),
     f.stack_trace ? [el("h4", {}, "Stack trace"), el("pre", { class: "code" }, f.stack_trace)] : null);
+}
+
+/** "CommandFailed (exit_code 1)" for {"CommandFailed": {"exit_code": 1}}. */
+function errorType(t) {
+  if (!t || typeof t !== "object") return text(t);
+  return Object.entries(t).map(([name, fields]) => fields && typeof fields === "object"
+    ? `${name} (${Object.entries(fields).map(([k, v]) => `${k} ${text(v)}`).join(", ")})`
+    : name).join(", ");
 }
 
 function artifacts(a) {
