@@ -14,6 +14,9 @@ if [ -z "${NATS_SERVER_BIN:-}" ] && ! command -v nats-server >/dev/null 2>&1 \
   && [ -x /usr/sbin/nats-server ]; then
   export NATS_SERVER_BIN=/usr/sbin/nats-server
 fi
+# Chromium and chromedriver for the web page's browser test (tests/web_page.rs).
+step="install chromium"
+scripts/install-chromium.sh
 
 announce() {
   step="$*"
