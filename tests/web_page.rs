@@ -245,6 +245,7 @@ async fn operate_the_dlq_from_the_page() {
         .await
         .is_err());
 
+    // Purge what is left (older than 0 days): counted first, then confirmed.
     browser
         .client
         .goto(&format!("{page}#/actions"))
@@ -252,12 +253,23 @@ async fn operate_the_dlq_from_the_page() {
         .unwrap();
     browser.find("#purge-start").await;
     browser.screenshot(&shots, "8-actions").await;
+    type_into(&browser, "#purge-days", "0").await;
+    click(&browser, "#purge-start").await;
+    let confirm = browser
+        .text_until("#confirm-text", |t| t.contains("Purge"))
+        .await;
+    assert!(confirm.starts_with("Purge 1 items"), "{confirm}");
+    click(&browser, "#confirm-action").await;
+    browser
+        .text_until("#action-outcome", |t| t == "1 items removed.")
+        .await;
     browser
         .client
         .goto(&format!("{page}#/overview"))
         .await
         .unwrap();
-    browser.text_until("#items-total", |t| t == "1").await;
+    browser.text_until("#items-total", |t| t == "0").await;
+    nothing_ran(&browser).await;
     browser.close().await;
     nothing_ran_in_log(&flow);
 
