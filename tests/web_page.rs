@@ -108,7 +108,7 @@ async fn nothing_ran(browser: &Browser) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operate_the_dlq_from_the_page() {
-    let nats = NatsServer::start();
+    let mut nats = NatsServer::start();
     let flow = Flow::new(DLQ, &nats.url());
     let mut items: Vec<Value> = (0..4)
         .map(|i| json!({"id": format!("f{i}"), "kind": "fixable", "msg": format!("upstream said no to f{i}")}))
@@ -245,7 +245,9 @@ async fn operate_the_dlq_from_the_page() {
         .await
         .is_err());
 
-    // Purge what is left (older than 0 days): counted first, then confirmed.
+    // Purge what is left (older than 0 days) while the bus is down: counted first, then
+    // confirmed; the overview then shows the outage and the backlog drain by themselves.
+    nats.kill();
     browser
         .client
         .goto(&format!("{page}#/actions"))
@@ -269,15 +271,24 @@ async fn operate_the_dlq_from_the_page() {
         .await
         .unwrap();
     browser.text_until("#items-total", |t| t == "0").await;
+    browser
+        .text_until("#bus-state", |t| t == "disconnected")
+        .await;
+    browser.text_until("#backlog", |t| t != "0").await;
+    browser.screenshot(&shots, "9-bus-outage").await;
+    nats.restart();
+    browser.text_until("#bus-state", |t| t == "connected").await;
+    browser.text_until("#backlog", |t| t == "0").await;
     nothing_ran(&browser).await;
     browser.close().await;
     nothing_ran_in_log(&flow);
 
-    // The stream holds the removal of each resolved item.
+    // The stream holds the removal of each resolved item, and of the purged one.
     let url = nats.url();
-    let expected: BTreeSet<String> = (0..4).map(|i| format!("f{i}")).collect();
+    let mut expected: BTreeSet<String> = (0..4).map(|i| format!("f{i} resolved")).collect();
+    expected.insert("evil purged".into());
     wait_for(
-        "the item_removed events of f0..f3 in the stream",
+        "the item_removed events of f0..f3 (resolved) and evil (purged) in the stream",
         Duration::from_secs(30),
         || async {
             let ids: BTreeSet<String> = stream_messages(&url, "DLQ")

@@ -181,6 +181,6 @@ pub fn screenshot_dir() -> PathBuf {
     let target = exe
         .ancestors()
         .find(|p| p.file_name().is_some_and(|n| n == "target"))
-        .map_or_else(|| std::env::temp_dir(), Path::to_path_buf);
+        .map_or_else(std::env::temp_dir, Path::to_path_buf);
     target.join("web-screenshots")
 }
