@@ -294,8 +294,14 @@ async fn operate_the_dlq_from_the_page() {
             let ids: BTreeSet<String> = stream_messages(&url, "DLQ")
                 .await
                 .iter()
-                .filter(|(_, e)| e["kind"] == "item_removed" && e["reason"] == "resolved")
-                .map(|(_, e)| e["item_id"].as_str().unwrap().to_owned())
+                .filter(|(_, e)| e["kind"] == "item_removed")
+                .map(|(_, e)| {
+                    format!(
+                        "{} {}",
+                        e["item_id"].as_str().unwrap(),
+                        e["reason"].as_str().unwrap()
+                    )
+                })
                 .collect();
             ids == expected
         },
