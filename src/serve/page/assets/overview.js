@@ -45,13 +45,17 @@ function render(health, stats, analysis) {
           pageLink(["items"], job, { href: "#/items?job_id=" + encodeURIComponent(job) }), num(n),
         ]), { id: "by-job" }) : note("ok", "The DLQ is empty.")),
       el("section", {}, el("h2", {}, "By error type"),
-        types.length ? table(["error type", "items"], types.map(([t, n]) => [t, num(n)]), { id: "by-type" }) : "")),
+        types.length ? table(["error type", "items"], types.map(([t, n]) => [t, num(n)]), { id: "by-type" }) : none())),
     el("section", {}, el("h2", {}, "By error signature"),
       groups.length ? table(["signature", "pattern", "type", "items", "remediation"], groups.map((g) => [
         el("a", { href: "#/items?signature=" + encodeURIComponent(g.error_signature), class: "mono" }, g.error_signature),
         el("code", {}, text(g.error_pattern)), g.error_type, num(g.count), text(g.remediation),
-      ]), { id: "by-signature" }) : ""),
+      ]), { id: "by-signature" }) : none()),
   ];
+}
+
+function none() {
+  return el("p", { class: "muted" }, "None.");
 }
 
 function card(title, value, id, kind, detail) {
