@@ -90,3 +90,52 @@ fn page(status: StatusCode, kind: &'static str, body: &'static str) -> Response 
     ];
     (status, headers, body).into_response()
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    /// The file names after `prefix` up to the next `"`, in `text`.
+    fn references<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+        text.split(prefix)
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .collect()
+    }
+
+    #[test]
+    fn every_file_the_page_loads_is_served() {
+        let served = |name: &str| ASSETS.iter().any(|(file, _, _)| *file == name);
+        let from_index = references(INDEX, "\"/ui/");
+        assert!(from_index.contains(&"app.js"), "{from_index:?}");
+        for name in from_index {
+            assert!(
+                served(name),
+                "index.html loads /ui/{name}, which is not served"
+            );
+        }
+        for (file, _, body) in ASSETS {
+            for name in references(body, "from \"./") {
+                assert!(served(name), "{file} imports ./{name}, which is not served");
+            }
+        }
+    }
+
+    #[test]
+    fn no_inline_script_or_style_and_no_markup_from_data() {
+        assert!(!INDEX.contains("<script>") && !INDEX.contains("style="));
+        for (file, _, body) in ASSETS {
+            for banned in [
+                "innerHTML",
+                "outerHTML",
+                "insertAdjacentHTML",
+                "document.write",
+                "eval(",
+            ] {
+                assert!(!body.contains(banned), "{file} uses {banned}");
+            }
+        }
+        assert!(!CONTENT_SECURITY_POLICY.contains("unsafe"));
+    }
+}
