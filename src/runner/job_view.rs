@@ -10,7 +10,7 @@ use std::path::Path;
 
 use super::error::RunError;
 use super::job_events::JobEvent;
-use super::job_store::{jobs_dir, read_events, read_outcomes, OutcomeRecord};
+use super::job_store::{jobs_dir, read_events, read_outcomes, validate_job_id, OutcomeRecord};
 use super::job_summary::{JobSummary, Outcome, Tally};
 
 /// The job's last summary with its counts brought up to date from its outcomes; `None` when
@@ -42,13 +42,17 @@ fn recount(mut summary: JobSummary, outcomes: &[OutcomeRecord]) -> JobSummary {
     summary
 }
 
-/// The job events of one item, in order (empty for a job without a job directory: items
-/// emitted through the library).
+/// The job events of one item, in order (empty for a job without a job directory, or whose
+/// id cannot name one: items emitted through the library).
 pub(crate) fn item_events(
     data_dir: &Path,
     job_id: &str,
     item_id: &str,
 ) -> Result<Vec<JobEvent>, RunError> {
+    if validate_job_id(job_id).is_err() {
+        // Not a job of the runner (library users name jobs freely): it has no job events.
+        return Ok(Vec::new());
+    }
     let events = read_events(data_dir, job_id)?;
     Ok(events
         .into_iter()

@@ -10,7 +10,8 @@ export async function detail(root, route, { fail }) {
     return null;
   }
   const base = `/v1/items/${encodeURIComponent(job)}/${encodeURIComponent(id)}`;
-  const [item, events] = await Promise.all([call(base), call(base + "/events")]);
+  const [item, events] = await Promise.all([call(base),
+    call(base + "/events").catch((err) => ({ events: [], error: err.message }))]);
   const facts = [
     ["job", item.job_id], ["item", item.item_id], ["failures", String(item.failure_count)],
     ["first failure", item.first_attempt], ["last failure", item.last_attempt],
@@ -29,7 +30,8 @@ export async function detail(root, route, { fail }) {
     el("section", { id: "failures" }, el("h2", {}, `Failures (${item.failure_history.length})`),
       item.failure_history.map(failure)),
     el("section", {}, el("h2", {}, "Worktree artifacts"), artifacts(item.worktree_artifacts)),
-    el("section", {}, el("h2", {}, "Event history"), history(events.events)));
+    el("section", {}, el("h2", {}, "Event history"),
+      events.error ? note("error", "Cannot read the item's job events: " + events.error) : history(events.events)));
   return null;
 }
 
