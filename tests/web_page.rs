@@ -222,18 +222,37 @@ async fn operate_the_dlq_from_the_page() {
     browser
         .text_until("#matched", |t| t.starts_with("4 matching"))
         .await;
+    // First one checked row alone ...
+    click(&browser, r#"input[aria-label="select f2"]"#).await;
+    click(&browser, "#retry-selected").await;
+    let confirm = browser
+        .text_until("#confirm-text", |t| t.contains("Retry"))
+        .await;
+    assert!(confirm.starts_with("Retry 1 items (web: 1)"), "{confirm}");
+    click(&browser, "#confirm-retry").await;
+    let outcome = browser
+        .text_until("#retry-outcome", |t| !t.is_empty())
+        .await;
+    assert_eq!(outcome, "1 resolved, 0 failed again, 0 skipped");
+    click(&browser, "#reload").await;
+    browser
+        .text_until("#matched", |t| t.starts_with("3 matching"))
+        .await;
+    let table = browser.find("#items-table").await.text().await.unwrap();
+    assert!(!table.contains("f2"), "{table}");
+    // ... then everything the filter matches.
     click(&browser, "#retry-matching").await;
     let confirm = browser
         .text_until("#confirm-text", |t| t.contains("Retry"))
         .await;
-    assert!(confirm.contains("Retry 4 items"), "{confirm}");
+    assert!(confirm.contains("Retry 3 items"), "{confirm}");
     assert!(confirm.contains("at most 10 items/s"), "{confirm}");
     browser.screenshot(&shots, "6-retry-confirm").await;
     click(&browser, "#confirm-retry").await;
     let outcome = browser
         .text_until("#retry-outcome", |t| !t.is_empty())
         .await;
-    assert_eq!(outcome, "4 resolved, 0 failed again, 0 skipped");
+    assert_eq!(outcome, "3 resolved, 0 failed again, 0 skipped");
     browser.screenshot(&shots, "7-retry-result").await;
     click(&browser, "#reload").await;
     browser
