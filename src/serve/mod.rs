@@ -28,6 +28,7 @@
 
 mod auth;
 pub mod client;
+mod events_route;
 mod limits;
 mod page;
 mod retry_route;
@@ -331,7 +332,7 @@ pub fn router(state: Arc<AppState>, token: Option<Token>) -> Router {
         .route("/v1/items/{job_id}/{item_id}", get(routes::inspect_in_job))
         .route(
             "/v1/items/{job_id}/{item_id}/events",
-            get(routes::item_events),
+            get(events_route::item_events),
         )
         .route("/v1/stats", get(routes::stats))
         .route("/v1/analyze", get(routes::analyze))

@@ -109,7 +109,7 @@ impl ApiError {
         }
     }
 
-    fn internal(message: impl Into<String>) -> Self {
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
         ApiError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             code: "internal",
@@ -299,24 +299,6 @@ async fn inspect(State(state): Shared, item: String, job: Option<String>, pairs:
     })
     .await?;
     rendered(format, |out| write_item(out, format, &found))
-}
-
-/// `GET /v1/items/{job_id}/{item_id}/events`: the item's job events (agent attempts, failures,
-/// dead-lettering, success), as `dlq events JOB` prints them, in order.
-pub async fn item_events(
-    State(state): Shared,
-    path: Result<Path<(String, String)>, PathRejection>,
-    pairs: Pairs,
-) -> Answer {
-    let Path((job, item)) = path?;
-    Params::new(pairs?.0).finish("/v1/items/{job_id}/{item_id}/events")?;
-    let data_dir = state.run.data_dir.clone();
-    let events =
-        tokio::task::spawn_blocking(move || crate::runner::item_events(&data_dir, &job, &item))
-            .await
-            .map_err(|err| ApiError::internal(format!("the query task failed: {err}")))?
-            .map_err(RequestError::Run)?;
-    Ok(Json(json!({ "events": events })).into_response())
 }
 
 /// Reads `job_id` and `format` of a report route.
