@@ -128,6 +128,12 @@ async fn operate_the_dlq_from_the_page() {
     // The page asks for the token before showing any data.
     browser.find("#token-form").await;
     browser.screenshot(&shots, "0-token").await;
+    // A wrong token is refused and asked for again.
+    type_into(&browser, "#token-input", "not-the-token").await;
+    click(&browser, "#token-submit").await;
+    browser
+        .text_until("#token-form", |t| t.contains("refused this token"))
+        .await;
     type_into(&browser, "#token-input", TOKEN).await;
     click(&browser, "#token-submit").await;
     browser.text_until("#items-total", |t| t == "5").await;
