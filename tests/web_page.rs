@@ -4,19 +4,17 @@
 //! the filter after a dry-run count and a confirmation, and the list is then empty while the
 //! stream holds their `item_removed` events. A hostile item (markup and `javascript:` in its data
 //! and error message) shows as text and runs nothing. Screenshots of every page go to
-//! `target/web-screenshots/`.
+//! `target/web-screenshots/`. The page's headers and routes over plain HTTP: `tests/web_api.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use dlq_testkit::browser::{screenshot_dir, Browser};
 use dlq_testkit::flow::{self, counts, Flow};
+use dlq_testkit::serve::{Serve, FAIL_UNTIL_FIXED};
 use dlq_testkit::stream::stream_messages;
-use dlq_testkit::{free_port, http_get, poll_until, spawn_tied, wait_for, NatsServer};
+use dlq_testkit::{wait_for, NatsServer};
 use fantoccini::Locator;
 use serde_json::{json, Value};
 
@@ -27,56 +25,6 @@ const TOKEN: &str = "web-page-test-token-0123456789";
 
 /// What the hostile item carries in its data and its error message.
 const HOSTILE: &str = r#"<script>window.__pwned = "script"</script> "><img src=x onerror="window.__pwned='img';alert(1)"> javascript:window.__pwned='js'"#;
-
-/// Items fail until `fixed-<id>` exists in the flow directory; each prints its `msg` on stderr.
-const WORKFLOW: &str = r#"
-name: web
-mode: mapreduce
-map:
-  input: items.json
-  json_path: "$.items[*]"
-  max_parallel: 4
-  agent_template:
-    - shell: "test -f \"$DLQ_WORKFLOW_DIR/fixed-${item.id}\" && exit 0; echo \"${item.msg}\" >&2; exit 1"
-error_policy:
-  retry_config:
-    max_attempts: 1
-    backoff:
-      fixed:
-        delay: 10ms
-"#;
-
-/// `dlq serve` with the token on a free loopback port; killed on drop.
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(flow: &Flow) -> (Serve, u16) {
-    let port = free_port(0);
-    let token_file = flow.env.path("token");
-    std::fs::write(&token_file, TOKEN).unwrap();
-    let listen = format!("127.0.0.1:{port}");
-    let mut cmd = flow.env.command(&[
-        "serve",
-        "--listen",
-        &listen,
-        "--token-file",
-        token_file.to_str().unwrap(),
-    ]);
-    cmd.stdout(Stdio::null())
-        .stderr(std::fs::File::create(flow.env.path("serve.log")).unwrap());
-    let child = Serve(spawn_tied(cmd).unwrap());
-    let up = poll_until(Duration::from_secs(60), || {
-        http_get(port, "/healthz").filter(|(status, _)| *status == 200)
-    });
-    assert!(up.is_some(), "dlq serve never answered /healthz");
-    (child, port)
-}
 
 /// Clears `css` and types `text` into it.
 async fn type_into(browser: &Browser, css: &str, text: &str) {
@@ -115,11 +63,12 @@ async fn operate_the_dlq_from_the_page() {
         .collect();
     items.push(json!({"id": "evil", "kind": "hostile", "msg": HOSTILE, "note": HOSTILE}));
     flow.items(&items);
-    let (code, report) = flow::report(&flow.run(WORKFLOW, "web"));
+    let (code, report) = flow::report(&flow.run(FAIL_UNTIL_FIXED, "web"));
     assert_eq!(code, 0, "{report}");
     assert_eq!(counts(&report).1, 5, "every item is dead-lettered");
 
-    let (server, port) = serve(&flow);
+    let server = Serve::start(&flow.env, TOKEN);
+    let port = server.port;
     let shots = screenshot_dir();
     let browser = Browser::start().await;
     let page = format!("http://127.0.0.1:{port}/");
@@ -306,7 +255,7 @@ async fn operate_the_dlq_from_the_page() {
     browser.text_until("#backlog", |t| t == "0").await;
     nothing_ran(&browser).await;
     browser.close().await;
-    nothing_ran_in_log(&flow);
+    nothing_ran_in_log(&server);
 
     // The stream holds the removal of each resolved item, and of the purged one.
     let url = nats.url();
@@ -340,92 +289,8 @@ async fn operate_the_dlq_from_the_page() {
     assert_eq!(jobs["summary"]["failed"], 1, "{jobs}");
 }
 
-/// One HTTP/1.1 request to the server: status, head (lower-cased) and body.
-fn http(port: u16, path: &str, token: Option<&str>) -> (u16, String, String) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let request = dlq_testkit::http::request("GET", path, token, None);
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (status, head.to_ascii_lowercase(), body.to_owned())
-}
-
-/// The page's files need no token and carry the security headers (scripts from the server
-/// only, no inline ones); the routes the page added: an item's job events (token needed) and
-/// the bus connection in `/healthz`.
-#[test]
-fn page_headers_and_the_routes_it_uses() {
-    let nats = NatsServer::start();
-    let flow = Flow::new(DLQ, &nats.url());
-    flow.items(&[
-        json!({"id": "a", "msg": "boom"}),
-        json!({"id": "b", "msg": "bang"}),
-    ]);
-    let (code, report) = flow::report(&flow.run(WORKFLOW, "web"));
-    assert_eq!(code, 0, "{report}");
-    let (_server, port) = serve(&flow);
-
-    for path in ["/", "/ui/app.js", "/ui/items.js", "/ui/app.css"] {
-        let (status, head, body) = http(port, path, None);
-        assert_eq!(status, 200, "{path}: {head}");
-        assert!(!body.is_empty(), "{path}");
-        let csp = head
-            .lines()
-            .find_map(|l| l.strip_prefix("content-security-policy: "))
-            .unwrap_or_else(|| panic!("{path} has no CSP: {head}"));
-        assert!(csp.contains("script-src 'self'"), "{csp}");
-        assert!(csp.contains("default-src 'none'"), "{csp}");
-        assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
-        assert!(!csp.contains("unsafe"), "{csp}");
-        assert!(head.contains("x-content-type-options: nosniff"), "{head}");
-        assert!(head.contains("referrer-policy: no-referrer"), "{head}");
-    }
-    let (_, head, index) = http(port, "/", None);
-    assert!(head.contains("content-type: text/html"), "{head}");
-    assert!(
-        !index.contains("<script>") && !index.contains("style="),
-        "no inline script or style: {index}"
-    );
-    let (_, head, _) = http(port, "/ui/app.js", None);
-    assert!(head.contains("content-type: text/javascript"), "{head}");
-    assert_eq!(http(port, "/ui/nothing.js", None).0, 404);
-
-    let (status, _, _) = http(port, "/v1/items/web/a/events", None);
-    assert_eq!(status, 401, "the item's events need the token");
-    let (status, _, body) = http(port, "/v1/items/web/a/events", Some(TOKEN));
-    assert_eq!(status, 200, "{body}");
-    let events: Value = serde_json::from_str(&body).unwrap();
-    let events = events["events"].as_array().unwrap();
-    assert!(!events.is_empty(), "{body}");
-    assert!(
-        events.iter().all(|e| e["item_id"] == "a"),
-        "only item a: {body}"
-    );
-    assert!(
-        events.iter().any(|e| e["event"] == "ItemDeadLettered"),
-        "{body}"
-    );
-    let (status, _, body) = http(port, "/v1/items/web/zzz/events", Some(TOKEN));
-    assert_eq!((status, body.as_str()), (200, "{\"events\":[]}"));
-    // A job id that names no job directory (library users name jobs freely; "../x" reads
-    // nothing outside the jobs directory): no job events.
-    for job in ["no%20such", "..", "%2E%2E%2Fweb"] {
-        let (status, _, body) = http(port, &format!("/v1/items/{job}/a/events"), Some(TOKEN));
-        assert_eq!((status, body.as_str()), (200, "{\"events\":[]}"), "{job}");
-    }
-
-    let (_, _, body) = http(port, "/healthz", None);
-    let health: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(health["bus"], "connected", "{body}");
-}
-
 /// The server logged no error about the page.
-fn nothing_ran_in_log(flow: &Flow) {
-    let log = std::fs::read_to_string(flow.env.path("serve.log")).unwrap_or_default();
+fn nothing_ran_in_log(server: &Serve) {
+    let log = server.log();
     assert!(!log.contains("panicked"), "{log}");
 }
