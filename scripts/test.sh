@@ -20,6 +20,9 @@ fi
 step="install a recent nats-server"
 NATS_SERVER_RECENT_BIN="$(scripts/install-nats-server-recent.sh | tail -n 1)"
 export NATS_SERVER_RECENT_BIN
+# Chromium and chromedriver for the web page's browser test (tests/web_page.rs).
+step="install chromium"
+scripts/install-chromium.sh
 
 announce() {
   step="$*"

@@ -294,6 +294,16 @@ impl NatsBus {
             .clone()
     }
 
+    /// The state of the connection to the server: `connected`, `disconnected` or
+    /// `connecting`.
+    pub fn connection(&self) -> &'static str {
+        match self.client.connection_state() {
+            State::Connected => "connected",
+            State::Disconnected => "disconnected",
+            State::Pending => "connecting",
+        }
+    }
+
     /// The underlying client (for subscribers in tests and tools).
     pub fn client(&self) -> &async_nats::Client {
         &self.client

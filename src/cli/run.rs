@@ -357,18 +357,15 @@ pub async fn run_events(cli: &Cli, args: &EventsArgs) -> Result<u8, CliError> {
     Ok(EXIT_OK)
 }
 
-/// Lists the jobs of the data directory with their last summary.
+/// Lists the jobs of the data directory with their counts as of now (see
+/// `crate::runner::current_summary`).
 pub async fn run_jobs(cli: &Cli) -> Result<u8, CliError> {
     let ids = list_jobs(&cli.data_dir).map_err(CliError::from)?;
     let mut rows = Vec::new();
     let mut docs = Vec::new();
     for id in ids {
-        let path = crate::runner::jobs_dir(&cli.data_dir)
-            .join(&id)
-            .join("summary.json");
-        let summary: Option<crate::runner::JobSummary> = std::fs::read(&path)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        // Counts as of now: items a retry resolved count as succeeded.
+        let summary = crate::runner::current_summary(&cli.data_dir, &id).map_err(CliError::from)?;
         let cells = match &summary {
             Some(s) => vec![
                 id.clone(),

@@ -43,6 +43,7 @@ mod job;
 mod job_events;
 mod job_store;
 mod job_summary;
+mod job_view;
 mod map;
 mod on_failure;
 mod process_group;
@@ -61,5 +62,6 @@ pub use workflow::WorkflowError;
 
 pub(crate) use context::{DEFAULT_AGENT_COMMAND, DEFAULT_TOPIC};
 pub(crate) use job::resume;
-pub(crate) use job_store::{jobs_dir, list_jobs, JobStore};
+pub(crate) use job_store::{list_jobs, JobStore};
+pub(crate) use job_view::{current_summary, item_events};
 pub(crate) use retry::{retry_job, RetryOptions, RetryReport};

@@ -7,14 +7,16 @@
 //! their request there ([`client`]) and print the answer, rendered by the server with the CLI's
 //! own output code.
 //!
-//! Routes (see [`routes`]; all but `/healthz` need the bearer token when one is set, [`auth`]):
+//! Routes (see [`routes`]; all but `/healthz` and the page need the bearer token when one is set, [`auth`]):
 //!
 //! | route | command |
 //! | --- | --- |
-//! | `GET /healthz` | status, node id, backlog |
+//! | `GET /`, `GET /ui/{file}` | the operators' web page ([`page`]; no token: it holds no data) |
+//! | `GET /healthz` | status, node id, bus connection, backlog |
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /v1/items?job_id=&eligible=&error_type=&signature=&since=&until=&limit=&offset=&after=&filter=` | `dlq list` |
 //! | `GET /v1/items/{job_id}/{item_id}`, `GET /v1/items/{item_id}` | `dlq inspect` |
+//! | `GET /v1/items/{job_id}/{item_id}/events` | the item's lines of `dlq events JOB` |
 //! | `GET /v1/stats?job_id=`, `GET /v1/analyze?job_id=` | `dlq stats`, `dlq analyze` |
 //! | `POST /v1/jobs/{job_id}/clear?drain_timeout=` | `dlq clear --yes` |
 //! | `POST /v1/purge` `{"older_than_days", "job_id", "drain_timeout", "dry_run"}` | `dlq purge --yes` |
@@ -26,7 +28,9 @@
 
 mod auth;
 pub mod client;
+mod events_route;
 mod limits;
+mod page;
 mod retry_route;
 mod routes;
 mod tls;
@@ -326,6 +330,10 @@ pub fn router(state: Arc<AppState>, token: Option<Token>) -> Router {
         .route("/v1/items", get(routes::list_items))
         .route("/v1/items/{item_id}", get(routes::inspect_any))
         .route("/v1/items/{job_id}/{item_id}", get(routes::inspect_in_job))
+        .route(
+            "/v1/items/{job_id}/{item_id}/events",
+            get(events_route::item_events),
+        )
         .route("/v1/stats", get(routes::stats))
         .route("/v1/analyze", get(routes::analyze))
         .route("/v1/jobs/{job_id}/clear", post(routes::clear))
@@ -339,6 +347,7 @@ pub fn router(state: Arc<AppState>, token: Option<Token>) -> Router {
             auth::require_token,
         ))
         .route("/healthz", get(routes::healthz))
+        .merge(page::router())
         .fallback(routes::no_route)
         .method_not_allowed_fallback(routes::wrong_method)
         .layer(axum::middleware::from_fn(limits::check))

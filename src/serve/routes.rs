@@ -109,7 +109,7 @@ impl ApiError {
         }
     }
 
-    fn internal(message: impl Into<String>) -> Self {
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
         ApiError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             code: "internal",
@@ -230,9 +230,11 @@ pub async fn healthz(State(state): Shared) -> Answer {
     let sink = state.emitter.sink();
     let backlog = sink.backlog().map_err(RequestError::from)?;
     let parked = sink.parked().map_err(RequestError::from)?.len();
+    let bus = state.emitter.bus().connection();
     Ok(Json(json!({
         "status": "ok",
         "node_id": sink.node_id(),
+        "bus": bus,
         "unpublished": backlog.count,
         "oldest_unpublished": backlog.oldest,
         "parked": parked,
@@ -401,7 +403,7 @@ pub async fn no_route() -> ApiError {
         status: StatusCode::NOT_FOUND,
         code: "not_found",
         message: "no such route: see GET /v1/items, /v1/items/{item_id}, \
-                  /v1/items/{job_id}/{item_id}, /v1/stats, /v1/analyze, \
+                  /v1/items/{job_id}/{item_id}, /v1/items/{job_id}/{item_id}/events, /v1/stats, /v1/analyze, \
                   POST /v1/jobs/{job_id}/clear, /v1/jobs/{job_id}/retry, /v1/purge, \
                   GET /healthz, /metrics"
             .into(),

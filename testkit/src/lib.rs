@@ -13,7 +13,9 @@
 //! * [`wait`]: [`wait_for`] (async) and [`poll_until`] (sync): poll instead of sleeping.
 //! * [`cli`]: the `dlq` binary on a data directory ([`cli::Env`], [`cli::dlq_command`]);
 //!   [`flow`]: a workflow directory run by `dlq run`; [`reference`]: the legacy layout (one JSON file per item).
+//! * [`serve`]: `dlq serve` with a token ([`serve::Serve`]) and a job whose items fail until fixed.
 //! * [`items`]: realistic items and events; [`stream`]: what reached the stream, and metrics.
+//! * [`browser`]: a headless Chromium driven through chromedriver ([`browser::Browser`]).
 //! * [`bench`]: concurrent load ([`bench::load`]) and the suite's row format
 //!   ([`bench::suite`]).
 //!
@@ -25,6 +27,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod browser;
 pub mod cli;
 pub mod cluster;
 pub mod flow;
@@ -35,6 +38,7 @@ pub mod nats;
 pub mod net;
 pub mod process;
 pub mod reference;
+pub mod serve;
 pub mod stream;
 pub mod tls;
 pub mod wait;

@@ -261,6 +261,19 @@ fn poisoned(path: &Path) -> RunError {
 }
 
 /// Opens an append-only JSON-lines file, cutting off a torn last line first.
+/// A job's outcomes, read without opening the job for writing (a running job may be
+/// appending; its torn last line is left alone and not read).
+pub(super) fn read_outcomes(data_dir: &Path, job_id: &str) -> Result<Vec<OutcomeRecord>, RunError> {
+    validate_job_id(job_id)?;
+    read_lines(&jobs_dir(data_dir).join(job_id).join("outcomes.jsonl"))
+}
+
+/// A job's events, read like [`read_outcomes`].
+pub(crate) fn read_events(data_dir: &Path, job_id: &str) -> Result<Vec<JobEvent>, RunError> {
+    validate_job_id(job_id)?;
+    read_lines(&jobs_dir(data_dir).join(job_id).join("events.jsonl"))
+}
+
 fn open_log(path: &Path) -> Result<File, RunError> {
     let mut file = OpenOptions::new()
         .create(true)

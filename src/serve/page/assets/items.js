@@ -1,0 +1,140 @@
+// Items: the `dlq list` table with the CEL filter, the flag filters, paging, row checkboxes,
+// and the actions on the filtered set (retry selected / all matching, export).
+import { el, replace, note, pageLink, age } from "./dom.js";
+import { call, query, ApiError } from "./api.js";
+import { retryPanel } from "./retry.js";
+
+/** The list parameters a page of items is fetched with (the rest of the hash's parameters). */
+export const FILTER_KEYS = ["filter", "job_id", "error_type", "signature", "eligible", "since", "until"];
+const TYPES = ["Timeout", "CommandFailed", "ValidationFailed", "WorktreeError", "MergeConflict",
+  "ResourceExhausted", "PermissionError", "Unknown"];
+/** Cursors of the pages before the current one, for "previous page". */
+let history = [];
+
+export async function items(root, route, { fail }) {
+  const p = route.params;
+  const filters = Object.fromEntries(FILTER_KEYS.map((k) => [k, p.get(k) || ""]));
+  const limit = p.get("limit") || "50";
+  const after = p.get("after") || "";
+  if (!after) history = [];
+  const stats = await call("/v1/stats");
+  const jobs = Object.keys(stats.jobs || {});
+
+  const form = filterForm(filters, limit, jobs);
+  const status = el("div", { id: "list-status" });
+  const tableBox = el("div", { id: "items-box" });
+  const actionBox = el("div", { id: "item-actions" });
+  replace(root, el("h1", {}, "Items"), form, status, tableBox, actionBox);
+
+  let page;
+  try {
+    page = await call("/v1/items" + query({ ...filters, limit, after }));
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 400) {
+      const at = document.getElementById("filter-error");
+      at.textContent = err.message;
+      at.hidden = false;
+      replace(tableBox, note("info", "Fix the filter to see items."));
+      return null;
+    }
+    throw err;
+  }
+  replace(status, el("p", { id: "matched" },
+    page.matched === null ? "" : `${page.matched} matching`,
+    page.items.length ? ` · showing ${page.items.length}` : ""));
+  const boxes = [];
+  const rows = page.items.map((it) => {
+    const box = el("input", { type: "checkbox", class: "row-check", "aria-label": "select " + it.item_id });
+    box.dataset.job = it.job_id;
+    box.dataset.item = it.item_id;
+    boxes.push(box);
+    return el("tr", {},
+      el("td", {}, box),
+      el("td", {}, it.job_id),
+      el("td", {}, pageLink(["item", it.job_id, it.item_id], it.item_id, { class: "item-link" })),
+      el("td", {}, it.error_type),
+      el("td", { class: "num" }, String(it.failure_count)),
+      el("td", { title: it.last_attempt }, age(it.last_attempt) + " ago"),
+      el("td", {}, it.reprocess_eligible ? "yes" : "no"),
+      el("td", { class: "message" }, it.last_error));
+  });
+  const all = el("input", { type: "checkbox", id: "select-all", "aria-label": "select all on this page" });
+  all.addEventListener("change", () => boxes.forEach((b) => { b.checked = all.checked; }));
+  replace(tableBox, page.items.length
+    ? el("table", { id: "items-table" },
+      el("thead", {}, el("tr", {}, el("th", {}, all), ["job", "item", "error type", "failures",
+        "last failure", "eligible", "last error"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows))
+    : note("ok", "No item matches.", " "), pager(filters, limit, after, page.next_cursor));
+
+  const selected = () => boxes.filter((b) => b.checked).map((b) => ({ job_id: b.dataset.job, item_id: b.dataset.item }));
+  replace(actionBox, retryPanel({ filters, jobs, selected, matched: page.matched, fail }),
+    exportPanel(filters, fail));
+  return null;
+}
+
+function filterForm(f, limit, jobs) {
+  const input = (id, name, value, attrs) => el("input", Object.assign({ id, name, value }, attrs || {}));
+  const select = (id, name, value, options) => el("select", { id, name },
+    el("option", { value: "" }, "any"),
+    options.map((o) => el("option", { value: o, selected: o === value }, o)));
+  const form = el("form", { id: "filters", class: "card" },
+    el("div", { class: "row" },
+      el("label", { for: "filter" }, "CEL filter"),
+      input("filter", "filter", f.filter, { size: 60, class: "mono", spellcheck: "false",
+        placeholder: 'error_type == "Timeout" && item.priority >= 2' }),
+      el("span", { id: "filter-error", class: "field-error", role: "alert", hidden: true })),
+    el("div", { class: "row" },
+      el("label", {}, "job ", select("job_id", "job_id", f.job_id, jobs)),
+      el("label", {}, "error type ", select("error_type", "error_type", f.error_type, TYPES)),
+      el("label", {}, "signature ", input("signature", "signature", f.signature, { size: 17, class: "mono" })),
+      el("label", {}, "since ", input("since", "since", f.since, { size: 12, placeholder: "2h or RFC 3339" })),
+      el("label", {}, "until ", input("until", "until", f.until, { size: 12 })),
+      el("label", {}, el("input", { type: "checkbox", id: "eligible", name: "eligible", checked: f.eligible === "true" }), " eligible only"),
+      el("label", {}, "per page ", select("limit", "limit", limit, ["20", "50", "100", "500"])),
+      el("button", { type: "submit", id: "apply-filter" }, "Apply"),
+      el("button", { type: "button", id: "reset-filter", class: "quiet", onclick: () => { location.hash = "#/items"; } }, "Reset")));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const values = {};
+    for (const k of FILTER_KEYS) {
+      const field = form.elements.namedItem(k);
+      values[k] = k === "eligible" ? (field.checked ? "true" : "") : field.value.trim();
+    }
+    values.limit = form.elements.namedItem("limit").value;
+    location.hash = "#/items" + query(values);
+  });
+  return form;
+}
+
+function pager(filters, limit, after, next) {
+  const go = (cursor) => { location.hash = "#/items" + query({ ...filters, limit, after: cursor }); };
+  return el("div", { class: "pager" },
+    el("button", { type: "button", id: "prev-page", disabled: !after,
+      onclick: () => go(history.pop() || "") }, "← Previous"), " ",
+    el("button", { type: "button", id: "next-page", disabled: !next,
+      onclick: () => { history.push(after); go(next); } }, "Next →"));
+}
+
+/** Downloads the whole filtered set (up to 100,000 items) as JSON or CSV. */
+function exportPanel(filters, fail) {
+  const download = async (format) => {
+    try {
+      const body = await call("/v1/items" + query({ ...filters, limit: 100000, format }), { raw: true });
+      const type = format === "csv" ? "text/csv" : "application/json";
+      const url = URL.createObjectURL(new Blob([body], { type }));
+      const a = el("a", { href: url, download: `dlq-items.${format}` });
+      document.body.appendChild(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 10000);
+    } catch (err) {
+      fail(err);
+    }
+  };
+  return el("div", { class: "card", id: "export" },
+    el("h2", {}, "Export the filtered set"),
+    el("button", { type: "button", id: "export-json", onclick: () => download("json") }, "Download JSON"), " ",
+    el("button", { type: "button", id: "export-csv", onclick: () => download("csv") }, "Download CSV"),
+    el("p", { class: "muted" }, "Every matching item, up to 100,000 (the API's page limit)."));
+}

@@ -1,0 +1,296 @@
+//! The operators' web page of `dlq serve` in a real headless Chromium (chromedriver), against a
+//! real nats-server and a job whose items fail: the page asks for the token, filters with CEL
+//! (and shows the API's parse error next to the box), opens an item, retries every item matching
+//! the filter after a dry-run count and a confirmation, and the list is then empty while the
+//! stream holds their `item_removed` events. A hostile item (markup and `javascript:` in its data
+//! and error message) shows as text and runs nothing. Screenshots of every page go to
+//! `target/web-screenshots/`. The page's headers and routes over plain HTTP: `tests/web_api.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use dlq_testkit::browser::{screenshot_dir, Browser};
+use dlq_testkit::flow::{self, counts, Flow};
+use dlq_testkit::serve::{Serve, FAIL_UNTIL_FIXED};
+use dlq_testkit::stream::stream_messages;
+use dlq_testkit::{wait_for, NatsServer};
+use fantoccini::Locator;
+use serde_json::{json, Value};
+
+/// The `dlq` binary under test.
+const DLQ: &str = env!("CARGO_BIN_EXE_dlq");
+
+const TOKEN: &str = "web-page-test-token-0123456789";
+
+/// What the hostile item carries in its data and its error message.
+const HOSTILE: &str = r#"<script>window.__pwned = "script"</script> "><img src=x onerror="window.__pwned='img';alert(1)"> javascript:window.__pwned='js'"#;
+
+/// Clears `css` and types `text` into it.
+async fn type_into(browser: &Browser, css: &str, text: &str) {
+    let field = browser.find(css).await;
+    field.clear().await.unwrap();
+    field.send_keys(text).await.unwrap();
+}
+
+async fn click(browser: &Browser, css: &str) {
+    browser.find(css).await.click().await.unwrap();
+}
+
+/// Nothing of the hostile payload ran: no global set, no alert open.
+async fn nothing_ran(browser: &Browser) {
+    let pwned = browser
+        .client
+        .execute(
+            "return window.__pwned === undefined ? null : String(window.__pwned);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(pwned, Value::Null, "the hostile payload ran");
+    assert!(
+        browser.client.get_alert_text().await.is_err(),
+        "an alert is open: the payload ran"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operate_the_dlq_from_the_page() {
+    let mut nats = NatsServer::start();
+    let flow = Flow::new(DLQ, &nats.url());
+    let mut items: Vec<Value> = (0..4)
+        .map(|i| json!({"id": format!("f{i}"), "kind": "fixable", "msg": format!("upstream said no to f{i}")}))
+        .collect();
+    items.push(json!({"id": "evil", "kind": "hostile", "msg": HOSTILE, "note": HOSTILE}));
+    flow.items(&items);
+    let (code, report) = flow::report(&flow.run(FAIL_UNTIL_FIXED, "web"));
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(counts(&report).1, 5, "every item is dead-lettered");
+
+    let server = Serve::start(&flow.env, TOKEN);
+    let port = server.port;
+    let shots = screenshot_dir();
+    let browser = Browser::start().await;
+    let page = format!("http://127.0.0.1:{port}/");
+    browser.client.goto(&page).await.unwrap();
+
+    // The page asks for the token before showing any data.
+    browser.find("#token-form").await;
+    browser.screenshot(&shots, "0-token").await;
+    // A wrong token is refused and asked for again.
+    type_into(&browser, "#token-input", "not-the-token").await;
+    click(&browser, "#token-submit").await;
+    browser
+        .text_until("#token-form", |t| t.contains("refused this token"))
+        .await;
+    type_into(&browser, "#token-input", TOKEN).await;
+    click(&browser, "#token-submit").await;
+    browser.text_until("#items-total", |t| t == "5").await;
+    browser.text_until("#bus-state", |t| t == "connected").await;
+    let by_job = browser.text_until("#by-job", |t| t.contains("web")).await;
+    assert!(by_job.contains('5'), "{by_job}");
+    browser.find("#hourly-chart rect").await;
+    browser.find("#by-signature").await;
+    browser.screenshot(&shots, "1-overview").await;
+
+    // The list shows every item, the hostile one as text.
+    browser
+        .client
+        .goto(&format!("{page}#/items"))
+        .await
+        .unwrap();
+    let table = browser
+        .text_until("#items-table", |t| t.contains("evil"))
+        .await;
+    assert!(table.contains("<img src=x onerror="), "{table}");
+    nothing_ran(&browser).await;
+    browser.screenshot(&shots, "2-items").await;
+
+    // A CEL filter that does not parse: the API's error next to the box, nothing listed.
+    type_into(&browser, "#filter", "item.kind ==").await;
+    click(&browser, "#apply-filter").await;
+    let error = browser.text_until("#filter-error", |t| !t.is_empty()).await;
+    assert!(error.to_lowercase().contains("filter"), "{error}");
+    browser.screenshot(&shots, "3-filter-error").await;
+
+    type_into(&browser, "#filter", r#"item.kind == "fixable""#).await;
+    click(&browser, "#apply-filter").await;
+    browser
+        .text_until("#matched", |t| t.starts_with("4 matching"))
+        .await;
+    let table = browser.find("#items-table").await.text().await.unwrap();
+    assert!(!table.contains("evil"), "{table}");
+
+    // Open an item: data, the failure in full, its job events.
+    click(&browser, "a.item-link").await;
+    let data = browser
+        .text_until("#item-data", |t| t.contains("fixable"))
+        .await;
+    assert!(
+        data.contains("\"kind\": \"fixable\""),
+        "pretty-printed: {data}"
+    );
+    browser
+        .text_until(".message-full", |t| t.contains("upstream said no"))
+        .await;
+    browser
+        .text_until("#item-events", |t| t.contains("ItemDeadLettered"))
+        .await;
+    browser.screenshot(&shots, "4-detail").await;
+    browser.scroll_to("#failures").await;
+    browser.screenshot(&shots, "4-detail-failures").await;
+
+    // The hostile item's page: every payload is text, nothing ran.
+    browser
+        .client
+        .goto(&format!("{page}#/item/web/evil"))
+        .await
+        .unwrap();
+    let data = browser
+        .text_until("#item-data", |t| t.contains("<script>"))
+        .await;
+    assert!(data.contains("javascript:window.__pwned"), "{data}");
+    browser.find(".message-full").await;
+    nothing_ran(&browser).await;
+    let images = browser
+        .client
+        .find_all(Locator::Css("main img"))
+        .await
+        .unwrap();
+    assert!(images.is_empty(), "the payload made an <img> element");
+    let message = browser
+        .text_until(".message-full", |t| t.contains("onerror"))
+        .await;
+    assert!(message.contains("<script>window.__pwned"), "{message}");
+    browser.screenshot(&shots, "5-hostile-item").await;
+
+    // "Fix" the work, then retry everything matching the filter: a dry-run count first, a
+    // confirmation naming it and the rate limit, then the outcome.
+    for i in 0..4 {
+        flow.write(&format!("fixed-f{i}"), "");
+    }
+    let filtered = format!(
+        "{page}#/items?filter={}",
+        "item.kind%20%3D%3D%20%22fixable%22"
+    );
+    browser.client.goto(&filtered).await.unwrap();
+    browser
+        .text_until("#matched", |t| t.starts_with("4 matching"))
+        .await;
+    // First one checked row alone ...
+    click(&browser, r#"input[aria-label="select f2"]"#).await;
+    click(&browser, "#retry-selected").await;
+    let confirm = browser
+        .text_until("#confirm-text", |t| t.contains("Retry"))
+        .await;
+    assert!(confirm.starts_with("Retry 1 items (web: 1)"), "{confirm}");
+    click(&browser, "#confirm-retry").await;
+    let outcome = browser
+        .text_until("#retry-outcome", |t| !t.is_empty())
+        .await;
+    assert_eq!(outcome, "1 resolved, 0 failed again, 0 skipped");
+    click(&browser, "#reload").await;
+    browser
+        .text_until("#matched", |t| t.starts_with("3 matching"))
+        .await;
+    let table = browser.find("#items-table").await.text().await.unwrap();
+    assert!(!table.contains("f2"), "{table}");
+    // ... then everything the filter matches.
+    click(&browser, "#retry-matching").await;
+    let confirm = browser
+        .text_until("#confirm-text", |t| t.contains("Retry"))
+        .await;
+    assert!(confirm.contains("Retry 3 items"), "{confirm}");
+    assert!(confirm.contains("at most 10 items/s"), "{confirm}");
+    browser.screenshot(&shots, "6-retry-confirm").await;
+    click(&browser, "#confirm-retry").await;
+    let outcome = browser
+        .text_until("#retry-outcome", |t| !t.is_empty())
+        .await;
+    assert_eq!(outcome, "3 resolved, 0 failed again, 0 skipped");
+    browser.screenshot(&shots, "7-retry-result").await;
+    click(&browser, "#reload").await;
+    browser
+        .text_until("#matched", |t| t.starts_with("0 matching"))
+        .await;
+    assert!(browser
+        .client
+        .find(Locator::Css("#items-table"))
+        .await
+        .is_err());
+
+    // Purge what is left (older than 0 days) while the bus is down: counted first, then
+    // confirmed; the overview then shows the outage and the backlog drain by themselves.
+    nats.kill();
+    browser
+        .client
+        .goto(&format!("{page}#/actions"))
+        .await
+        .unwrap();
+    browser.find("#purge-start").await;
+    browser.screenshot(&shots, "8-actions").await;
+    type_into(&browser, "#purge-days", "0").await;
+    click(&browser, "#purge-start").await;
+    let confirm = browser
+        .text_until("#confirm-text", |t| t.contains("Purge"))
+        .await;
+    assert!(confirm.starts_with("Purge 1 items"), "{confirm}");
+    click(&browser, "#confirm-action").await;
+    browser
+        .text_until("#action-outcome", |t| t == "1 items removed.")
+        .await;
+    browser
+        .client
+        .goto(&format!("{page}#/overview"))
+        .await
+        .unwrap();
+    browser.text_until("#items-total", |t| t == "0").await;
+    browser
+        .text_until("#bus-state", |t| t == "disconnected")
+        .await;
+    browser.text_until("#backlog", |t| t != "0").await;
+    browser.screenshot(&shots, "9-bus-outage").await;
+    nats.restart();
+    browser.text_until("#bus-state", |t| t == "connected").await;
+    browser.text_until("#backlog", |t| t == "0").await;
+    nothing_ran(&browser).await;
+    browser.close().await;
+    nothing_ran_in_log(&server);
+
+    // The stream holds the removal of each resolved item, and of the purged one.
+    let url = nats.url();
+    let mut expected: BTreeSet<String> = (0..4).map(|i| format!("f{i} resolved")).collect();
+    expected.insert("evil purged".into());
+    wait_for(
+        "the item_removed events of f0..f3 (resolved) and evil (purged) in the stream",
+        Duration::from_secs(30),
+        || async {
+            let ids: BTreeSet<String> = stream_messages(&url, "DLQ")
+                .await
+                .iter()
+                .filter(|(_, e)| e["kind"] == "item_removed")
+                .map(|(_, e)| {
+                    format!(
+                        "{} {}",
+                        e["item_id"].as_str().unwrap(),
+                        e["reason"].as_str().unwrap()
+                    )
+                })
+                .collect();
+            ids == expected
+        },
+    )
+    .await;
+
+    // `dlq jobs` counts as of now: 4 of the 5 dead-lettered items resolved.
+    drop(server);
+    let jobs = flow.env.json(&["jobs"]);
+    assert_eq!(jobs["summary"]["successful"], 4, "{jobs}");
+    assert_eq!(jobs["summary"]["failed"], 1, "{jobs}");
+}
+
+/// The server logged no error about the page.
+fn nothing_ran_in_log(server: &Serve) {
+    let log = server.log();
+    assert!(!log.contains("panicked"), "{log}");
+}
