@@ -16,7 +16,7 @@ use tracing::{info, warn};
 
 use super::fold::{AcceptedGap, Fold, MAX_WAITING_PER_NODE};
 use super::store::{ConsumerStore, StoreError};
-use super::stream::{fetch_into, holes, offer_by_sequence, wait_into, ReadError};
+use super::stream::{explain, fetch_into, holes, offer_by_sequence, wait_into, ReadError};
 
 /// Consumer-side metric: stream last sequence minus the consumer's checkpoint.
 pub const LAG: &str = "dlq_consumer_lag";
@@ -76,13 +76,27 @@ pub async fn run_durable(
     store: &ConsumerStore,
     shutdown: CancellationToken,
 ) -> Result<DurableRun, ConsumeError> {
+    let (client, denials) = crate::bus::connect_watched(&config.bus, Duration::from_secs(5))
+        .await
+        .map_err(ReadError::from)?;
+    run(config, store, shutdown, client)
+        .await
+        .map_err(|err| match err {
+            ConsumeError::Read(read) => ConsumeError::Read(explain(read, &denials)),
+            other => other,
+        })
+}
+
+async fn run(
+    config: &DurableConfig,
+    store: &ConsumerStore,
+    shutdown: CancellationToken,
+    client: async_nats::Client,
+) -> Result<DurableRun, ConsumeError> {
     let stream_error = |reason: String| ReadError::Stream {
         stream: config.stream.clone(),
         reason,
     };
-    let client = crate::bus::connect_client(&config.bus, Duration::from_secs(5))
-        .await
-        .map_err(ReadError::from)?;
     let js = jetstream::new(client);
     let mut stream = js
         .get_stream(&config.stream)

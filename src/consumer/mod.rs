@@ -1,12 +1,14 @@
 //! Consumers: rebuild the dead-letter state from the event stream alone.
 //!
-//! [`fold`] is the pure part (arrival order and duplicates do not matter); [`stream`] reads the
+//! [`fold`] is the pure part (arrival order and duplicates do not matter); a message that is not
+//! a dlq event is counted in [`FOREIGN`] and skipped, never fatal; [`stream`] reads the
 //! JetStream stream from the start into a fold; [`verify`] compares a fold's projection with an
 //! emitter's sink; [`repair`] re-publishes what a stream lost; [`durable`] keeps a consumer's state in its own [`store`], checkpointed by
 //! stream sequence.
 
 mod durable;
 mod fold;
+mod foreign;
 #[cfg(feature = "cli")]
 pub(crate) mod repair;
 mod seqset;
@@ -18,6 +20,7 @@ pub use durable::{
     run_durable, ConsumeError, DurableConfig, DurableRun, ABSENT, APPLIED, DUPLICATES, LAG,
     OLDEST_WAITING_AGE, READ_BY_SEQUENCE, WAITING,
 };
+pub use foreign::{classify, Foreign, FOREIGN, MAX_MESSAGE_BYTES};
 pub use fold::{AcceptedGap, Fold, FoldStats, Offer, MAX_WAITING_PER_NODE};
 pub use store::{ConsumerStore, PendingSave, StoreError};
 pub use stream::{
