@@ -14,9 +14,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::bus::Denials;
 use super::fold::{AcceptedGap, Fold, MAX_WAITING_PER_NODE};
 use super::store::{ConsumerStore, StoreError};
-use super::stream::{explain, fetch_into, holes, offer_by_sequence, wait_into, ReadError};
+use super::stream::{denied, explain, fetch_into, holes, offer_by_sequence, wait_into, ReadError};
 
 /// Consumer-side metric: stream last sequence minus the consumer's checkpoint.
 pub const LAG: &str = "dlq_consumer_lag";
@@ -79,7 +80,7 @@ pub async fn run_durable(
     let (client, denials) = crate::bus::connect_watched(&config.bus, Duration::from_secs(5))
         .await
         .map_err(ReadError::from)?;
-    run(config, store, shutdown, client)
+    run(config, store, shutdown, client, &denials)
         .await
         .map_err(|err| match err {
             ConsumeError::Read(read) => ConsumeError::Read(explain(read, &denials)),
@@ -92,6 +93,7 @@ async fn run(
     store: &ConsumerStore,
     shutdown: CancellationToken,
     client: async_nats::Client,
+    denials: &Denials,
 ) -> Result<DurableRun, ConsumeError> {
     let stream_error = |reason: String| ReadError::Stream {
         stream: config.stream.clone(),
@@ -153,6 +155,7 @@ async fn run(
             } else {
                 fetch_into(&reader, &mut fold, &stream_error).await?
             };
+            denied(denials)?;
             messages += batch.messages;
             if batch.malformed > 0 {
                 warn!(

@@ -89,7 +89,7 @@ pub async fn for_each_message(
         reason,
     };
     let (client, denials) = connect_watched(bus, Duration::from_secs(5)).await?;
-    read_each(client, stream, &stream_error, &mut visit)
+    read_each(client, stream, &denials, &stream_error, &mut visit)
         .await
         .map_err(|err| explain(err, &denials))
 }
@@ -103,9 +103,16 @@ pub(crate) fn explain(err: ReadError, denials: &Denials) -> ReadError {
     }
 }
 
+/// Fails once the server denied this connection a permission: a fetch it denied ends empty,
+/// and reading on would wait in vain (or forever).
+pub(crate) fn denied(denials: &Denials) -> Result<(), ReadError> {
+    denials.last().map_or(Ok(()), |line| Err(ReadError::Denied(line)))
+}
+
 async fn read_each(
     client: async_nats::Client,
     stream: &str,
+    denials: &Denials,
     stream_error: &impl Fn(String) -> ReadError,
     visit: &mut impl FnMut(StreamMessage<'_>),
 ) -> Result<StreamSpan, ReadError> {
@@ -167,6 +174,7 @@ async fn read_each(
                 payload: &message.payload,
             });
         }
+        denied(denials)?;
         idle_rounds = if at == before { idle_rounds + 1 } else { 0 };
     }
     let holes: Vec<u64> = seen.missing().collect();
