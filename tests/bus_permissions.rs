@@ -253,7 +253,11 @@ fn consumer_without_fetch(snippet: &str, name: &str, password: &str) -> String {
         .collect::<Vec<_>>()
         .join("\n");
     assert!(block.contains("$JS.API.CONSUMER.CREATE.DLQ"), "{block}");
-    snippet.replacen("    users: [\n", &format!("    users: [\n      {{\n{block}\n      }}\n"), 1)
+    snippet.replacen(
+        "    users: [\n",
+        &format!("    users: [\n      {{\n{block}\n      }}\n"),
+        1,
+    )
 }
 
 /// `dlq <args>` as `role`, waited for with a generous deadline (killed and failed after it):
@@ -266,9 +270,8 @@ fn run_bounded(env: &Env, role: (&str, &str), args: &[&str]) -> (Option<i32>, St
     cmd.stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(&stderr).unwrap());
     let mut child = dlq_testkit::process::spawn_tied(cmd).unwrap();
-    let status = dlq_testkit::wait::poll_until(Duration::from_secs(120), || {
-        child.try_wait().unwrap()
-    });
+    let status =
+        dlq_testkit::wait::poll_until(Duration::from_secs(120), || child.try_wait().unwrap());
     let Some(status) = status else {
         child.kill().unwrap();
         child.wait().unwrap();

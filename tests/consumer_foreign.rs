@@ -90,7 +90,10 @@ async fn foreign_messages_are_counted_and_skipped_between_real_events() {
         .await
         .unwrap();
     assert_eq!(run.messages, 7);
-    assert_eq!(run.checkpoint, 7, "the checkpoint passes the foreign messages");
+    assert_eq!(
+        run.checkpoint, 7,
+        "the checkpoint passes the foreign messages"
+    );
     assert_eq!(run.fold.stats.applied, 4);
     assert_eq!(run.fold.projection.items.len(), 4);
     assert_eq!(run.fold.waiting(), 0);

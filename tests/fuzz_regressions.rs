@@ -1,6 +1,7 @@
 //! Replays every input the fuzz targets ever crashed on (`fuzz/regressions/<target>/`) and the
 //! committed seed corpus (`fuzz/corpus/<target>/`) through the same `dlq::fuzzing` functions
 //! the cargo-fuzz targets call, under a plain `cargo test`: a fixed crash stays fixed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
 
@@ -18,7 +19,9 @@ fn inputs(dir: &Path) -> Vec<PathBuf> {
 
 /// Runs every input of `kind` (regressions or corpus); returns how many ran.
 fn replay(kind: &str) -> usize {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz").join(kind);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz")
+        .join(kind);
     let mut ran = 0;
     let mut failed = Vec::new();
     for (target, run) in dlq::fuzzing::TARGETS {
@@ -32,7 +35,11 @@ fn replay(kind: &str) -> usize {
             }
         }
     }
-    assert!(failed.is_empty(), "fuzz inputs that fail:\n{}", failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "fuzz inputs that fail:\n{}",
+        failed.join("\n")
+    );
     ran
 }
 

@@ -79,8 +79,14 @@ mod tests {
             "Permissions Violation for Publish to \"$JS.API.CONSUMER.MSG.NEXT.DLQ.eph-12\"",
         );
         let line = denials.last().unwrap_or_default();
-        assert!(line.contains("\"$JS.API.CONSUMER.MSG.NEXT.DLQ.eph-12\""), "{line}");
-        assert!(line.contains("allow publish on \"$JS.API.CONSUMER.MSG.NEXT.DLQ.*\""), "{line}");
+        assert!(
+            line.contains("\"$JS.API.CONSUMER.MSG.NEXT.DLQ.eph-12\""),
+            "{line}"
+        );
+        assert!(
+            line.contains("allow publish on \"$JS.API.CONSUMER.MSG.NEXT.DLQ.*\""),
+            "{line}"
+        );
         assert!(line.contains("deploy/nats-permissions.conf"), "{line}");
         assert!(!line.contains('\n'));
     }
@@ -88,6 +94,9 @@ mod tests {
     #[test]
     fn other_subjects_are_named_as_they_are() {
         let line = explain("Permissions Violation for Publish to \"$JS.API.STREAM.INFO.DLQ\"");
-        assert!(line.contains("allow publish on \"$JS.API.STREAM.INFO.DLQ\""), "{line}");
+        assert!(
+            line.contains("allow publish on \"$JS.API.STREAM.INFO.DLQ\""),
+            "{line}"
+        );
     }
 }

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use tracing::{debug, error, info, warn};
 
-use super::denials::Denials;
 use super::auth::{explain_connect_error, is_refusal, redact_url, BusAuth, BusTls, Plan};
+use super::denials::Denials;
 use super::stream::{check, wanted};
 use super::{Bus, BusError, Published, HEADER_JOB, HEADER_KIND, HEADER_MSG_ID, HEADER_NODE};
 use crate::domain::event::{EncodedEvent, Event};
@@ -151,10 +151,7 @@ pub async fn connect_watched(
                 }
             }
         });
-    let options = plan
-        .apply(config, base)
-        .await?
-        .connection_timeout(timeout);
+    let options = plan.apply(config, base).await?.connection_timeout(timeout);
     let client = options
         .connect(plan.servers.clone())
         .await

@@ -14,10 +14,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::bus::Denials;
 use super::fold::{AcceptedGap, Fold, MAX_WAITING_PER_NODE};
 use super::store::{ConsumerStore, StoreError};
 use super::stream::{denied, explain, fetch_into, holes, offer_by_sequence, wait_into, ReadError};
+use crate::bus::Denials;
 
 /// Consumer-side metric: stream last sequence minus the consumer's checkpoint.
 pub const LAG: &str = "dlq_consumer_lag";

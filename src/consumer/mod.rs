@@ -20,8 +20,8 @@ pub use durable::{
     run_durable, ConsumeError, DurableConfig, DurableRun, ABSENT, APPLIED, DUPLICATES, LAG,
     OLDEST_WAITING_AGE, READ_BY_SEQUENCE, WAITING,
 };
-pub use foreign::{classify, Foreign, FOREIGN, MAX_MESSAGE_BYTES};
 pub use fold::{AcceptedGap, Fold, FoldStats, Offer, MAX_WAITING_PER_NODE};
+pub use foreign::{classify, Foreign, FOREIGN, MAX_MESSAGE_BYTES};
 pub use store::{ConsumerStore, PendingSave, StoreError};
 pub use stream::{
     for_each_message, read_from_start, ReadError, StreamMessage, StreamRead, StreamSpan,

@@ -106,7 +106,9 @@ pub(crate) fn explain(err: ReadError, denials: &Denials) -> ReadError {
 /// Fails once the server denied this connection a permission: a fetch it denied ends empty,
 /// and reading on would wait in vain (or forever).
 pub(crate) fn denied(denials: &Denials) -> Result<(), ReadError> {
-    denials.last().map_or(Ok(()), |line| Err(ReadError::Denied(line)))
+    denials
+        .last()
+        .map_or(Ok(()), |line| Err(ReadError::Denied(line)))
 }
 
 async fn read_each(

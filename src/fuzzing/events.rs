@@ -75,7 +75,10 @@ pub fn consumer_fold(data: &[u8]) -> Outcome {
         }
     }
     check(fold.waiting() == 0, || {
-        format!("{} events still wait once every gap is accepted", fold.waiting())
+        format!(
+            "{} events still wait once every gap is accepted",
+            fold.waiting()
+        )
     })?;
     check(counted(&fold) == events.len() as u64, || {
         "accepting gaps lost or doubled events".into()

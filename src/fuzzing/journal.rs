@@ -27,7 +27,12 @@ fn decode(segment: &[u8]) -> Outcome {
     if let Some(damage) = records.damage() {
         check(
             damage.offset + damage.discarded == segment.len() && damage.offset <= segment.len(),
-            || format!("damage {damage:?} does not end the segment of {} bytes", segment.len()),
+            || {
+                format!(
+                    "damage {damage:?} does not end the segment of {} bytes",
+                    segment.len()
+                )
+            },
         )?;
     }
     // Touch the result so the decoding is not optimised away.

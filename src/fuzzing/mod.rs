@@ -46,8 +46,11 @@ impl std::error::Error for Broken {}
 /// What each entry point returns: `Ok` whether the input was accepted or rejected.
 pub type Outcome = Result<(), Broken>;
 
+/// One entry point: arbitrary bytes in, a broken invariant out.
+pub type Target = fn(&[u8]) -> Outcome;
+
 /// Every target by name, for the regression test and the fuzz crate.
-pub const TARGETS: &[(&str, fn(&[u8]) -> Outcome)] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("event_json", event_json),
     ("consumer_fold", consumer_fold),
     ("journal_segment", journal_segment),
