@@ -92,7 +92,7 @@ pub async fn clear_job(
 
 /// The cutoff of `--older-than-days`: items first failed before it are purged. More days than
 /// time can go back (over about 95 million) give the earliest representable time: nothing is
-/// that old, so nothing is purged (the subtraction used to panic: a fuzz finding).
+/// that old, so nothing is purged (the subtraction used to panic; `fuzz/regressions/api_body/`).
 pub fn purge_cutoff(older_than_days: u32) -> DateTime<Utc> {
     Utc::now()
         .checked_sub_signed(chrono::Duration::days(i64::from(older_than_days)))
