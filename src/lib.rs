@@ -64,6 +64,9 @@ pub mod consumer;
 pub mod domain;
 pub mod emitter;
 mod error_class;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod metrics;
 #[cfg(feature = "query")]
 pub mod query;

@@ -90,9 +90,13 @@ pub async fn clear_job(
     ))
 }
 
-/// The cutoff of `--older-than-days`: items first failed before it are purged.
+/// The cutoff of `--older-than-days`: items first failed before it are purged. More days than
+/// time can go back (over about 95 million) give the earliest representable time: nothing is
+/// that old, so nothing is purged (the subtraction used to panic; `fuzz/regressions/api_body/`).
 pub fn purge_cutoff(older_than_days: u32) -> DateTime<Utc> {
-    Utc::now() - chrono::Duration::days(i64::from(older_than_days))
+    Utc::now()
+        .checked_sub_signed(chrono::Duration::days(i64::from(older_than_days)))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
 /// "job 'x'" or "any job", for messages about a removal's scope.
@@ -163,5 +167,17 @@ fn published_removal(
     Removal {
         summary,
         line: format!("{line}\n{}", published.describe()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cutoff_beyond_representable_time_purges_nothing() {
+        assert_eq!(purge_cutoff(u32::MAX), DateTime::<Utc>::MIN_UTC);
+        let month = Utc::now() - purge_cutoff(30);
+        assert!((29..=30).contains(&month.num_days()), "{month}");
     }
 }

@@ -232,3 +232,79 @@ async fn consumer_rebuilds_and_cannot_write() {
     assert!(js.delete_stream("DLQ").await.is_err());
     assert_eq!(stream_messages(&url).await, before, "nothing stored");
 }
+
+/// The consumer's user of the snippet without `$JS.API.CONSUMER.MSG.NEXT` (and named `name`):
+/// it may create a consumer, but not fetch from it.
+fn consumer_without_fetch(snippet: &str, name: &str, password: &str) -> String {
+    let start = snippet.find("        user: dlq-consumer").unwrap();
+    let end = start + snippet[start..].find("\n      }\n").unwrap();
+    let block: String = snippet[start..end]
+        .lines()
+        .filter(|line| !line.contains("$JS.API.CONSUMER.MSG.NEXT"))
+        .map(|line| {
+            if line.contains("user: dlq-consumer") {
+                format!("        user: {name}")
+            } else if line.contains("password:") {
+                format!("        password: \"{password}\"")
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(block.contains("$JS.API.CONSUMER.CREATE.DLQ"), "{block}");
+    snippet.replacen(
+        "    users: [\n",
+        &format!("    users: [\n      {{\n{block}\n      }}\n"),
+        1,
+    )
+}
+
+/// `dlq <args>` as `role`, waited for with a generous deadline (killed and failed after it):
+/// the command must end by itself.
+fn run_bounded(env: &Env, role: (&str, &str), args: &[&str]) -> (Option<i32>, String) {
+    let mut all = vec!["--user", role.0, "--password", role.1];
+    all.extend_from_slice(args);
+    let stderr = env.path(&format!("stderr-{}.txt", args.len()));
+    let mut cmd = env.command(&all);
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap());
+    let mut child = dlq_testkit::process::spawn_tied(cmd).unwrap();
+    let status =
+        dlq_testkit::wait::poll_until(Duration::from_secs(120), || child.try_wait().unwrap());
+    let Some(status) = status else {
+        child.kill().unwrap();
+        child.wait().unwrap();
+        panic!("dlq {args:?} as {} still runs after 120 s", role.0);
+    };
+    (status.code(), std::fs::read_to_string(&stderr).unwrap())
+}
+
+/// A consumer whose user may not publish the pull requests (`$JS.API.CONSUMER.MSG.NEXT`)
+/// gets no answer from the server: `dlq consume` (plain and durable) ends on its own with a
+/// one-line error naming the missing permission and the fix, exit 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_denied_fetching_fails_and_names_the_permission() {
+    const NO_FETCH: (&str, &str) = ("dlq-no-fetch", "no-fetch-pw-4415");
+    let server = server(&consumer_without_fetch(&snippet(), NO_FETCH.0, NO_FETCH.1));
+    let env = Env::new(DLQ, &server.url());
+    json_as(&env, OPERATOR, &["stream", "create"]);
+    demo(&env, EMITTER, "perm-g");
+
+    let store = env.path("denied-store");
+    let store = store.to_str().unwrap();
+    for args in [
+        &["consume"][..],
+        &["consume", "--durable", "denied", "--store", store][..],
+    ] {
+        let (code, stderr) = run_bounded(&env, NO_FETCH, args);
+        assert_eq!(code, Some(1), "dlq {args:?}: {stderr}");
+        let line = stderr.trim();
+        assert!(
+            line.contains("allow publish on \"$JS.API.CONSUMER.MSG.NEXT.DLQ.*\""),
+            "dlq {args:?}: {stderr}"
+        );
+        assert!(line.contains("deploy/nats-permissions.conf"), "{stderr}");
+        assert_eq!(line.lines().count(), 1, "one line: {stderr}");
+    }
+}

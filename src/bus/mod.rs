@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod context;
+mod denials;
 mod nats;
 mod probe;
 pub mod stream;
@@ -19,7 +20,8 @@ use thiserror::Error;
 use crate::domain::event::{EncodedEvent, Event};
 
 pub use auth::{BusAuth, BusTls, Secret};
-pub use nats::{connect_client, BusConfig, BusMode, NatsBus};
+pub use denials::Denials;
+pub use nats::{connect_client, connect_watched, BusConfig, BusMode, NatsBus};
 pub use probe::{Presence, Probe};
 
 /// The servers of a comma-separated URL list (`nats://a:4222,nats://b:4222`), trimmed, for

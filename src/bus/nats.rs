@@ -13,6 +13,7 @@ use tokio::sync::Mutex;
 use tracing::{debug, error, info, warn};
 
 use super::auth::{explain_connect_error, is_refusal, redact_url, BusAuth, BusTls, Plan};
+use super::denials::Denials;
 use super::stream::{check, wanted};
 use super::{Bus, BusError, Published, HEADER_JOB, HEADER_KIND, HEADER_MSG_ID, HEADER_NODE};
 use crate::domain::event::{EncodedEvent, Event};
@@ -124,15 +125,38 @@ pub async fn connect_client(
     config: &BusConfig,
     timeout: Duration,
 ) -> Result<async_nats::Client, BusError> {
+    connect_watched(config, timeout)
+        .await
+        .map(|(client, _)| client)
+}
+
+/// [`connect_client`], also recording the permissions the server denies the connection later
+/// (see [`Denials`]).
+pub async fn connect_watched(
+    config: &BusConfig,
+    timeout: Duration,
+) -> Result<(async_nats::Client, Denials), BusError> {
     let plan = Plan::new(config)?;
-    let options = plan
-        .apply(config, async_nats::ConnectOptions::new().name("dlq"))
-        .await?
-        .connection_timeout(timeout);
-    options
+    let denials = Denials::default();
+    let watch = denials.clone();
+    let base = async_nats::ConnectOptions::new()
+        .name("dlq")
+        .event_callback(move |event| {
+            let watch = watch.clone();
+            async move {
+                if let async_nats::Event::ServerError(async_nats::ServerError::Other(message)) =
+                    &event
+                {
+                    watch.record(message);
+                }
+            }
+        });
+    let options = plan.apply(config, base).await?.connection_timeout(timeout);
+    let client = options
         .connect(plan.servers.clone())
         .await
-        .map_err(|err| BusError::Refused(explain_connect_error(&err, &plan, &config.url)))
+        .map_err(|err| BusError::Refused(explain_connect_error(&err, &plan, &config.url)))?;
+    Ok((client, denials))
 }
 
 /// Why the bus is not connected, when the server refused it (credentials, TLS, permissions),

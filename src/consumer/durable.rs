@@ -16,7 +16,8 @@ use tracing::{info, warn};
 
 use super::fold::{AcceptedGap, Fold, MAX_WAITING_PER_NODE};
 use super::store::{ConsumerStore, StoreError};
-use super::stream::{fetch_into, holes, offer_by_sequence, wait_into, ReadError};
+use super::stream::{denied, explain, fetch_into, holes, offer_by_sequence, wait_into, ReadError};
+use crate::bus::Denials;
 
 /// Consumer-side metric: stream last sequence minus the consumer's checkpoint.
 pub const LAG: &str = "dlq_consumer_lag";
@@ -76,13 +77,28 @@ pub async fn run_durable(
     store: &ConsumerStore,
     shutdown: CancellationToken,
 ) -> Result<DurableRun, ConsumeError> {
+    let (client, denials) = crate::bus::connect_watched(&config.bus, Duration::from_secs(5))
+        .await
+        .map_err(ReadError::from)?;
+    run(config, store, shutdown, client, &denials)
+        .await
+        .map_err(|err| match err {
+            ConsumeError::Read(read) => ConsumeError::Read(explain(read, &denials)),
+            other => other,
+        })
+}
+
+async fn run(
+    config: &DurableConfig,
+    store: &ConsumerStore,
+    shutdown: CancellationToken,
+    client: async_nats::Client,
+    denials: &Denials,
+) -> Result<DurableRun, ConsumeError> {
     let stream_error = |reason: String| ReadError::Stream {
         stream: config.stream.clone(),
         reason,
     };
-    let client = crate::bus::connect_client(&config.bus, Duration::from_secs(5))
-        .await
-        .map_err(ReadError::from)?;
     let js = jetstream::new(client);
     let mut stream = js
         .get_stream(&config.stream)
@@ -139,6 +155,7 @@ pub async fn run_durable(
             } else {
                 fetch_into(&reader, &mut fold, &stream_error).await?
             };
+            denied(denials)?;
             messages += batch.messages;
             if batch.malformed > 0 {
                 warn!(

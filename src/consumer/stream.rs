@@ -9,9 +9,9 @@ use futures::StreamExt;
 use thiserror::Error;
 
 use super::fold::Fold;
+use super::foreign;
 use super::seqset::SeqSet;
-use crate::bus::{connect_client, BusConfig};
-use crate::domain::event::Event;
+use crate::bus::{connect_watched, BusConfig, Denials};
 
 /// Why the stream could not be read.
 #[derive(Debug, Error)]
@@ -20,6 +20,9 @@ pub enum ReadError {
     /// handshake (the error names the cause and the fix).
     #[error(transparent)]
     Connect(#[from] crate::bus::BusError),
+    /// The server denied a permission the reader needs (the line names it and the fix).
+    #[error("{0}")]
+    Denied(String),
     /// The stream does not exist or could not be read.
     #[error("cannot read stream {stream}: {reason}")]
     Stream {
@@ -37,7 +40,8 @@ pub struct StreamRead {
     pub fold: Fold,
     /// Messages read.
     pub messages: u64,
-    /// Messages whose body is not an event (skipped, counted).
+    /// Messages whose body is not a dlq event (skipped, counted in
+    /// [`FOREIGN`](super::FOREIGN) by reason).
     pub malformed: u64,
     /// The stream's last sequence when reading began (everything up to it was read).
     pub last_stream_seq: u64,
@@ -84,7 +88,36 @@ pub async fn for_each_message(
         stream: stream.to_owned(),
         reason,
     };
-    let client = connect_client(bus, Duration::from_secs(5)).await?;
+    let (client, denials) = connect_watched(bus, Duration::from_secs(5)).await?;
+    read_each(client, stream, &denials, &stream_error, &mut visit)
+        .await
+        .map_err(|err| explain(err, &denials))
+}
+
+/// A read error, or the permission the server denied if it denied one: a request the user
+/// may not make gets no answer, and the denial is the reason.
+pub(crate) fn explain(err: ReadError, denials: &Denials) -> ReadError {
+    match (err, denials.last()) {
+        (ReadError::Stream { .. }, Some(line)) => ReadError::Denied(line),
+        (err, _) => err,
+    }
+}
+
+/// Fails once the server denied this connection a permission: a fetch it denied ends empty,
+/// and reading on would wait in vain (or forever).
+pub(crate) fn denied(denials: &Denials) -> Result<(), ReadError> {
+    denials
+        .last()
+        .map_or(Ok(()), |line| Err(ReadError::Denied(line)))
+}
+
+async fn read_each(
+    client: async_nats::Client,
+    stream: &str,
+    denials: &Denials,
+    stream_error: &impl Fn(String) -> ReadError,
+    visit: &mut impl FnMut(StreamMessage<'_>),
+) -> Result<StreamSpan, ReadError> {
     let js = jetstream::new(client);
     let mut handle = js
         .get_stream(stream)
@@ -122,8 +155,7 @@ pub async fn for_each_message(
     while at < span.last_seq && delivered < state.messages && idle_rounds < 3 {
         let mut messages = fetch_batch(&reader, &stream_error).await?;
         let before = at;
-        while let Some(message) = messages.next().await {
-            let message = message.map_err(|e| stream_error(e.to_string()))?;
+        while let Some(message) = next_within(&mut messages, FETCH_EXPIRES, &stream_error).await? {
             let stream_seq = message.info().map_or(0, |info| info.stream_sequence);
             at = at.max(stream_seq);
             if stream_seq > span.last_seq {
@@ -144,6 +176,7 @@ pub async fn for_each_message(
                 payload: &message.payload,
             });
         }
+        denied(denials)?;
         idle_rounds = if at == before { idle_rounds + 1 } else { 0 };
     }
     let holes: Vec<u64> = seen.missing().collect();
@@ -181,12 +214,12 @@ pub async fn read_from_start(
     let (mut messages, mut malformed) = (0, 0);
     let span = for_each_message(bus, stream, |message| {
         messages += 1;
-        match Event::from_json(message.payload) {
-            Ok(event) if node.is_none_or(|n| n == event.node_id) => {
+        match foreign::decode(message.payload, message.stream_seq) {
+            Some(event) if node.is_none_or(|n| n == event.node_id) => {
                 fold.offer(event);
             }
-            Ok(_) => {}
-            Err(_) => malformed += 1,
+            Some(_) => {}
+            None => malformed += 1,
         }
     })
     .await?;
@@ -230,13 +263,41 @@ pub(crate) async fn offer_by_sequence(
 ) -> Result<bool, ReadError> {
     match stream.get_raw_message(seq).await {
         Ok(message) => {
-            if let Ok(event) = Event::from_json(&message.payload) {
+            if let Some(event) = foreign::decode(&message.payload, seq) {
                 fold.offer(event);
             }
             Ok(true)
         }
         Err(err) if matches!(err.kind(), RawMessageErrorKind::NoMessageFound) => Ok(false),
         Err(err) => Err(stream_error(format!("reading sequence {seq}: {err}"))),
+    }
+}
+
+/// How long the server keeps a fetch open for messages that are not there yet.
+const FETCH_EXPIRES: Duration = Duration::from_secs(1);
+
+/// How long past a fetch's expiry the client waits for the server's next message or its end of
+/// batch before it gives up: the server answers a pull request the user may not make with
+/// nothing at all (the denial goes to the connection), so without a deadline the read would
+/// wait forever.
+const FETCH_GRACE: Duration = Duration::from_secs(10);
+
+/// The next message of a fetched batch (`None` at its end), or an error once the server has
+/// sent nothing for `expires` plus [`FETCH_GRACE`].
+async fn next_within(
+    messages: &mut consumer::pull::Batch,
+    expires: Duration,
+    stream_error: &impl Fn(String) -> ReadError,
+) -> Result<Option<jetstream::Message>, ReadError> {
+    let deadline = expires + FETCH_GRACE;
+    match tokio::time::timeout(deadline, messages.next()).await {
+        Ok(next) => next
+            .transpose()
+            .map_err(|e| stream_error(e.to_string())),
+        Err(_) => Err(stream_error(format!(
+            "the server sent nothing for {}s after a fetch (was this user denied publish on              $JS.API.CONSUMER.MSG.NEXT.<stream>.*? see deploy/nats-permissions.conf)",
+            deadline.as_secs()
+        ))),
     }
 }
 
@@ -248,7 +309,7 @@ async fn fetch_batch(
     reader
         .fetch()
         .max_messages(5000)
-        .expires(Duration::from_secs(1))
+        .expires(FETCH_EXPIRES)
         .messages()
         .await
         .map_err(|e| stream_error(e.to_string()))
@@ -261,7 +322,7 @@ pub(crate) async fn fetch_into(
     stream_error: &impl Fn(String) -> ReadError,
 ) -> Result<Batch, ReadError> {
     let messages = fetch_batch(reader, stream_error).await?;
-    offer_all(messages, fold, stream_error).await
+    offer_all(messages, FETCH_EXPIRES, fold, stream_error).await
 }
 
 /// Waits up to `wait` for the next message (a caught-up consumer that follows the stream),
@@ -279,27 +340,28 @@ pub(crate) async fn wait_into(
         .messages()
         .await
         .map_err(|e| stream_error(e.to_string()))?;
-    offer_all(messages, fold, stream_error).await
+    offer_all(messages, wait, fold, stream_error).await
 }
 
 async fn offer_all(
     mut messages: consumer::pull::Batch,
+    expires: Duration,
     fold: &mut Fold,
     stream_error: &impl Fn(String) -> ReadError,
 ) -> Result<Batch, ReadError> {
     let mut batch = Batch::default();
-    while let Some(message) = messages.next().await {
-        let message = message.map_err(|e| stream_error(e.to_string()))?;
-        if let Ok(info) = message.info() {
-            batch.reached = batch.reached.max(info.stream_sequence);
-            batch.delivered.push(info.stream_sequence);
+    while let Some(message) = next_within(&mut messages, expires, stream_error).await? {
+        let stream_seq = message.info().map_or(0, |info| info.stream_sequence);
+        if stream_seq > 0 {
+            batch.reached = batch.reached.max(stream_seq);
+            batch.delivered.push(stream_seq);
         }
         batch.messages += 1;
-        match Event::from_json(&message.payload) {
-            Ok(event) => {
+        match foreign::decode(&message.payload, stream_seq) {
+            Some(event) => {
                 fold.offer(event);
             }
-            Err(_) => batch.malformed += 1,
+            None => batch.malformed += 1,
         }
     }
     Ok(batch)

@@ -65,3 +65,9 @@ pub(crate) use job::resume;
 pub(crate) use job_store::{list_jobs, JobStore};
 pub(crate) use job_view::{current_summary, item_events};
 pub(crate) use retry::{retry_job, RetryOptions, RetryReport};
+
+/// Parses and validates workflow YAML as `dlq run` does (the entry point of `crate::fuzzing`).
+#[cfg(feature = "fuzzing")]
+pub(crate) fn parse_workflow(text: &str) -> Result<(), WorkflowError> {
+    workflow::Workflow::parse(text).map(|_| ())
+}

@@ -38,6 +38,9 @@ mod tls;
 pub use auth::Token;
 pub use routes::AppState;
 pub use tls::{TlsConfig, TlsFiles};
+/// The JSON bodies of the admin API, for `crate::fuzzing`.
+#[cfg(feature = "fuzzing")]
+pub(crate) use {retry_route::RetryBody, routes::PurgeBody};
 
 use std::future::Future;
 use std::net::SocketAddr;

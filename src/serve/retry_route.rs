@@ -40,6 +40,22 @@ pub struct RetryBody {
     pub workflow: Option<PathBuf>,
 }
 
+impl RetryBody {
+    /// The retry options the body asks for, checked like `dlq retry`'s flags.
+    pub(crate) fn options(&self) -> Result<RetryOptions, RequestError> {
+        let defaults = RetryOptions::default();
+        let requested = RetryOptions {
+            parallel: self.parallel.unwrap_or(defaults.parallel),
+            max_retries: self.max_retries.unwrap_or(defaults.max_retries),
+            filter: None,
+            force: self.force,
+            rate: self.rate,
+            dry_run: self.dry_run,
+        };
+        crate::request::retry::checked(requested, self.filter.as_deref())
+    }
+}
+
 /// Runs the retry and answers its report.
 pub async fn retry(
     State(state): Shared,
@@ -52,16 +68,7 @@ pub async fn retry(
     let format = params.format()?;
     params.finish("/v1/jobs/{job_id}/retry")?;
     let Json(body) = body?;
-    let defaults = RetryOptions::default();
-    let requested = RetryOptions {
-        parallel: body.parallel.unwrap_or(defaults.parallel),
-        max_retries: body.max_retries.unwrap_or(defaults.max_retries),
-        filter: None,
-        force: body.force,
-        rate: body.rate,
-        dry_run: body.dry_run,
-    };
-    let options = crate::request::retry::checked(requested, body.filter.as_deref())?;
+    let options = body.options()?;
     let report = retry_job(
         state.emitter.clone(),
         state.run.clone(),

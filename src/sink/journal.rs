@@ -235,6 +235,12 @@ impl Journal {
     }
 }
 
+/// The file name of segment `number`, for `crate::fuzzing`.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn segment_file_name(number: u64) -> String {
+    format!("{number:016}.{EXTENSION}")
+}
+
 /// Creates segment `number` with its magic, durable, directory entry included.
 fn new_segment(dir: &Path, number: u64) -> std::io::Result<File> {
     let path = dir.join(format!("{number:016}.{EXTENSION}"));

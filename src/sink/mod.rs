@@ -97,8 +97,14 @@ use crate::domain::event::{EncodedEvent, Event};
 
 pub use counters::JobCounters;
 pub use faults::Faults;
+/// The journal's decoders, for `crate::fuzzing`.
+#[cfg(feature = "fuzzing")]
+pub(crate) use journal::{replay as replay_journal, segment_file_name};
+#[cfg(feature = "fuzzing")]
+pub(crate) use journal_record::{Records as JournalRecords, MAGIC as JOURNAL_MAGIC};
 pub use parked::Parked;
 pub use remove::{clear, purge, remove_in_chunks, REMOVE_CHUNK};
+pub(crate) use sled_sink::MAX_VALUE_BYTES;
 pub use sled_sink::{KeyValue, SinkConfig, SledSink};
 
 /// The backlog of events the bus has not acknowledged.
