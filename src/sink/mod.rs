@@ -62,6 +62,8 @@ pub mod faults;
 mod journal;
 mod journal_record;
 mod keys;
+#[doc(hidden)]
+pub mod log;
 mod parked;
 mod reads;
 mod remove;

@@ -1,0 +1,88 @@
+//! Sink v2's event log: our own append-only segment files (issue 16, first part).
+//!
+//! This module is the log alone: the emitter does not use it yet (see docs/design.md, "Sink
+//! v2: the segment log", for what wiring it in involves). It is written so that each promise
+//! below can be checked against every state a crash may leave (`tests/sink_log_crash.rs`).
+//!
+//! # On-disk layout
+//!
+//! One directory (`log/` in the data directory once wired in) of segments
+//! `{first_seq:020}.seg`. A segment is the 8-byte header [`segment::MAGIC`] followed by frames
+//! with consecutive sequences from `first_seq` on. Segments are ordered by their names; between
+//! two segments sequences may jump (a failed group burns its sequences), never go back.
+//!
+//! # Record format
+//!
+//! One frame per event ([`frame`]):
+//! `len u32 LE | crc32 u32 LE | seq u64 LE | payload`, the CRC-32 (IEEE) over `seq` and the
+//! payload, the payload being the exact JSON bytes the bus receives.
+//!
+//! # What is durable when
+//!
+//! * [`LogWriter::append`] writes a group's frames with one write and one `fdatasync`, and
+//!   returns the group's sequences only after that `fdatasync` succeeded. `Ok` survives a
+//!   power cut.
+//! * A new segment is created as `*.seg.tmp`, its header written and `fdatasync`ed, renamed to
+//!   its final name, and the directory fsynced, before any group is written to it: an
+//!   acknowledged event is never in a file whose name a crash can lose.
+//! * [`LogWriter::remove_through`] unlinks whole old segments and fsyncs the directory once.
+//!   A crash may bring a deleted segment back (its events are then read again: duplicates,
+//!   never loss).
+//! * [`LogWriter::durable_through`] is the highest acknowledged sequence; readers
+//!   ([`LogWriter::records`]) never go past it, so nothing unsynced is ever published.
+//!
+//! # Sequences are never reused
+//!
+//! The writer takes a group's sequences before any I/O. If any step fails (create, write,
+//! `fdatasync`, rename, directory fsync), the group is not acknowledged, its sequences are
+//! burned, and the segment is **abandoned**: after a failed `fdatasync` the kernel may have
+//! dropped the dirty pages or may still write them (the "fsyncgate" lesson), so nothing more
+//! is appended to that file; the next group starts a new segment named after its own, higher,
+//! first sequence. Opening starts a new segment too, above every sequence and every segment
+//! name it found (names reserve sequences). Sequences handed out to a group that failed and
+//! that no crash state keeps can be handed out again after a crash; the sink's per-open epoch
+//! in event ids (another part of issue 16) keeps such events' ids distinct.
+//!
+//! # Recovery
+//!
+//! Opening ([`LogWriter::open`], [`reader::recover`]) reads every segment in order:
+//!
+//! * frames are read up to the first bytes that are not an intact frame with the expected
+//!   sequence. If no intact frame with a higher sequence follows in that segment, those bytes
+//!   are a **torn tail** (a crash or a failed write cut the append short; the group was never
+//!   acknowledged): they are ignored and reported in [`Recovery::torn`]. Any segment may end
+//!   so, not only the last, since failed groups abandon their segment.
+//! * a bad frame followed by an intact one, a bad header, a frame with the wrong sequence, or
+//!   a segment starting at or below the previous one's last event is damage no crash leaves:
+//!   opening refuses with [`LogError::Damaged`] / [`LogError::Overlap`], naming the file, the
+//!   offset and what to do, rather than drop acknowledged events silently.
+//! * unfinished segments (`*.seg.tmp`) are deleted; every segment is `fdatasync`ed (a killed
+//!   process leaves unsynced bytes readable, which must not be built on before they are
+//!   durable) and the directory fsynced; the durable mark is the last intact event.
+//!
+//! # Invariants
+//!
+//! 1. Every acknowledged event is in every crash state, with identical bytes.
+//! 2. A sequence is in at most one event ever written; after recovery, new sequences are above
+//!    every sequence found.
+//! 3. Opening a crash state never fails; it fails only on damage, with the file and offset.
+//! 4. A reader never sees an event above the durable mark.
+//!
+//! # I/O
+//!
+//! All file-system calls go through [`io::LogFs`]: [`io::RealFs`] on disk, and [`sim::SimFs`]
+//! in tests, which records a trace from which [`crash`] builds every crash state and which can
+//! inject ENOSPC/EIO into any kind of call.
+
+pub mod crash;
+mod error;
+pub mod frame;
+pub mod io;
+mod reader;
+pub mod segment;
+pub mod sim;
+mod writer;
+
+pub use error::LogError;
+pub use reader::{Record, Records, Recovery};
+pub use writer::{LogConfig, LogWriter};

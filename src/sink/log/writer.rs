@@ -1,0 +1,261 @@
+//! The log writer: assigns sequences, appends groups, makes each durable with one `fdatasync`,
+//! rotates segments and deletes old ones.
+
+use std::ops::Range;
+
+use super::error::LogError;
+use super::frame;
+use super::io::{LogFs, SegmentFile};
+use super::reader::{self, Records, Recovery};
+use super::segment;
+
+/// How the log is run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// A segment is closed once it holds this many bytes; the next group starts a new one. A
+    /// group is never split, so a segment may exceed it by one group.
+    pub segment_bytes: u64,
+    /// Test switch: acknowledge without `fdatasync`. Only for proving the crash harness sees
+    /// the loss; never set it otherwise.
+    #[doc(hidden)]
+    pub unsafe_skip_fdatasync: bool,
+    /// Test switch: never fsync the directory. Only for proving the crash harness sees the
+    /// loss; never set it otherwise.
+    #[doc(hidden)]
+    pub unsafe_skip_dir_fsync: bool,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 64 << 20,
+            unsafe_skip_fdatasync: false,
+            unsafe_skip_dir_fsync: false,
+        }
+    }
+}
+
+struct Active<W> {
+    file: W,
+    name: String,
+    len: u64,
+}
+
+/// The single writer of a log directory.
+pub struct LogWriter<F: LogFs> {
+    fs: F,
+    config: LogConfig,
+    /// The segment appended to; `None` before the first group and after a failure or rotation.
+    active: Option<Active<F::File>>,
+    /// First sequences of the segments on disk, ascending; the active one is the last.
+    segments: Vec<u64>,
+    next_seq: u64,
+    durable_through: u64,
+    /// Deletions not yet made durable by a directory fsync.
+    dir_dirty: bool,
+    buf: Vec<u8>,
+}
+
+impl<F: LogFs> std::fmt::Debug for LogWriter<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogWriter")
+            .field("segments", &self.segments)
+            .field("next_seq", &self.next_seq)
+            .field("durable_through", &self.durable_through)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F: LogFs> LogWriter<F> {
+    /// Opens the log in `fs`: recovers it ([`reader::recover`]), deletes unfinished segments,
+    /// and makes every segment found durable (a process crash leaves written but unsynced bytes
+    /// readable; they are synced before anything is built on them). Appending then starts a
+    /// new segment.
+    pub fn open(fs: F, config: LogConfig) -> Result<(Self, Recovery), LogError> {
+        let recovery = reader::recover(&fs)?;
+        for file in &recovery.unfinished {
+            fs.remove(file).map_err(|source| LogError::Remove {
+                file: file.clone(),
+                source,
+            })?;
+        }
+        if !config.unsafe_skip_fdatasync {
+            for &first_seq in &recovery.segments {
+                let file = segment::name(first_seq);
+                fs.sync_file(&file)
+                    .map_err(|source| LogError::Read { file, source })?;
+            }
+        }
+        if !config.unsafe_skip_dir_fsync {
+            fs.sync_dir().map_err(|source| LogError::SyncDir { source })?;
+        }
+        let writer = LogWriter {
+            fs,
+            config,
+            active: None,
+            segments: recovery.segments.clone(),
+            next_seq: recovery.next_seq,
+            durable_through: recovery.last_seq,
+            dir_dirty: false,
+            buf: Vec::new(),
+        };
+        Ok((writer, recovery))
+    }
+
+    /// Appends a group of events and makes it durable with one `fdatasync`; returns their
+    /// sequences, consecutive, only once they are durable. On an error nothing is acknowledged,
+    /// the sequences the group took are never handed out again, and the next call starts a
+    /// new segment (a failed write or sync may have left any part of the group on disk).
+    pub fn append<P: AsRef<[u8]>>(&mut self, events: &[P]) -> Result<Range<u64>, LogError> {
+        for (index, event) in events.iter().enumerate() {
+            let len = event.as_ref().len();
+            if len > frame::MAX_PAYLOAD {
+                let max = frame::MAX_PAYLOAD;
+                return Err(LogError::TooLarge { index, len, max });
+            }
+        }
+        let first = self.next_seq;
+        if events.is_empty() {
+            return Ok(first..first);
+        }
+        let end = first.saturating_add(events.len() as u64);
+        self.next_seq = end;
+        self.buf.clear();
+        for (seq, event) in (first..end).zip(events) {
+            frame::encode(seq, event.as_ref(), &mut self.buf);
+        }
+        match self.write_group(first) {
+            Ok(()) => {
+                self.durable_through = end - 1;
+                Ok(first..end)
+            }
+            Err(err) => {
+                self.active = None;
+                Err(err)
+            }
+        }
+    }
+
+    fn write_group(&mut self, first: u64) -> Result<(), LogError> {
+        let full = self
+            .active
+            .as_ref()
+            .is_some_and(|active| active.len >= self.config.segment_bytes);
+        if full || self.active.is_none() {
+            self.active = None;
+            self.start_segment(first)?;
+        }
+        let Some(active) = self.active.as_mut() else {
+            return Ok(());
+        };
+        active
+            .file
+            .append(&self.buf)
+            .map_err(|source| LogError::Write {
+                file: active.name.clone(),
+                source,
+            })?;
+        active.len += self.buf.len() as u64;
+        if !self.config.unsafe_skip_fdatasync {
+            active.file.sync_data().map_err(|source| LogError::Sync {
+                file: active.name.clone(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Creates the segment starting at `first`: header written and synced under a temporary
+    /// name, renamed, directory fsynced; only then does it become the active segment.
+    fn start_segment(&mut self, first: u64) -> Result<(), LogError> {
+        let (tmp, name) = (segment::tmp_name(first), segment::name(first));
+        let mut file = self.fs.create(&tmp).map_err(|source| LogError::Create {
+            file: tmp.clone(),
+            source,
+        })?;
+        file.append(segment::MAGIC)
+            .map_err(|source| LogError::Write {
+                file: tmp.clone(),
+                source,
+            })?;
+        if !self.config.unsafe_skip_fdatasync {
+            file.sync_data().map_err(|source| LogError::Sync {
+                file: tmp.clone(),
+                source,
+            })?;
+        }
+        self.fs.rename(&tmp, &name).map_err(|source| LogError::Rename {
+            from: tmp,
+            to: name.clone(),
+            source,
+        })?;
+        self.segments.push(first);
+        self.sync_dir()?;
+        let len = segment::MAGIC.len() as u64;
+        self.active = Some(Active { file, name, len });
+        Ok(())
+    }
+
+    fn sync_dir(&mut self) -> Result<(), LogError> {
+        if !self.config.unsafe_skip_dir_fsync {
+            self.fs
+                .sync_dir()
+                .map_err(|source| LogError::SyncDir { source })?;
+        }
+        self.dir_dirty = false;
+        Ok(())
+    }
+
+    /// The highest sequence known durable (0 before any): every event up to it that was
+    /// appended is on disk. Readers never go past it.
+    pub fn durable_through(&self) -> u64 {
+        self.durable_through
+    }
+
+    /// The sequence the next event will get (at least; a failure skips sequences).
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// The first sequences of the segments on disk, ascending.
+    pub fn segments(&self) -> &[u64] {
+        &self.segments
+    }
+
+    /// The events from `from` on, in order, up to [`LogWriter::durable_through`].
+    pub fn records(&self, from: u64) -> Records<'_, F> {
+        Records::new(&self.fs, &self.segments, from, self.durable_through)
+    }
+
+    /// Deletes, oldest first, every segment whose events are all at or below `seq` (and
+    /// durable); the newest segment always stays. The directory is fsynced once after the
+    /// deletions. Returns how many segments were deleted. Which events may go (applied,
+    /// checkpointed, published, past retention) is the caller's decision.
+    pub fn remove_through(&mut self, seq: u64) -> Result<usize, LogError> {
+        let limit = seq.min(self.durable_through);
+        let mut removed = 0;
+        while let [first, next, ..] = self.segments[..] {
+            if next - 1 > limit {
+                break;
+            }
+            let file = segment::name(first);
+            match self.fs.remove(&file) {
+                Ok(()) => {}
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => return Err(LogError::Remove { file, source }),
+            }
+            self.segments.remove(0);
+            self.dir_dirty = true;
+            removed += 1;
+        }
+        if self.dir_dirty {
+            self.sync_dir()?;
+        }
+        Ok(removed)
+    }
+
+    /// The file system the log runs on.
+    pub fn fs(&self) -> &F {
+        &self.fs
+    }
+}
