@@ -6,12 +6,16 @@
 //! operations** (create, rename, unlink) since the last directory fsync.
 //!
 //! A crash may keep, of each file, the durable bytes plus any prefix of its unsynced writes,
-//! the last kept write possibly torn (cut at any byte); and of the directory, the durable
+//! the last kept write possibly torn (cut at any byte), bytes a failed `fdatasync` left
+//! doubtful either kept or zeroed (a hole); and of the directory, the durable
 //! entries plus any subset of the unsynced operations, applied in their order (a prefix only,
-//! when more than [`MAX_SUBSET_OPS`] are pending). [`Disk::crash_states`] lists all of them;
+//! when more than [`MAX_SUBSET_OPS`] are pending). To keep the count of states finite in
+//! practice, torn cuts are enumerated for the file written last only; other files (segments a
+//! failed write abandoned) take each prefix of whole writes. [`Disk::crash_states`] lists all of them;
 //! [`for_each_crash_state`] does it after every prefix of a trace.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 
 /// One state-changing operation of a trace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +37,12 @@ pub enum Op {
     /// A completed `fdatasync` of inode `ino`.
     SyncData {
         /// The inode synced.
+        ino: usize,
+    },
+    /// A failed `fdatasync` of inode `ino`: its unsynced writes become **doubtful**, on disk
+    /// or a hole of zeros, and no later `fdatasync` settles them (Linux marks the pages clean).
+    FailedSync {
+        /// The inode.
         ino: usize,
     },
     /// A rename in the directory.
@@ -60,6 +70,8 @@ pub type Files = BTreeMap<String, Vec<u8>>;
 #[derive(Debug, Clone, Default)]
 struct Inode {
     durable: Vec<u8>,
+    /// Byte ranges of `durable` a failed `fdatasync` left doubtful.
+    doubtful: Vec<std::ops::Range<usize>>,
     unsynced: Vec<Vec<u8>>,
 }
 
@@ -70,6 +82,8 @@ pub struct Disk {
     durable_dir: BTreeMap<String, usize>,
     dir: BTreeMap<String, usize>,
     unsynced_dir: Vec<Op>,
+    /// The inode written last: the only one whose writes are enumerated torn.
+    last_written: Option<usize>,
 }
 
 impl Disk {
@@ -79,7 +93,7 @@ impl Disk {
         for (ino, (name, bytes)) in files.iter().enumerate() {
             let inode = Inode {
                 durable: bytes.clone(),
-                unsynced: Vec::new(),
+                ..Inode::default()
             };
             disk.inodes.insert(ino, inode);
             disk.dir.insert(name.clone(), ino);
@@ -121,6 +135,7 @@ impl Disk {
                 self.unsynced_dir.push(op.clone());
             }
             Op::Write { ino, bytes } => {
+                self.last_written = Some(*ino);
                 if let Some(inode) = self.inodes.get_mut(ino) {
                     inode.unsynced.push(bytes.clone());
                 }
@@ -129,6 +144,18 @@ impl Disk {
                 if let Some(inode) = self.inodes.get_mut(ino) {
                     for write in inode.unsynced.drain(..) {
                         inode.durable.extend_from_slice(&write);
+                    }
+                }
+            }
+            Op::FailedSync { ino } => {
+                if let Some(inode) = self.inodes.get_mut(ino) {
+                    let start = inode.durable.len();
+                    for write in inode.unsynced.drain(..) {
+                        inode.durable.extend_from_slice(&write);
+                    }
+                    let end = inode.durable.len();
+                    if end > start {
+                        inode.doubtful.push(start..end);
                     }
                 }
             }
@@ -149,7 +176,7 @@ impl Disk {
         for dir in self.crash_dirs() {
             let mut partial: Vec<Files> = vec![Files::new()];
             for (name, ino) in &dir {
-                let versions = self.crash_versions(*ino);
+                let versions = self.crash_versions(*ino, self.last_written == Some(*ino));
                 let mut next = Vec::with_capacity(partial.len() * versions.len());
                 for files in &partial {
                     for version in &versions {
@@ -188,20 +215,32 @@ impl Disk {
             .collect()
     }
 
-    fn crash_versions(&self, ino: usize) -> Vec<Vec<u8>> {
+    fn crash_versions(&self, ino: usize, torn: bool) -> Vec<Vec<u8>> {
         let Some(inode) = self.inodes.get(&ino) else {
             return vec![Vec::new()];
         };
-        let mut versions = vec![inode.durable.clone()];
-        let mut base = inode.durable.clone();
-        for write in &inode.unsynced {
-            for cut in tear_points(write.len()) {
-                let mut torn = base.clone();
-                torn.extend_from_slice(&write[..cut]);
-                versions.push(torn);
+        let mut bases = vec![inode.durable.clone()];
+        if !inode.doubtful.is_empty() {
+            let mut holes = inode.durable.clone();
+            for range in &inode.doubtful {
+                if let Some(bytes) = holes.get_mut(range.clone()) {
+                    bytes.fill(0);
+                }
             }
-            base.extend_from_slice(write);
+            bases.push(holes);
+        }
+        let mut versions = Vec::new();
+        for mut base in bases {
             versions.push(base.clone());
+            for write in &inode.unsynced {
+                for cut in tear_points(write.len()).into_iter().filter(|_| torn) {
+                    let mut torn = base.clone();
+                    torn.extend_from_slice(&write[..cut]);
+                    versions.push(torn);
+                }
+                base.extend_from_slice(write);
+                versions.push(base.clone());
+            }
         }
         versions
     }
@@ -231,26 +270,29 @@ fn apply_dir_op(dir: &mut BTreeMap<String, usize>, op: &Op) {
         Op::Remove { name } => {
             dir.remove(name);
         }
-        Op::Write { .. } | Op::SyncData { .. } | Op::SyncDir => {}
+        Op::Write { .. } | Op::SyncData { .. } | Op::FailedSync { .. } | Op::SyncDir => {}
     }
 }
 
 /// Calls `visit(p, state)` for every crash state after every prefix `trace[..p]` of `trace`
 /// (`p` from 0 to its length), starting from `initial`; returns how many states it visited.
+/// `visit` may stop the walk by returning `Break`.
 pub fn for_each_crash_state(
     initial: &Disk,
     trace: &[Op],
-    mut visit: impl FnMut(usize, &Files),
+    mut visit: impl FnMut(usize, &Files) -> ControlFlow<()>,
 ) -> u64 {
     let mut disk = initial.clone();
     let mut count = 0;
     for p in 0..=trace.len() {
-        if p > 0 {
-            disk.apply(&trace[p - 1]);
+        if let Some(op) = p.checked_sub(1).and_then(|i| trace.get(i)) {
+            disk.apply(op);
         }
         for state in disk.crash_states() {
-            visit(p, &state);
             count += 1;
+            if visit(p, &state).is_break() {
+                return count;
+            }
         }
     }
     count

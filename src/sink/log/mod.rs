@@ -77,6 +77,7 @@
 pub mod crash;
 mod error;
 pub mod frame;
+pub mod harness;
 pub mod io;
 mod reader;
 pub mod segment;

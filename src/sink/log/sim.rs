@@ -6,7 +6,8 @@
 //! which [`crash::for_each_crash_state`] builds every state a crash may leave. An injected
 //! error ([`SimFs::inject`]) makes the chosen call of one kind fail with an `io::Error` of the
 //! given errno; a failed write still appends the first half of its bytes (a short write), a
-//! failed `fdatasync` leaves the writes unsynced (they may or may not reach the disk).
+//! failed `fdatasync` leaves the writes doubtful: on disk or a hole of zeros after a crash,
+//! whatever later `fdatasync`s do (see [`Op::FailedSync`]).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -145,6 +146,16 @@ impl State {
         self.trace.push(op);
     }
 
+    /// An `fdatasync`; a failed one leaves the unsynced writes doubtful (fsyncgate).
+    fn sync(&mut self, ino: usize) -> io::Result<()> {
+        if let Err(err) = self.check(OpKind::Sync) {
+            self.record(Op::FailedSync { ino });
+            return Err(err);
+        }
+        self.record(Op::SyncData { ino });
+        Ok(())
+    }
+
     fn ino(&self, name: &str) -> io::Result<usize> {
         self.disk
             .lookup(name)
@@ -217,10 +228,8 @@ impl LogFs for SimFs {
 
     fn sync_file(&self, name: &str) -> io::Result<()> {
         let mut state = self.lock();
-        state.check(OpKind::Sync)?;
         let ino = state.ino(name)?;
-        state.record(Op::SyncData { ino });
-        Ok(())
+        state.sync(ino)
     }
 }
 
@@ -243,9 +252,6 @@ impl SegmentFile for SimFile {
     }
 
     fn sync_data(&mut self) -> io::Result<()> {
-        let mut state = self.fs.lock();
-        state.check(OpKind::Sync)?;
-        state.record(Op::SyncData { ino: self.ino });
-        Ok(())
+        self.fs.lock().sync(self.ino)
     }
 }
