@@ -21,12 +21,19 @@ struct Events(u64);
 
 impl Events {
     fn group(&mut self) -> Vec<Vec<u8>> {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let count = 1 + (self.0 >> 33) as usize % 3;
         (0..count)
             .map(|i| {
                 let pad = "x".repeat((self.0 >> (20 + i)) as usize % 90);
-                format!("{{\"event\":{},\"item\":\"{pad}\"}}", self.0 % 1000 + i as u64).into_bytes()
+                format!(
+                    "{{\"event\":{},\"item\":\"{pad}\"}}",
+                    self.0 % 1000 + i as u64
+                )
+                .into_bytes()
             })
             .collect()
     }

@@ -14,7 +14,11 @@ fn config() -> LogConfig {
 }
 
 fn event(n: u64) -> Vec<u8> {
-    format!("{{\"event\":{n},\"data\":\"{}\"}}", "y".repeat((n % 50) as usize)).into_bytes()
+    format!(
+        "{{\"event\":{n},\"data\":\"{}\"}}",
+        "y".repeat((n % 50) as usize)
+    )
+    .into_bytes()
 }
 
 /// Whether `err` is the variant a fault in `kind` must produce.
@@ -38,7 +42,9 @@ fn append_through_fault(kind: OpKind, errno: i32) {
     let mut n = 0;
     for _ in 0..5 {
         n += 1;
-        recorder.append(&mut writer, &[event(n), event(n + 100)]).unwrap();
+        recorder
+            .append(&mut writer, &[event(n), event(n + 100)])
+            .unwrap();
     }
     recorder.fs().inject(kind, 0, usize::MAX, errno);
     let mut handed_out = writer.next_seq() - 1;
@@ -71,16 +77,26 @@ fn append_through_fault(kind: OpKind, errno: i32) {
     // Everything acknowledged reads back, in this process and after reopening.
     let acked: Vec<u64> = recorder.acknowledged().collect();
     let read: Vec<u64> = writer.records(0).map(|r| r.unwrap().seq).collect();
-    assert!(acked.iter().all(|s| read.contains(s)), "{kind:?}: {acked:?} vs {read:?}");
+    assert!(
+        acked.iter().all(|s| read.contains(s)),
+        "{kind:?}: {acked:?} vs {read:?}"
+    );
     drop(writer);
     let mut writer = recorder.open().unwrap();
     let read: Vec<u64> = writer.records(0).map(|r| r.unwrap().seq).collect();
-    assert!(acked.iter().all(|s| read.contains(s)), "{kind:?} after reopen");
+    assert!(
+        acked.iter().all(|s| read.contains(s)),
+        "{kind:?} after reopen"
+    );
     let next = recorder.append(&mut writer, &[event(0)]).unwrap();
     assert!(next.start > handed_out.max(seqs.end - 1));
     // And every crash state of the whole run, faults included, is sound.
     let report = recorder.check(5);
-    assert!(report.violations.is_empty(), "{kind:?}: {:#?}", report.violations);
+    assert!(
+        report.violations.is_empty(),
+        "{kind:?}: {:#?}",
+        report.violations
+    );
 }
 
 #[test]
@@ -131,12 +147,19 @@ fn failed_deletion_keeps_the_segment_and_the_next_call_deletes_it() {
         recorder.remove_through(&mut writer, through).unwrap();
         assert!(writer.segments().len() < segments);
         let first_left = writer.records(0).next().unwrap().unwrap().seq;
-        assert!(first_left <= through + 1, "deleted past {through}: {first_left}");
+        assert!(
+            first_left <= through + 1,
+            "deleted past {through}: {first_left}"
+        );
         let acked: Vec<u64> = recorder.acknowledged().filter(|s| *s > through).collect();
         let read: Vec<u64> = writer.records(0).map(|r| r.unwrap().seq).collect();
         assert!(acked.iter().all(|s| read.contains(s)));
         let report = recorder.check(5);
-        assert!(report.violations.is_empty(), "{kind:?}: {:#?}", report.violations);
+        assert!(
+            report.violations.is_empty(),
+            "{kind:?}: {:#?}",
+            report.violations
+        );
     }
 }
 
@@ -165,7 +188,13 @@ fn an_oversized_event_is_refused_and_uses_no_sequence() {
     let next = writer.next_seq();
     let huge = vec![b'x'; dlq::sink::log::frame::MAX_PAYLOAD + 1];
     let err = writer.append(&[event(1), huge]).unwrap_err();
-    assert!(matches!(err, LogError::TooLarge { index: 1, .. }), "{err:?}");
+    assert!(
+        matches!(err, LogError::TooLarge { index: 1, .. }),
+        "{err:?}"
+    );
     assert_eq!(writer.next_seq(), next);
-    assert_eq!(recorder.append(&mut writer, &[event(2)]).unwrap(), next..next + 1);
+    assert_eq!(
+        recorder.append(&mut writer, &[event(2)]).unwrap(),
+        next..next + 1
+    );
 }

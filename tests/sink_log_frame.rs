@@ -94,18 +94,31 @@ proptest! {
 
 #[test]
 fn damage_followed_by_intact_frames_is_refused_with_its_offset() {
-    let payloads: Vec<Vec<u8>> = (0..4).map(|i| format!("{{\"n\":{i}}}").into_bytes()).collect();
+    let payloads: Vec<Vec<u8>> = (0..4)
+        .map(|i| format!("{{\"n\":{i}}}").into_bytes())
+        .collect();
     let mut bytes = segment_bytes(1, &payloads);
     let second = MAGIC.len() + HEADER_LEN + payloads[0].len();
     bytes[second + HEADER_LEN] ^= 0x40; // the second event's payload
     let (offset, damage) = segment::scan(&bytes, 1).unwrap_err();
     assert_eq!(offset, second);
-    assert!(matches!(damage, Damage::Middle { reason: FrameError::Checksum { .. }, .. }), "{damage:?}");
+    assert!(
+        matches!(
+            damage,
+            Damage::Middle {
+                reason: FrameError::Checksum { .. },
+                ..
+            }
+        ),
+        "{damage:?}"
+    );
 }
 
 #[test]
 fn damage_in_the_last_frame_is_a_torn_tail() {
-    let payloads: Vec<Vec<u8>> = (0..3).map(|i| format!("{{\"n\":{i}}}").into_bytes()).collect();
+    let payloads: Vec<Vec<u8>> = (0..3)
+        .map(|i| format!("{{\"n\":{i}}}").into_bytes())
+        .collect();
     let mut bytes = segment_bytes(1, &payloads);
     let last = bytes.len() - 1;
     bytes[last] ^= 1;
@@ -120,15 +133,33 @@ fn a_frame_with_another_sequence_is_refused() {
     frame::encode(1, b"{}", &mut bytes);
     frame::encode(3, b"{}", &mut bytes);
     let (_, damage) = segment::scan(&bytes, 1).unwrap_err();
-    assert_eq!(damage, Damage::Sequence { expected: 2, found: 3 });
-    assert_eq!(segment::scan(b"NOTASEG\nxx", 1).unwrap_err().1, Damage::Header);
+    assert_eq!(
+        damage,
+        Damage::Sequence {
+            expected: 2,
+            found: 3
+        }
+    );
+    assert_eq!(
+        segment::scan(b"NOTASEG\nxx", 1).unwrap_err().1,
+        Damage::Header
+    );
 }
 
 #[test]
 fn names_round_trip_and_other_files_are_ignored() {
-    assert_eq!(segment::classify(&segment::name(42)), segment::Kind::Segment(42));
-    assert_eq!(segment::classify(&segment::tmp_name(42)), segment::Kind::Unfinished(42));
-    assert_eq!(segment::classify("00000000000000000042.wal"), segment::Kind::Other);
+    assert_eq!(
+        segment::classify(&segment::name(42)),
+        segment::Kind::Segment(42)
+    );
+    assert_eq!(
+        segment::classify(&segment::tmp_name(42)),
+        segment::Kind::Unfinished(42)
+    );
+    assert_eq!(
+        segment::classify("00000000000000000042.wal"),
+        segment::Kind::Other
+    );
     assert_eq!(segment::classify("42.seg"), segment::Kind::Other);
     assert_eq!(segment::name(7), "00000000000000000007.seg");
 }

@@ -121,7 +121,10 @@ impl Disk {
     pub fn content(&self, ino: usize) -> Vec<u8> {
         self.inodes.get(&ino).map_or_else(Vec::new, |inode| {
             let mut bytes = inode.durable.clone();
-            inode.unsynced.iter().for_each(|w| bytes.extend_from_slice(w));
+            inode
+                .unsynced
+                .iter()
+                .for_each(|w| bytes.extend_from_slice(w));
             bytes
         })
     }

@@ -120,9 +120,8 @@ pub fn intact_frame_after(buf: &[u8], from: usize, after: u64) -> Option<usize> 
         };
         // Cheap checks first: most offsets fail on length or sequence before any checksum.
         let len = u32_at(rest, 0) as usize;
-        let plausible = len <= MAX_PAYLOAD
-            && encoded_len(len) <= rest.len()
-            && u64_at(rest, 8) > after;
+        let plausible =
+            len <= MAX_PAYLOAD && encoded_len(len) <= rest.len() && u64_at(rest, 8) > after;
         plausible && decode(rest).is_ok()
     })
 }

@@ -110,9 +110,9 @@ impl Recorder {
             report.states += 1;
             if let Err(violation) = self.check_state(point, files) {
                 let total = trace.len();
-                report
-                    .violations
-                    .push(format!("crash after {point} of {total} operations: {violation}"));
+                report.violations.push(format!(
+                    "crash after {point} of {total} operations: {violation}"
+                ));
             }
             if report.violations.len() >= max_violations {
                 ControlFlow::Break(())
@@ -152,7 +152,9 @@ impl Recorder {
             for seq in seqs.clone() {
                 max_acked = max_acked.max(seq);
                 if seq > deletable && found.binary_search(&seq).is_err() {
-                    return Err(format!("lost acknowledged event {seq} (acknowledged at {at})"));
+                    return Err(format!(
+                        "lost acknowledged event {seq} (acknowledged at {at})"
+                    ));
                 }
             }
         }
@@ -171,7 +173,9 @@ impl Recorder {
             .map(|record| record.seq)
             .collect();
         if back != vec![after.start] {
-            return Err(format!("the group appended after recovery reads back as {back:?}"));
+            return Err(format!(
+                "the group appended after recovery reads back as {back:?}"
+            ));
         }
         Ok(())
     }

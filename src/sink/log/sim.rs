@@ -122,7 +122,9 @@ impl SimFs {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -177,7 +179,10 @@ impl LogFs for SimFs {
         let mut state = self.lock();
         state.check(OpKind::Create)?;
         if state.disk.lookup(name).is_some() {
-            return Err(io::Error::new(io::ErrorKind::AlreadyExists, name.to_owned()));
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                name.to_owned(),
+            ));
         }
         let ino = state.disk.next_ino();
         let name = name.to_owned();

@@ -87,7 +87,8 @@ impl<F: LogFs> LogWriter<F> {
             }
         }
         if !config.unsafe_skip_dir_fsync {
-            fs.sync_dir().map_err(|source| LogError::SyncDir { source })?;
+            fs.sync_dir()
+                .map_err(|source| LogError::SyncDir { source })?;
         }
         let writer = LogWriter {
             fs,
@@ -184,11 +185,13 @@ impl<F: LogFs> LogWriter<F> {
                 source,
             })?;
         }
-        self.fs.rename(&tmp, &name).map_err(|source| LogError::Rename {
-            from: tmp,
-            to: name.clone(),
-            source,
-        })?;
+        self.fs
+            .rename(&tmp, &name)
+            .map_err(|source| LogError::Rename {
+                from: tmp,
+                to: name.clone(),
+                source,
+            })?;
         self.segments.push(first);
         self.sync_dir()?;
         let len = segment::MAGIC.len() as u64;
