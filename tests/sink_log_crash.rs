@@ -4,6 +4,8 @@
 //!
 //! `DLQ_LOG_CRASH_GROUPS=N` runs a longer workload (default 200 groups, ≥ 10,000 states).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use dlq::sink::log::harness::{Recorder, Report};
 use dlq::sink::log::sim::{OpKind, ENOSPC};
 use dlq::sink::log::LogConfig;

@@ -2,6 +2,8 @@
 //! identical bytes, a torn tail is dropped, damage in the middle is refused with the file and
 //! offset, and old segments are deleted.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use dlq::sink::log::io::RealFs;
 use dlq::sink::log::{segment, LogConfig, LogError, LogWriter};
 

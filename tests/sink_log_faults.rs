@@ -2,6 +2,8 @@
 //! typed error that says what to do, nothing acknowledged is lost, no sequence is reused, and
 //! the log works again by itself once the fault clears.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use dlq::sink::log::harness::Recorder;
 use dlq::sink::log::sim::{OpKind, EIO, ENOSPC};
 use dlq::sink::log::{LogConfig, LogError};

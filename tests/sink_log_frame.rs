@@ -2,6 +2,8 @@
 //! bit flip give a result, never a panic; encode and decode round-trip; a bit flip is never
 //! read as an intact event.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use dlq::sink::log::frame::{self, FrameError, HEADER_LEN};
 use dlq::sink::log::segment::{self, Damage, MAGIC};
 use proptest::prelude::*;
