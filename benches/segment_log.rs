@@ -77,14 +77,20 @@ fn main() {
         (true, true) => (2, 300),
         (true, false) => (3, 1000),
     };
-    println!("| event | K | plain append + fdatasync (events/s) | segment log (events/s) | ratio |");
+    println!(
+        "| event | K | plain append + fdatasync (events/s) | segment log (events/s) | ratio |"
+    );
     println!("|---|---|---|---|---|");
     for size in [1900, 64 << 10] {
         for k in [1, 8, 64, 256] {
             let group: Vec<Vec<u8>> = (0..k).map(|i| event(size, i)).collect();
             // Fewer groups when they are large: about the same bytes per run.
             let groups = (budget * 64 / k.max(8)).clamp(5, budget);
-            let groups = if size > 4096 { (groups / 8).max(5) } else { groups };
+            let groups = if size > 4096 {
+                (groups / 8).max(5)
+            } else {
+                groups
+            };
             let plain_rate = best_of(runs, || plain(tmp.path(), &group, groups));
             let log_rate = best_of(runs, || log(tmp.path(), &group, groups));
             println!(
