@@ -6,9 +6,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::ops::ControlFlow;
+
+use dlq::sink::log::crash::{for_each_crash_state, Disk, Op};
 use dlq::sink::log::harness::{Recorder, Report};
-use dlq::sink::log::sim::{OpKind, ENOSPC};
-use dlq::sink::log::LogConfig;
+use dlq::sink::log::sim::{OpKind, SimFs, ENOSPC};
+use dlq::sink::log::{LogConfig, LogWriter};
 
 /// Small segments, so the workload rotates often.
 fn config() -> LogConfig {
@@ -155,4 +158,53 @@ fn without_directory_fsync_the_harness_reports_lost_events() {
         "no loss reported: {:?}",
         report.violations
     );
+}
+
+/// A process killed at `point` of `trace` (its unsynced writes still readable), restarted, then
+/// a power cut at any later point: every event the restarted writer reported durable survives.
+fn kill_then_power_cut(config: &LogConfig, trace: &[Op], point: usize) -> Result<u64, String> {
+    let mut disk = Disk::default();
+    trace[..point].iter().for_each(|op| disk.apply(op));
+    let fs = SimFs::from_disk(disk.clone());
+    let (mut writer, _) = LogWriter::open(fs.clone(), config.clone()).unwrap();
+    // The restarted writer reports events once `open` returned: after its own operations.
+    let opened = fs.trace_len();
+    let seen: Vec<(u64, Vec<u8>)> = writer
+        .records(0)
+        .map(|r| r.map(|r| (r.seq, r.payload)).unwrap())
+        .collect();
+    writer
+        .append(&[b"{\"after\":\"restart\"}".to_vec()])
+        .unwrap();
+    let mut violation = None;
+    let states = for_each_crash_state(&disk, &fs.trace(), |at, files| {
+        if at < opened {
+            return ControlFlow::Continue(());
+        }
+        let (writer, _) = LogWriter::open(SimFs::from_files(files), config.clone()).unwrap();
+        let now: Vec<(u64, Vec<u8>)> = writer
+            .records(0)
+            .map(|r| r.map(|r| (r.seq, r.payload)).unwrap())
+            .collect();
+        if let Some(lost) = seen.iter().find(|event| !now.contains(event)) {
+            violation = Some(format!(
+                "killed after {point} operations: event {} reported durable after the restart is lost",
+                lost.0
+            ));
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    });
+    violation.map_or(Ok(states), Err)
+}
+
+#[test]
+fn events_a_restarted_writer_reports_durable_survive_a_later_power_cut() {
+    let recorder = workload(config(), 12);
+    let trace = recorder.fs().trace();
+    let mut states = 0;
+    for point in 0..=trace.len() {
+        states += kill_then_power_cut(&config(), &trace, point).unwrap();
+    }
+    eprintln!("crash states checked: {states}");
 }

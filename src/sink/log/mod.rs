@@ -60,6 +60,15 @@
 //!   process leaves unsynced bytes readable, which must not be built on before they are
 //!   durable) and the directory fsynced; the durable mark is the last intact event.
 //!
+//! # Known limit
+//!
+//! After a failed `fdatasync` the abandoned group's bytes may still be readable from the page
+//! cache while not on disk (Linux marks the pages clean). A process restarted without a reboot
+//! reads them as intact events, and its open-time `fdatasync` does not write clean pages, so a
+//! later power cut may remove events the restarted process published. They were never
+//! acknowledged; closing this needs opening to copy a segment's unsynced-looking tail into a
+//! new segment, left for the wiring (docs/design.md).
+//!
 //! # Invariants
 //!
 //! 1. Every acknowledged event is in every crash state, with identical bytes.

@@ -75,6 +75,14 @@ impl SimFs {
         fs
     }
 
+    /// A directory in the state of `disk` (what a killed process leaves: every written byte
+    /// readable, durable only what was synced), with an empty trace.
+    pub fn from_disk(disk: Disk) -> Self {
+        let fs = Self::default();
+        fs.lock().disk = disk;
+        fs
+    }
+
     /// The model as it is now (the start of a crash enumeration over a later trace).
     pub fn disk(&self) -> Disk {
         self.lock().disk.clone()
