@@ -41,7 +41,7 @@
 //! first sequence. Opening starts a new segment too, above every sequence and every segment
 //! name it found (names reserve sequences). Sequences handed out to a group that failed and
 //! that no crash state keeps can be handed out again after a crash; the sink's per-open epoch
-//! in event ids (another part of issue 16) keeps such events' ids distinct.
+//! in event ids (`super::epoch`) keeps such events' ids distinct.
 //!
 //! # Recovery
 //!
