@@ -45,7 +45,7 @@
 //!
 //! # Recovery
 //!
-//! Opening ([`LogWriter::open`], [`reader::recover`]) reads every segment in order:
+//! Opening ([`LogWriter::open`], `reader::recover`) reads every segment in order:
 //!
 //! * frames are read up to the first bytes that are not an intact frame with the expected
 //!   sequence. If no intact frame with a higher sequence follows in that segment, those bytes

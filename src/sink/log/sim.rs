@@ -1,9 +1,9 @@
-//! A simulated log directory for tests: the [`crash::Disk`] model behind the [`LogFs`] trait,
+//! A simulated log directory for tests: the [`super::crash::Disk`] model behind the [`LogFs`] trait,
 //! a trace of every state-changing operation, and injected errors.
 //!
 //! Reads see what a process would see (durable and unsynced bytes). Every create, write,
 //! `fdatasync`, rename, unlink and directory fsync that succeeds is appended to the trace, from
-//! which [`crash::for_each_crash_state`] builds every state a crash may leave. An injected
+//! which [`super::crash::for_each_crash_state`] builds every state a crash may leave. An injected
 //! error ([`SimFs::inject`]) makes the chosen call of one kind fail with an `io::Error` of the
 //! given errno; a failed write still appends the first half of its bytes (a short write), a
 //! failed `fdatasync` leaves the writes doubtful: on disk or a hole of zeros after a crash,
