@@ -361,9 +361,15 @@ pub async fn run_events(cli: &Cli, args: &EventsArgs) -> Result<u8, CliError> {
 /// `crate::runner::current_summary`).
 pub async fn run_jobs(cli: &Cli) -> Result<u8, CliError> {
     let ids = list_jobs(&cli.data_dir).map_err(CliError::from)?;
+    let in_dlq = in_dlq_now(cli).await?;
     let mut rows = Vec::new();
     let mut docs = Vec::new();
     for id in ids {
+        // What the DLQ holds of the job now (after retries, clears and purges); unknown while
+        // another process holds the data directory.
+        let now = in_dlq
+            .as_ref()
+            .map(|counts| counts.get(&id).copied().unwrap_or(0));
         // Counts as of now: items a retry resolved count as succeeded.
         let summary = crate::runner::current_summary(&cli.data_dir, &id).map_err(CliError::from)?;
         let cells = match &summary {
@@ -384,8 +390,10 @@ pub async fn run_jobs(cli: &Cli) -> Result<u8, CliError> {
                 "".into(),
             ],
         };
+        let mut cells = cells;
+        cells.push(now.map_or_else(|| "?".into(), |n| n.to_string()));
         rows.push(cells);
-        docs.push(serde_json::json!({"job_id": id, "summary": summary}));
+        docs.push(serde_json::json!({"job_id": id, "summary": summary, "in_dlq": now}));
     }
     let mut out = BufWriter::new(std::io::stdout().lock());
     match cli.format {
@@ -403,10 +411,30 @@ pub async fn run_jobs(cli: &Cli) -> Result<u8, CliError> {
                 "dead-lettered",
                 "skipped",
                 "pending",
+                "in DLQ now",
             ],
             &rows,
         )?,
     }
+    if in_dlq.is_none() && !matches!(cli.format, Format::Json | Format::Jsonl) {
+        writeln!(out, "(\"in DLQ now\" is unknown while another process holds the data directory: see its admin page or `dlq list`)")?;
+    }
     out.flush()?;
     Ok(EXIT_OK)
+}
+
+/// Items in the DLQ now, per job, from the sink's counters; `None` when another process holds
+/// the data directory (a running job or `dlq serve`).
+async fn in_dlq_now(cli: &Cli) -> Result<Option<std::collections::HashMap<String, u64>>, CliError> {
+    let config = open::config(cli)?;
+    let Some(sink) = open::try_sink(cli, &config)? else {
+        return Ok(None);
+    };
+    let counts = sink.jobs().map(|jobs| {
+        jobs.into_iter()
+            .map(|(job, counters)| (job, counters.items))
+            .collect()
+    });
+    sink.close().await?;
+    Ok(Some(counts?))
 }
