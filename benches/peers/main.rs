@@ -30,23 +30,24 @@ use dlq_testkit::bench::suite::{self, SuiteRow};
 struct Mode {
     name: &'static str,
     events: usize,
-    file: Option<&'static str>,
+    /// Whether the table goes to `benches/results/peers[-quick].md`.
+    writes: bool,
 }
 
 const FULL: Mode = Mode {
     name: "full",
     events: 3_000,
-    file: Some("peers.md"),
+    writes: true,
 };
 const QUICK: Mode = Mode {
     name: "quick",
     events: 500,
-    file: Some("peers-quick.md"),
+    writes: true,
 };
 const SMOKE: Mode = Mode {
     name: "smoke (run by cargo test; use cargo bench for figures)",
     events: 30,
-    file: None,
+    writes: false,
 };
 
 /// One contender's result, or why it did not run.
@@ -102,8 +103,8 @@ async fn main() {
     ];
     let table = table(&mode, event.len(), &outcomes);
     println!("{table}");
-    if let Some(file) = mode.file {
-        suite::write_results(file.trim_end_matches(".md"), quick, &table);
+    if mode.writes {
+        suite::write_results("peers", quick, &table);
     }
     if let Some(path) = json {
         let rows = suite_rows(&outcomes);
