@@ -71,20 +71,19 @@ impl NatsServer {
     /// accounts, `tls {}`...; written as `server.conf` beside the store and kept for
     /// `restart`). The command-line address, ports and store override the file's.
     pub fn start_with_config(config: &str) -> NatsServer {
-        let temp = tempfile::Builder::new()
-            .prefix("dlq-nats-")
-            .tempdir()
-            .expect("create temp dir for nats-server");
-        let dir = temp.path().to_path_buf();
-        let conf = dir.join("server.conf");
-        std::fs::write(&conf, config).expect("write server.conf");
-        let conf = conf.to_str().expect("a UTF-8 temp path").to_owned();
-        NatsServer::try_start(&dir, &["-c", &conf], Some(temp)).unwrap_or_else(|e| panic!("{e}"))
+        let bin = find_binary().unwrap_or_else(|e| panic!("{e}"));
+        NatsServer::start_configured(bin, config)
     }
 
     /// Like [`NatsServer::start_with_config`], with the recent nats-server of
     /// [`recent_binary`] (for what Debian's 2.9.10 lacks, such as the TLS-first handshake).
     pub fn start_recent_with_config(config: &str) -> NatsServer {
+        let bin = recent_binary().unwrap_or_else(|e| panic!("{e}"));
+        NatsServer::start_configured(bin, config)
+    }
+
+    /// `bin` with `config` written as `server.conf` in a new temporary dir.
+    fn start_configured(bin: PathBuf, config: &str) -> NatsServer {
         let temp = tempfile::Builder::new()
             .prefix("dlq-nats-")
             .tempdir()
@@ -93,7 +92,6 @@ impl NatsServer {
         let conf = dir.join("server.conf");
         std::fs::write(&conf, config).expect("write server.conf");
         let conf = conf.to_str().expect("a UTF-8 temp path").to_owned();
-        let bin = recent_binary().unwrap_or_else(|e| panic!("{e}"));
         NatsServer::try_start_with(bin, &dir, &["-c", &conf], Some(temp))
             .unwrap_or_else(|e| panic!("{e}"))
     }
