@@ -426,26 +426,7 @@ map:
   agent_template:
     - shell: "test ${item.n} -lt 3 && exit 1; while [ ! -f \"$DLQ_WORKFLOW_DIR/go\" ]; do sleep 0.05; done"
 "#;
-    let path = flow.write("flow.yml", wf);
-    let path = path.to_str().unwrap();
-    let mut cmd = dlq_command(
-        DLQ,
-        &flow.env.data,
-        DEAD_BUS_URL,
-        &[
-            "run",
-            path,
-            "--job-id",
-            "held",
-            "--progress",
-            "quiet",
-            "--drain-timeout",
-            "0s",
-        ],
-    );
-    cmd.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null());
-    let child = spawn_tied(cmd).unwrap();
+    let child = flow.spawn_run(wf, "held");
     // The three failing items reach the DLQ while the others wait for `go`.
     let listed = poll_until(Duration::from_secs(60), || {
         let out = flow.env.run(&["list", "--job-id", "held"]);

@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use dlq::domain::event::{EventKind, RemovalReason};
-use dlq_testkit::cli::{dlq_command, listed_ids};
+use dlq_testkit::cli::listed_ids;
 use dlq_testkit::flow::{self, counts, Flow};
 use dlq_testkit::reference::{reference_item, write_reference_job};
-use dlq_testkit::{poll_until, spawn_tied, DEAD_BUS_URL};
+use dlq_testkit::{poll_until, DEAD_BUS_URL};
 use serde_json::{json, Value};
 
 const DLQ: &str = env!("CARGO_BIN_EXE_dlq");
@@ -37,8 +37,7 @@ async fn a_running_job_purges_expired_items_and_keeps_recent_ones() {
     // One item that waits for `go`, so that the job holds the directory until the test saw
     // retention act.
     flow.items(&[json!({"id": "w0"})]);
-    let path = flow.write(
-        "flow.yml",
+    let child = flow.spawn_run(
         r#"
 name: waiting
 mode: mapreduce
@@ -48,25 +47,8 @@ map:
   agent_template:
     - shell: "while [ ! -f \"$DLQ_WORKFLOW_DIR/go\" ]; do sleep 0.05; done"
 "#,
+        "held",
     );
-    let mut cmd = dlq_command(
-        DLQ,
-        &flow.env.data,
-        DEAD_BUS_URL,
-        &[
-            "run",
-            path.to_str().unwrap(),
-            "--job-id",
-            "held",
-            "--progress",
-            "quiet",
-            "--drain-timeout",
-            "0s",
-        ],
-    );
-    cmd.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null());
-    let child = spawn_tied(cmd).unwrap();
 
     // `dlq list` goes through the running job's API.
     let left = poll_until(Duration::from_secs(60), || {

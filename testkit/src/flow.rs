@@ -2,7 +2,7 @@
 //! `dlq resume`, and the job's files.
 
 use std::path::PathBuf;
-use std::process::Output;
+use std::process::{Child, Output, Stdio};
 
 use serde_json::Value;
 
@@ -55,6 +55,26 @@ impl Flow {
             "--drain-timeout",
             "5s",
         ])
+    }
+
+    /// `dlq run flow.yml --job-id JOB --progress quiet --drain-timeout 0s` started in the
+    /// background (its report on piped stdout, see [`report`]), for tests that act while the
+    /// job holds the data directory.
+    pub fn spawn_run(&self, workflow: &str, job: &str) -> Child {
+        let path = self.write("flow.yml", workflow);
+        let path = path.to_str().unwrap().to_owned();
+        let mut cmd = self.env.command(&[
+            "run",
+            &path,
+            "--job-id",
+            job,
+            "--progress",
+            "quiet",
+            "--drain-timeout",
+            "0s",
+        ]);
+        cmd.stdout(Stdio::piped()).stderr(Stdio::null());
+        crate::process::spawn_tied(cmd).unwrap()
     }
 
     /// `dlq resume JOB [extra...]`.
