@@ -27,9 +27,16 @@ pub struct SinkSettings {
     pub capacity_per_job: u64,
     /// Largest accepted event in bytes.
     pub max_event_bytes: usize,
-    /// How often sled is flushed and the journal restarted while anything changes.
+    /// How often sled is flushed (and done log segments deleted) while anything changes.
     #[serde(with = "humantime_serde")]
     pub checkpoint_every: Duration,
+    /// A log segment is closed at this many bytes.
+    pub segment_bytes: u64,
+    /// Done log segments older than this are deleted.
+    #[serde(with = "humantime_serde")]
+    pub log_retention_age: Duration,
+    /// Done log segments are deleted, oldest first, while the log is larger, in MiB.
+    pub log_retention_mb: u64,
 }
 
 impl Default for SinkSettings {
@@ -41,6 +48,9 @@ impl Default for SinkSettings {
             capacity_per_job: defaults.capacity_per_job,
             max_event_bytes: defaults.max_event_bytes,
             checkpoint_every: defaults.checkpoint_every,
+            segment_bytes: defaults.segment_bytes,
+            log_retention_age: defaults.log_retention.max_age,
+            log_retention_mb: defaults.log_retention.max_bytes / (1024 * 1024),
         }
     }
 }
@@ -129,6 +139,11 @@ impl Config {
             capacity_per_job: self.sink.capacity_per_job,
             max_event_bytes: self.sink.max_event_bytes,
             checkpoint_every: self.sink.checkpoint_every,
+            segment_bytes: self.sink.segment_bytes,
+            log_retention: crate::sink::LogRetention {
+                max_age: self.sink.log_retention_age,
+                max_bytes: self.sink.log_retention_mb.saturating_mul(1024 * 1024),
+            },
             ..SinkConfig::new(data_dir)
         }
     }

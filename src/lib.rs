@@ -32,6 +32,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! `dead_letter` returns once the item is durable and its publish attempts ended. A failure path
+//! that must not wait for the bus calls [`Emitter::store`] instead: it returns once the item is
+//! durable and publishes in the background; the [`StoredReceipt`] can await the outcome.
+//!
 //! # Layout
 //!
 //! Layers depend only downwards: domain → storage and transport → services → front ends.
@@ -90,8 +94,8 @@ pub use domain::failure::dead_lettered_item;
 pub use domain::model::{DeadLetteredItem, ErrorType, FailureDetail, WorktreeArtifacts};
 pub use domain::signature::{classify, signature, Signature};
 pub use emitter::{
-    AntiEntropyConfig, AntiEntropyStats, EmitError, Emitter, EmitterBuilder, Receipt,
-    ReconcilerConfig, RetentionConfig, TopicPolicies, TopicPolicy,
+    AntiEntropyConfig, AntiEntropyStats, EmitError, Emitter, EmitterBuilder, PublishOutcome,
+    Receipt, ReconcilerConfig, RetentionConfig, StoredReceipt, TopicPolicies, TopicPolicy,
 };
 pub use error_class::ErrorClass;
 pub use sink::{Sink, SinkConfig, SinkError, SledSink};

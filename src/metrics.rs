@@ -10,6 +10,9 @@ use thiserror::Error;
 
 /// Publishes that failed after every retry, by `topic`.
 pub const EMIT_FAILURES: &str = "dlq_emit_failures_total";
+/// Stored events no background publish was started for, left to the reconciler, by `topic`
+/// and `reason` (`bus_down`, `pending_limit`, `shutdown`).
+pub const EMIT_DEFERRED: &str = "dlq_emit_deferred_total";
 /// Appends the sink could not make durable.
 pub const SINK_FAILURES: &str = "dlq_sink_failures_total";
 /// Events the bus has not acknowledged yet.
@@ -72,6 +75,10 @@ pub fn describe() {
     describe_counter!(
         EMIT_FAILURES,
         "Publishes that failed after every retry, by topic"
+    );
+    describe_counter!(
+        EMIT_DEFERRED,
+        "Stored events left to the reconciler without a publish attempt, by topic and reason"
     );
     describe_counter!(SINK_FAILURES, "Appends the sink could not make durable");
     describe_gauge!(UNPUBLISHED, "Events the bus has not acknowledged yet");

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
 use crate::bus::{Bus, BusError, Published};
 use crate::domain::command::{decide, Command, DecideError, Limits};
@@ -197,6 +197,32 @@ impl Bus for FakeBus {
 
     fn is_healthy(&self) -> bool {
         !self.unhealthy.load(Ordering::SeqCst)
+    }
+}
+
+/// The projection of `events` applied in the order given.
+pub fn in_order(events: &[Event]) -> MemoryProjection {
+    let mut projection = MemoryProjection::default();
+    events.iter().for_each(|e| projection.apply(e));
+    projection
+}
+
+/// Node `n`'s event `seq` (of `epoch`, after `prev_seq`, written at `at`) resolving item `i{seq}`.
+pub fn removal(epoch: Option<&str>, seq: u64, prev_seq: Option<u64>, at: DateTime<Utc>) -> Event {
+    Event {
+        event_id: format!("n:{seq}"),
+        node_id: "n".into(),
+        seq,
+        epoch: epoch.map(str::to_owned),
+        prev_epoch: None,
+        prev_seq,
+        timestamp: at,
+        job_id: "job".into(),
+        topic: "t".into(),
+        kind: crate::domain::event::EventKind::ItemRemoved {
+            item_id: format!("i{seq}"),
+            reason: crate::domain::event::RemovalReason::Resolved,
+        },
     }
 }
 

@@ -205,6 +205,51 @@ async fn the_stream_reader_offers_each_stored_message_once_and_counts_deleted_on
     assert!(span.first_time.is_some());
 }
 
+/// A stream of more than two fetch batches (5,000 messages each) is read whole by the
+/// consumer, in order: the batch asked for ahead of time is read, never dropped (a dropped one
+/// would leave its messages to the slow read by sequence).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_reader_reads_every_batch_it_asks_for_ahead() {
+    const MESSAGES: u64 = 12_001;
+    let server = NatsServer::start();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let js = jetstream::new(client);
+    js.create_stream(jetstream::stream::Config {
+        name: "DLQ".into(),
+        subjects: vec!["reader.test".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // In chunks: the client holds back a publish while too many acknowledgements are pending.
+    let mut acks = Vec::new();
+    for n in 0..MESSAGES {
+        let ack = js.publish("reader.test", n.to_string().into()).await;
+        acks.push(ack.unwrap());
+        if acks.len() == 500 || n + 1 == MESSAGES {
+            for ack in acks.drain(..) {
+                ack.await.unwrap();
+            }
+        }
+    }
+    let mut seqs = Vec::new();
+    let span = dlq::consumer::for_each_message(&BusConfig::at(server.url()), "DLQ", |message| {
+        assert_eq!(
+            message.payload,
+            (message.stream_seq - 1).to_string().as_bytes()
+        );
+        seqs.push(message.stream_seq);
+    })
+    .await
+    .unwrap();
+    assert_eq!(seqs, (1..=MESSAGES).collect::<Vec<_>>());
+    assert_eq!(
+        (span.read_by_sequence, span.repeats, span.absent),
+        (0, 0, 0),
+        "every message came from the consumer's batches"
+    );
+}
+
 /// A node `gone` emitted 6 items; the stream lost its second event; a durable consumer `gap`
 /// ran once and is blocked behind the gap (4 events waiting, 1 item applied). Returns the
 /// server, the work directory, the data directory and the consumer store.

@@ -176,25 +176,25 @@ async fn every_acknowledged_event_survives_sigkill_and_reaches_the_bus() {
     assert_eq!(unique, logged.iter().collect::<HashSet<_>>());
 }
 
-/// Bytes in the journal's segments (`journal/*.wal`) beyond their 8-byte headers.
-fn journal_record_bytes(data_dir: &Path) -> u64 {
-    std::fs::read_dir(data_dir.join(dlq::sink::test_support::JOURNAL_DIR))
+/// Bytes in the log's segments (`log/*.seg`).
+fn log_bytes(data_dir: &Path) -> u64 {
+    std::fs::read_dir(data_dir.join(dlq::sink::test_support::LOG_DIR))
         .unwrap()
         .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "wal"))
-        .map(|path| std::fs::metadata(path).unwrap().len().saturating_sub(8))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "seg"))
+        .map(|path| std::fs::metadata(path).unwrap().len())
         .sum()
 }
 
-/// sled's own files in a data directory: everything but the journal and the sequence floor,
-/// which are fsynced on every write that needs them.
+/// sled's own files in a data directory: everything but the segment log, which is fsynced
+/// before every acknowledgement.
 fn sled_files(data_dir: &Path) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(data_dir)
         .unwrap()
         .map(|entry| entry.unwrap().path())
         .filter(|path| {
             let name = path.file_name().unwrap();
-            name != dlq::sink::test_support::JOURNAL_DIR && name != "seq.floor"
+            name != dlq::sink::test_support::LOG_DIR
         })
         .collect()
 }
@@ -214,11 +214,13 @@ fn copy_tree(from: &Path, to: &Path) {
 
 /// A power cut after a SIGKILL: whatever sled wrote since its last checkpoint was never
 /// fsynced and is gone. The test puts sled's files back as they were when the child started
-/// (its last checkpoint, with checkpoints an hour apart) and keeps the journal, which the
+/// (its last checkpoint, with checkpoints an hour apart) and keeps the segment log, which the
 /// writer fdatasyncs before it acknowledges a group. The reopened sink must hold every
 /// acknowledged event, with a projection equal to a rebuild and every event unpublished.
+/// (What a power cut does to the log's own unsynced bytes is checked state by state in
+/// `sink_log_crash.rs`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_a_power_cut_the_journal_restores_every_acknowledged_event() {
+async fn after_a_power_cut_the_log_restores_every_acknowledged_event() {
     let mut server = NatsServer::start();
     let url = server.url();
     server.kill(); // the bus stays down: every event stays in the backlog
@@ -241,10 +243,7 @@ async fn after_a_power_cut_the_journal_restores_every_acknowledged_event() {
             copy_tree(&path, &checkpoint.join(path.file_name().unwrap()));
         }
         acked.extend(emit_until_killed(&data_dir, &config, &url, want));
-        assert!(
-            journal_record_bytes(&data_dir) > 0,
-            "the groups are in the journal"
-        );
+        assert!(log_bytes(&data_dir) > 0, "the groups are in the log");
         for path in sled_files(&data_dir) {
             if path.is_dir() {
                 std::fs::remove_dir_all(path).unwrap();
@@ -271,7 +270,5 @@ async fn after_a_power_cut_the_journal_restores_every_acknowledged_event() {
         assert_eq!(live, sink.projection_snapshot().unwrap());
         sink.close().await.unwrap();
         drop(sink);
-        // Reopening replayed the journal and checkpointed: nothing is left to replay.
-        assert_eq!(journal_record_bytes(&data_dir), 0);
     }
 }

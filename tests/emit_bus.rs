@@ -6,16 +6,17 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
-use dlq::bus::{Bus, BusConfig, NatsBus};
+use dlq::bus::{BusConfig, NatsBus};
 use dlq::domain::event::EventKind;
-use dlq::domain::failure::dead_lettered_item;
-use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
+use dlq::domain::model::DeadLetteredItem;
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::{EmitError, Emitter, EmitterBuilder, TopicPolicies, TopicPolicy};
 use dlq::sink::{Sink, SinkConfig, SinkError, SledSink};
+use dlq_testkit::items::failed_once;
+use dlq_testkit::node::{connected, drained, kill_bus};
 use dlq_testkit::stream::{metric_value, metrics, stream_ids, stream_messages};
 use dlq_testkit::{wait_for, NatsServer};
+use serde_json::json;
 
 const PUBLISH_TIMEOUT: Duration = Duration::from_millis(500);
 const RETRY_DELAY: Duration = Duration::from_millis(300);
@@ -28,25 +29,14 @@ type TestEmitter = Emitter<SledSink, NatsBus>;
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn item(job: &str, id: &str) -> DeadLetteredItem {
-    let failure = FailureDetail {
-        attempt_number: 1,
-        timestamp: Utc::now(),
-        error_type: ErrorType::CommandFailed { exit_code: 101 },
-        error_message: format!("cargo test failed with exit code 101 in /tmp/{id}"),
-        stack_trace: None,
-        agent_id: "agent-1".into(),
-        step_failed: "shell: cargo test".into(),
-        duration_ms: 1200,
-        json_log_location: None,
-    };
-    dead_lettered_item(
-        job,
-        id,
-        serde_json::json!({ "id": id }),
-        vec![failure],
-        None,
+    let message = format!("cargo test failed with exit code 101 in /tmp/{id}");
+    failed_once(
+        (job, id),
+        "shell: cargo test",
+        101,
+        message,
+        json!({ "id": id }),
     )
-    .unwrap()
 }
 
 async fn emitter(dir: &Path, url: &str, policy: TopicPolicy) -> TestEmitter {
@@ -93,33 +83,6 @@ fn logged_ids(emitter: &TestEmitter) -> Vec<String> {
         .events_from(1)
         .map(|e| e.unwrap().event_id)
         .collect()
-}
-
-async fn connected(emitter: &TestEmitter) {
-    wait_for("bus connected", Duration::from_secs(20), || async {
-        emitter.bus().is_healthy()
-    })
-    .await;
-}
-
-/// Kills the server and waits until the client has noticed.
-async fn kill_bus(server: &mut NatsServer, emitter: &TestEmitter) {
-    server.kill();
-    wait_for(
-        "client notices the dead server",
-        Duration::from_secs(20),
-        || async { !emitter.bus().is_healthy() },
-    )
-    .await;
-}
-
-async fn drained(emitter: &TestEmitter) {
-    wait_for(
-        "unpublished backlog drained",
-        Duration::from_secs(60),
-        || async { emitter.sink().backlog().unwrap().count == 0 },
-    )
-    .await;
 }
 
 /// Each stored event is in the stream exactly once, and the stream holds nothing else.

@@ -7,14 +7,13 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
-use chrono::Utc;
 use dlq::bus::{Bus, BusConfig, NatsBus};
-use dlq::domain::failure::dead_lettered_item;
-use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
+use dlq::domain::model::DeadLetteredItem;
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::{Emitter, EmitterBuilder, TopicPolicies, TopicPolicy};
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use dlq_testkit::cli::Env;
+use dlq_testkit::items::failed_once;
 use dlq_testkit::stream::{metrics, stream_ids};
 use dlq_testkit::{wait_for, NatsServer};
 
@@ -25,19 +24,14 @@ const MAX_PAYLOAD: usize = 16 * 1024;
 type TestEmitter = Emitter<SledSink, NatsBus>;
 
 fn item(job: &str, id: &str, data_bytes: usize) -> DeadLetteredItem {
-    let failure = FailureDetail {
-        attempt_number: 1,
-        timestamp: Utc::now(),
-        error_type: ErrorType::CommandFailed { exit_code: 1 },
-        error_message: format!("step failed for {id}"),
-        stack_trace: None,
-        agent_id: "agent-1".into(),
-        step_failed: "shell: make".into(),
-        duration_ms: 10,
-        json_log_location: None,
-    };
     let data = serde_json::json!({ "id": id, "blob": "x".repeat(data_bytes) });
-    dead_lettered_item(job, id, data, vec![failure], None).unwrap()
+    failed_once(
+        (job, id),
+        "shell: make",
+        1,
+        format!("step failed for {id}"),
+        data,
+    )
 }
 
 /// nats-server with a small `max_payload`, from a config file.
@@ -174,18 +168,7 @@ async fn an_unreadable_log_entry_is_parked_and_later_events_reach_the_stream() {
     }
     sink.close().await.unwrap();
     drop(sink);
-    {
-        let db = sled::Config::new()
-            .path(&env.data)
-            .segment_size(8 << 20)
-            .flush_every_ms(None)
-            .open()
-            .unwrap();
-        db.insert(dlq::sink::test_support::log_key(1), &b"\xffnot json"[..])
-            .unwrap();
-        db.flush().unwrap();
-    }
-
+    rewrite_log_entry(&env.data, 1, b"\xffnot json");
     let emitter = emitter(&env.data, &server.url()).await;
     settled(&emitter, 1).await;
     let parked = emitter.sink().parked().unwrap();
@@ -195,4 +178,34 @@ async fn an_unreadable_log_entry_is_parked_and_later_events_reach_the_stream() {
     streamed.sort();
     assert_eq!(streamed, vec![stored(2), stored(3)]);
     emitter.shutdown().await.unwrap();
+}
+
+/// Replaces the payload of the logged event `seq` with `payload`, in an intact frame (as a bug
+/// or another program might have written it): the log opens, the event cannot be decoded.
+fn rewrite_log_entry(data_dir: &std::path::Path, seq: u64, payload: &[u8]) {
+    use dlq::sink::log::{frame, segment};
+    let dir = data_dir.join(dlq::sink::test_support::LOG_DIR);
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(segment::Kind::Segment(first)) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(segment::classify)
+        else {
+            continue;
+        };
+        let bytes = std::fs::read(&path).unwrap();
+        let scan = segment::scan(&bytes, first).unwrap();
+        if !scan.frames.iter().any(|(s, _)| *s == seq) {
+            continue;
+        }
+        let mut out = segment::MAGIC.to_vec();
+        for (s, range) in scan.frames {
+            let body = if s == seq { payload } else { &bytes[range] };
+            frame::encode(s, body, &mut out);
+        }
+        std::fs::write(&path, out).unwrap();
+        return;
+    }
+    panic!("no log segment holds event {seq}");
 }

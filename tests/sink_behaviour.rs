@@ -488,3 +488,47 @@ async fn corrupt_database_is_refused_or_consistent() {
         close(sink).await;
     }
 }
+
+/// The applier is held back, so every append is acknowledged (durable in the log) while sled
+/// holds none of it: each decision (a re-failure, a FIFO eviction, a purge by age) must be made
+/// on the groups not applied yet. Once it applies, the projection equals a rebuild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_see_groups_the_applier_has_not_applied_yet() {
+    let (_dir, sink) = fresh(|c| c.capacity_per_job = 3);
+    sink.faults().set_applier_paused(true);
+    let mut appended = Vec::new();
+    for id in ["a1", "b1", "a2", "a3", "b2", "a4", "a5"] {
+        let job = if id.starts_with('a') { "A" } else { "B" };
+        appended.push(brief(&ok(&sink, dl(job, id)).await).join(", "));
+    }
+    assert_eq!(
+        appended[5..],
+        [
+            "6 item_removed A/a1 evicted, 7 dead_lettered A/a4",
+            "8 item_removed A/a2 evicted, 9 dead_lettered A/a5",
+        ]
+    );
+    let again = ok(&sink, dl("A", "a3")).await;
+    assert_eq!(brief(&again), ["10 failure_appended A/a3"]);
+    let old = Utc::now() - TimeDelta::days(40);
+    ok(&sink, dead_letter(item("B", "old", old, 1))).await;
+    let cutoff = Utc::now() - TimeDelta::days(30);
+    let purge = Command::Purge {
+        cutoff,
+        job_id: None,
+        limit: 10,
+    };
+    assert_eq!(
+        brief(&ok(&sink, purge).await),
+        ["12 item_removed B/old purged"]
+    );
+    sink.faults().set_applier_paused(false);
+    assert_eq!(ids_in(&sink, "A"), ["a3", "a4", "a5"]);
+    assert_eq!(ids_in(&sink, "B"), ["b1", "b2"]);
+    assert_eq!(sink.item("A", "a3").unwrap().unwrap().item.failure_count, 2);
+    assert_eq!((len(&sink, "A"), len(&sink, "B")), (3, 2));
+    let live = sink.projection_snapshot().unwrap();
+    sink.rebuild_projection().await.unwrap();
+    assert_eq!(live, sink.projection_snapshot().unwrap());
+    close(sink).await;
+}

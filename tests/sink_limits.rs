@@ -80,10 +80,10 @@ fn max_event_bytes_above_the_value_limit_is_refused() {
     ));
 }
 
-/// A database recovered as a shorter log (here: lost entirely, same node id) must not hand out
-/// the ids it handed out before: the sequence floor beside it continues above them.
+/// sled's database lost entirely (same node id), the segment log kept: opening rebuilds the
+/// projection from the log and the sequence continues above it, so no id is handed out twice.
 #[tokio::test]
-async fn a_rolled_back_database_never_reuses_event_ids() {
+async fn a_lost_database_is_rebuilt_from_the_log_and_never_reuses_event_ids() {
     let dir = tempfile::tempdir().unwrap();
     let config = || SinkConfig {
         node_id: Some("n1".into()),
@@ -95,11 +95,13 @@ async fn a_rolled_back_database_never_reuses_event_ids() {
             .await
             .unwrap();
     }
+    let before = sink.projection_snapshot().unwrap();
+    let last_epoch = sink.event(10).unwrap().unwrap().epoch;
     sink.close().await.unwrap();
     drop(sink);
     for entry in std::fs::read_dir(dir.path()).unwrap() {
         let path = entry.unwrap().path();
-        if path.file_name().unwrap() != "seq.floor" {
+        if path.file_name().unwrap() != dlq::sink::test_support::LOG_DIR {
             if path.is_dir() {
                 std::fs::remove_dir_all(&path).unwrap();
             } else {
@@ -108,17 +110,54 @@ async fn a_rolled_back_database_never_reuses_event_ids() {
         }
     }
     let sink = SledSink::open(config()).unwrap();
+    assert_eq!(
+        sink.projection_snapshot().unwrap(),
+        before,
+        "rebuilt from the log"
+    );
+    assert_eq!(
+        sink.backlog().unwrap().count,
+        10,
+        "published again: duplicates, never loss"
+    );
     let events = sink.append(dead_letter(big_item("new", 10))).await.unwrap();
     assert_eq!(
         events[0].seq, 11,
-        "a clean close leaves no gap and no reuse"
+        "the log's sequence continues: no gap, no reuse"
     );
     let epoch = events[0].epoch.clone().unwrap();
     assert_eq!(events[0].event_id, format!("n1:{epoch}:11"));
     assert_eq!(
-        (events[0].prev_epoch.as_ref(), events[0].prev_seq),
-        (None, Some(0)),
-        "the new epoch names what the database held: nothing"
+        (events[0].prev_epoch.clone(), events[0].prev_seq),
+        (last_epoch, Some(10)),
+        "the new epoch names what the log held"
     );
+    sink.close().await.unwrap();
+}
+
+/// The log removed beside a database that has applied it: opening refuses, says what to do,
+/// and changes nothing (the projection is not dropped to match an empty log).
+#[tokio::test]
+async fn a_removed_log_is_refused_and_nothing_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = || SinkConfig {
+        node_id: Some("n1".into()),
+        ..SinkConfig::new(dir.path())
+    };
+    let sink = SledSink::open(config()).unwrap();
+    sink.append(dead_letter(big_item("a", 10))).await.unwrap();
+    sink.close().await.unwrap();
+    drop(sink);
+    let log = dir.path().join(dlq::sink::test_support::LOG_DIR);
+    std::fs::rename(&log, dir.path().join("log.aside")).unwrap();
+    let err = SledSink::open(config()).err().expect("refused");
+    assert!(
+        err.to_string().contains("Put back the log/ directory"),
+        "{err}"
+    );
+    assert!(!log.exists(), "opening created log/");
+    std::fs::rename(dir.path().join("log.aside"), &log).unwrap();
+    let sink = SledSink::open(config()).unwrap();
+    assert_eq!(sink.job_len("job").unwrap(), 1, "the projection was kept");
     sink.close().await.unwrap();
 }

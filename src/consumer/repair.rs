@@ -144,25 +144,11 @@ pub async fn republish(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::domain::event::{EventKind, RemovalReason};
+    use crate::domain::event::Event;
     use chrono::TimeDelta;
 
     fn event(seq: u64, at: DateTime<Utc>) -> Result<Event, ()> {
-        Ok(Event {
-            event_id: format!("n:{seq}"),
-            node_id: "n".into(),
-            seq,
-            epoch: None,
-            prev_epoch: None,
-            prev_seq: None,
-            timestamp: at,
-            job_id: "job".into(),
-            topic: "t".into(),
-            kind: EventKind::ItemRemoved {
-                item_id: format!("i{seq}"),
-                reason: RemovalReason::Resolved,
-            },
-        })
+        Ok(crate::testing::removal(None, seq, None, at))
     }
 
     #[test]

@@ -246,24 +246,10 @@ impl ConsumerStore {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::domain::event::{Event, EventKind, RemovalReason};
+    use crate::domain::event::Event;
 
     fn removed(epoch: Option<&str>, seq: u64, prev_seq: Option<u64>) -> Event {
-        Event {
-            event_id: format!("n:{seq}"),
-            node_id: "n".into(),
-            seq,
-            epoch: epoch.map(str::to_owned),
-            prev_epoch: None,
-            prev_seq,
-            timestamp: chrono::Utc::now(),
-            job_id: "job".into(),
-            topic: "t".into(),
-            kind: EventKind::ItemRemoved {
-                item_id: format!("i{seq}"),
-                reason: RemovalReason::Resolved,
-            },
-        }
+        crate::testing::removal(epoch, seq, prev_seq, chrono::Utc::now())
     }
 
     /// A store written before epochs (a node's cursor as `{"applied", "waiting"}`) loads as the

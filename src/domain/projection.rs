@@ -121,6 +121,33 @@ pub fn apply(previous: Option<&StoredItem>, event: &Event) -> Change {
     }
 }
 
+/// [`apply`] taking the event by value: a new item is moved out of its `DeadLettered` event,
+/// not copied (the most common event of a rebuild). Always the same change as
+/// `apply(previous, &event)`.
+pub fn apply_owned(previous: Option<&StoredItem>, event: Event) -> Change {
+    match event {
+        Event {
+            kind: EventKind::DeadLettered { mut item },
+            job_id,
+            seq,
+            event_id,
+            ..
+        } if previous.is_none() => {
+            item.job_id = job_id;
+            Change::Put {
+                item: Box::new(StoredItem {
+                    item,
+                    created_seq: seq,
+                    version: 1,
+                    last_event_id: event_id,
+                }),
+                previous: None,
+            }
+        }
+        event => apply(previous, &event),
+    }
+}
+
 /// Appends `incoming`'s history to `target`, renumbering attempts after the existing ones.
 pub fn merge_failure(target: &mut StoredItem, incoming: &DeadLetteredItem, attempts: u32) {
     let item = &mut target.item;
@@ -195,7 +222,23 @@ impl MemoryProjection {
             return;
         };
         let key = (event.job_id.clone(), item_id.to_owned());
-        match apply(self.items.get(&key), event) {
+        let change = apply(self.items.get(&key), event);
+        self.change(key, change);
+    }
+
+    /// Folds one event in, moving a new item out of it instead of copying it
+    /// ([`apply_owned`]): the same result as [`MemoryProjection::apply`].
+    pub fn apply_owned(&mut self, event: Event) {
+        let Some(item_id) = event.kind.item_id() else {
+            return;
+        };
+        let key = (event.job_id.clone(), item_id.to_owned());
+        let change = apply_owned(self.items.get(&key), event);
+        self.change(key, change);
+    }
+
+    fn change(&mut self, key: (String, String), change: Change) {
+        match change {
             Change::Put { item, .. } => {
                 self.items.insert(key, *item);
             }

@@ -1,9 +1,18 @@
 //! The emitter: sink first, then the bus, with per-topic retries and an audit trail.
 //!
-//! [`Emitter::dead_letter`] is what a scheduler calls on its failure path. It returns
-//! `Ok` only once the event is durable in the sink; whether the bus acknowledged it too is in
-//! the [`Receipt`]. It never panics and never waits longer than [`Emitter::budget`]: the store
-//! timeout plus the topic's publish attempts and delays. When publishing finally fails it counts
+//! Stored and published are two promises, and a scheduler picks which one it waits for:
+//!
+//! - [`Emitter::dead_letter`] (and [`Emitter::submit`]) returns once the event is durable
+//!   **and** the topic's publish attempts ended; whether the bus acknowledged it is in the
+//!   [`Receipt`]. It never waits longer than [`Emitter::budget`]: the store timeout plus the
+//!   topic's publish attempts and delays.
+//! - [`Emitter::store`] (and [`Emitter::submit_stored`]) returns once the event is durable;
+//!   the same attempts and delays run in a background task, and the [`StoredReceipt`] can
+//!   await their [`PublishOutcome`]. A bus outage costs the caller nothing: with the bus known
+//!   down, or [`EmitterBuilder::background_limit`] publishes already pending, no attempt is
+//!   queued and the event is left to the reconciler (`dlq_emit_deferred_total{topic,reason}`).
+//!
+//! When publishing finally fails, either way, the emitter counts
 //! `dlq_emit_failures_total{topic}`, appends an `EmitFailed` audit event and wakes the
 //! reconciler, which publishes everything left behind once the bus is back.
 //!
@@ -13,6 +22,8 @@
 //! writer stores it late and the reconciler publishes that copy (see `sink::writer`, `Claim`).
 
 pub mod anti_entropy;
+mod background;
+mod publish;
 pub mod reconciler;
 mod retention;
 mod topic_policy;
@@ -27,20 +38,24 @@ use thiserror::Error;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::warn;
 
 pub use anti_entropy::{AntiEntropyConfig, AntiEntropyStats};
+pub use background::StoredReceipt;
+pub use publish::PublishOutcome;
 pub use reconciler::ReconcilerConfig;
 pub use retention::RetentionConfig;
 pub use topic_policy::{RetryBackoff, TopicPolicies, TopicPolicy};
 
-use crate::bus::{Bus, BusError, Published};
+use crate::bus::Bus;
 use crate::domain::command::Command;
 use crate::domain::event::{Event, EventKind};
 use crate::domain::model::DeadLetteredItem;
 use crate::metrics as m;
 use crate::sink::{Sink, SinkError};
 use anti_entropy::{AntiEntropy, Tracker};
+use background::Background;
+use publish::Waiter;
 use reconciler::Reconciler;
 use retention::retention_task;
 
@@ -136,6 +151,8 @@ struct Inner<S, B> {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Acknowledged events anti-entropy checks (`None` when it is off).
     tracker: Option<Arc<Tracker>>,
+    /// The publishes of [`Emitter::store`] still running.
+    background: Background,
 }
 
 impl<S, B> Drop for Inner<S, B> {
@@ -155,6 +172,7 @@ pub struct EmitterBuilder<S, B> {
     reconciler: Option<ReconcilerConfig>,
     retention: Option<RetentionConfig>,
     anti_entropy: Option<AntiEntropyConfig>,
+    background_limit: usize,
 }
 
 impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
@@ -169,7 +187,15 @@ impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
             reconciler: Some(ReconcilerConfig::default()),
             retention: None,
             anti_entropy: Some(AntiEntropyConfig::default()),
+            background_limit: background::DEFAULT_LIMIT,
         }
+    }
+
+    /// Most background publishes of [`Emitter::store`] running at once (1024 by default);
+    /// beyond it an event is left to the reconciler, so an outage never queues unbounded work.
+    pub fn background_limit(mut self, limit: usize) -> Self {
+        self.background_limit = limit;
+        self
     }
 
     /// Anti-entropy settings (on by default), or `None` to run without it: see
@@ -226,6 +252,7 @@ impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
             volatile_counter: AtomicU64::new(0),
             tasks: Mutex::new(Vec::new()),
             tracker: tracker.clone(),
+            background: Background::new(self.background_limit),
         });
         if let Some(config) = self.reconciler.filter(|config| config.enabled) {
             let reconciler = Reconciler {
@@ -271,37 +298,6 @@ impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
     }
 }
 
-/// What is left of one emit's publish budget: the topic's delays, one per retry. The first
-/// attempt is free; each retry takes the next delay, whichever event it is for.
-struct Attempts {
-    delays: std::vec::IntoIter<Duration>,
-    first_used: bool,
-}
-
-impl Attempts {
-    fn new(policy: &TopicPolicy) -> Self {
-        Attempts {
-            delays: policy.delays().into_iter(),
-            first_used: false,
-        }
-    }
-
-    /// Takes the first attempt of the next event: the free one for the first event, a retry's
-    /// slot (without its delay: nothing failed) for a later one. True when nothing is left.
-    fn spent(&mut self) -> bool {
-        if !self.first_used {
-            self.first_used = true;
-            return false;
-        }
-        self.delays.next().is_none()
-    }
-
-    /// The delay before the next retry, if the budget has one.
-    fn retry(&mut self) -> Option<Duration> {
-        self.delays.next()
-    }
-}
-
 impl<S: Sink, B: Bus> Emitter<S, B> {
     /// The sink.
     pub fn sink(&self) -> &S {
@@ -336,15 +332,27 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
     /// Stores any command's events, then publishes them as [`Emitter::dead_letter`] does.
     pub async fn submit(&self, topic: &str, command: Command) -> Result<Receipt, EmitError> {
         let started = Instant::now();
-        let volatile = self.volatile_event(topic, &command);
-        let result = match self.inner.sink.append(command).await {
+        let result = match self.append(topic, command).await {
             Ok(events) => {
-                let published = self.publish_all(topic, &events, true).await;
+                let outcome = self.publish_all(topic, &events, true, Waiter::Caller).await;
                 Ok(Receipt {
                     event_ids: events.into_iter().map(|e| e.event_id).collect(),
-                    published,
+                    published: outcome == PublishOutcome::Published,
                 })
             }
+            Err(err) => Err(err),
+        };
+        metrics::histogram!(m::EMIT_DURATION).record(started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// Appends the command's events to the sink. On a sink failure it does what the module
+    /// doc says (a volatile copy of a dead-letter the sink provably never stored is published
+    /// before returning [`EmitError::NotStored`]), for both promises alike.
+    async fn append(&self, topic: &str, command: Command) -> Result<Vec<Event>, EmitError> {
+        let volatile = self.volatile_event(topic, &command);
+        match self.inner.sink.append(command).await {
+            Ok(events) => Ok(events),
             Err(SinkError::NotFound { job_id, item_id }) => {
                 Err(EmitError::NotFound { job_id, item_id })
             }
@@ -356,10 +364,8 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
                 self.inner.wake_reconciler.notify_one();
                 Err(EmitError::Unconfirmed { source: err })
             }
-            Err(err) => self.publish_unstored(topic, err, volatile).await,
-        };
-        metrics::histogram!(m::EMIT_DURATION).record(started.elapsed().as_secs_f64());
-        result
+            Err(err) => Err(self.publish_unstored(topic, err, volatile).await),
+        }
     }
 
     /// The sink failed and did not store the command (or stored it without making it durable):
@@ -371,19 +377,23 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
         topic: &str,
         err: SinkError,
         volatile: Option<Event>,
-    ) -> Result<Receipt, EmitError> {
+    ) -> EmitError {
         metrics::counter!(m::SINK_FAILURES).increment(1);
         warn!(error = %err, topic, "sink failed; publishing without durable copy");
         let events = match err {
             SinkError::NotDurable { ref events, .. } => events.clone(),
             _ => volatile.into_iter().collect(),
         };
-        let published = !events.is_empty() && self.publish_all(topic, &events, false).await;
-        Err(EmitError::NotStored {
+        let published = !events.is_empty()
+            && self
+                .publish_all(topic, &events, false, Waiter::Caller)
+                .await
+                == PublishOutcome::Published;
+        EmitError::NotStored {
             source: err,
             event_ids: events.into_iter().map(|e| e.event_id).collect(),
             published,
-        })
+        }
     }
 
     /// An event to publish if the sink fails: only dead-letters can be built without state.
@@ -411,116 +421,6 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
         })
     }
 
-    /// Publishes the events in order; true when all were acknowledged. The topic's attempts
-    /// and delays are one budget for the whole emit, shared by its events (a dead-letter that
-    /// evicts another item publishes two), so [`Emitter::budget`] holds for every command.
-    /// After a final failure, or once the budget is spent, the rest are not tried: they stay
-    /// unpublished for the reconciler.
-    async fn publish_all(&self, topic: &str, events: &[Event], durable: bool) -> bool {
-        let mut budget = Attempts::new(&self.inner.policies.for_topic(topic));
-        for event in events {
-            if budget.spent() {
-                self.inner.wake_reconciler.notify_one();
-                return false;
-            }
-            if !self.publish_one(topic, event, durable, &mut budget).await {
-                return false;
-            }
-        }
-        true
-    }
-
-    async fn publish_one(
-        &self,
-        topic: &str,
-        event: &Event,
-        durable: bool,
-        budget: &mut Attempts,
-    ) -> bool {
-        if durable {
-            self.in_flight(|set| set.insert(event.seq));
-        }
-        let outcome = self.publish_with_retry(event, budget).await;
-        if durable {
-            if let Ok(published) = &outcome {
-                if let Err(err) = self.inner.sink.mark_published(event.seq) {
-                    warn!(error = %err, event_id = %event.event_id, "cannot mark event published; it will be published again");
-                }
-                if let Some(tracker) = &self.inner.tracker {
-                    tracker.acknowledged(event.seq, &event.event_id, published);
-                }
-            }
-            self.in_flight(|set| set.remove(&event.seq));
-        }
-        match outcome {
-            Ok(_) => {
-                metrics::counter!(m::PUBLISHED, "topic" => topic.to_owned()).increment(1);
-                true
-            }
-            Err((attempts, err)) => {
-                self.record_emit_failure(topic, event, attempts, err, durable)
-                    .await;
-                false
-            }
-        }
-    }
-
-    async fn publish_with_retry(
-        &self,
-        event: &Event,
-        budget: &mut Attempts,
-    ) -> Result<Published, (u32, BusError)> {
-        let mut attempts = 0u32;
-        loop {
-            attempts += 1;
-            let err = match self.inner.bus.publish(event).await {
-                Ok(published) => return Ok(published),
-                Err(err) => err,
-            };
-            debug!(event_id = %event.event_id, attempts, error = %err, "publish attempt failed");
-            let retryable = !err.is_permanent();
-            let Some(delay) = budget.retry().filter(|_| retryable) else {
-                return Err((attempts, err));
-            };
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = self.inner.shutdown.cancelled() => return Err((attempts, err)),
-            }
-        }
-    }
-
-    async fn record_emit_failure(
-        &self,
-        topic: &str,
-        event: &Event,
-        attempts: u32,
-        err: BusError,
-        durable: bool,
-    ) {
-        metrics::counter!(m::EMIT_FAILURES, "topic" => topic.to_owned()).increment(1);
-        warn!(event_id = %event.event_id, topic, attempts, error = %err, "publish failed after every retry");
-        if durable {
-            let audit = Command::RecordEmitFailure {
-                job_id: event.job_id.clone(),
-                topic: topic.to_owned(),
-                failed_event_id: event.event_id.clone(),
-                attempts,
-                error: err.to_string(),
-            };
-            if let Err(err) = self.inner.sink.append(audit).await {
-                metrics::counter!(m::SINK_FAILURES).increment(1);
-                warn!(error = %err, "cannot store the emit-failure audit event");
-            }
-        }
-        self.inner.wake_reconciler.notify_one();
-    }
-
-    fn in_flight(&self, change: impl FnOnce(&mut HashSet<u64>) -> bool) {
-        if let Ok(mut set) = self.inner.in_flight.lock() {
-            change(&mut set);
-        }
-    }
-
     /// What anti-entropy has checked and repaired so far; `None` when it is off.
     pub fn anti_entropy_stats(&self) -> Option<AntiEntropyStats> {
         self.inner.tracker.as_ref().map(|tracker| tracker.stats())
@@ -531,9 +431,12 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
         self.inner.wake_reconciler.notify_one();
     }
 
-    /// Stops the background tasks, waits for them, then flushes and closes the sink.
+    /// Stops the background tasks, waits for them (a background publish ends its current
+    /// attempt, then gives up: what it did not publish stays for the reconciler of the next
+    /// run), then flushes and closes the sink.
     pub async fn shutdown(&self) -> Result<(), SinkError> {
         self.inner.shutdown.cancel();
+        self.inner.background.drain().await;
         let tasks: Vec<JoinHandle<()>> = match self.inner.tasks.lock() {
             Ok(mut tasks) => tasks.drain(..).collect(),
             Err(_) => Vec::new(),

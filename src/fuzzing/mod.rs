@@ -11,7 +11,8 @@
 //! |---|---|
 //! | [`event_json`] | an event from the stream or the log (full decode, header-only read, consumer classification) |
 //! | [`consumer_fold`] | JSON Lines of messages fed to a consumer's fold, gaps accepted, then replayed |
-//! | [`journal_segment`] | a sink journal segment: records decoded and replayed into sled |
+//! | [`journal_segment`] | a journal segment of sink format 2 (migrated on open): records decoded and replayed into sled |
+//! | [`log_segment`] | a segment of the sink's event log: scanned, then opened as a log and read back |
 //! | [`import_file`] | a `dlq import` source: JSON Lines, JSON array or a job directory |
 //! | [`workflow_yaml`] | a `dlq run` workflow file |
 //! | [`cel_filter`] | a CEL filter, compiled and evaluated against an item |
@@ -24,11 +25,13 @@ use std::fmt;
 mod api;
 mod events;
 mod journal;
+mod log_segment;
 mod operator;
 
 pub use api::{api_body, api_query, api_response};
 pub use events::{consumer_fold, event_json};
 pub use journal::journal_segment;
+pub use log_segment::log_segment;
 pub use operator::{cel_filter, import_file, workflow_yaml};
 
 /// An invariant a decoder broke on some input.
@@ -54,6 +57,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("event_json", event_json),
     ("consumer_fold", consumer_fold),
     ("journal_segment", journal_segment),
+    ("log_segment", log_segment),
     ("import_file", import_file),
     ("workflow_yaml", workflow_yaml),
     ("cel_filter", cel_filter),

@@ -64,6 +64,16 @@ pub enum QueryError {
         /// What is wrong with it.
         reason: String,
     },
+    /// An export stopped part-way: its temporary file was removed, the target left untouched.
+    #[error("export to {} stopped after {items} items: {source}; nothing was written to {}: fix the cause and run the export again", path.display(), path.display())]
+    Export {
+        /// The target file or directory.
+        path: PathBuf,
+        /// Items written to the temporary file before it stopped.
+        items: u64,
+        /// Why it stopped.
+        source: Box<QueryError>,
+    },
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
     Io {
@@ -90,15 +100,21 @@ impl QueryError {
 
     /// Whether the error means that a named job or item does not exist.
     pub fn is_not_found(&self) -> bool {
-        matches!(
-            self,
-            QueryError::ItemNotFound { .. } | QueryError::JobNotFound(_)
-        )
+        match self {
+            QueryError::Export { source, .. } => source.is_not_found(),
+            other => matches!(
+                other,
+                QueryError::ItemNotFound { .. } | QueryError::JobNotFound(_)
+            ),
+        }
     }
 
     /// Whether the error is the caller's input (bad argument, ambiguous id).
     pub fn is_usage(&self) -> bool {
-        matches!(self, QueryError::Invalid(_) | QueryError::Ambiguous { .. })
+        match self {
+            QueryError::Export { source, .. } => source.is_usage(),
+            other => matches!(other, QueryError::Invalid(_) | QueryError::Ambiguous { .. }),
+        }
     }
 
     /// Which kind of failure this is for the one who asked.

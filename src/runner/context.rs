@@ -98,7 +98,8 @@ impl<B: Bus> JobContext<B> {
     }
 
     /// Removes an item of this job from the DLQ because it now succeeded (a `resolved`
-    /// removal event). An item already gone is not an error.
+    /// removal event), durably; the removal is published in the background. An item already
+    /// gone is not an error.
     pub(super) async fn remove_resolved(
         &self,
         item_id: &str,
@@ -108,7 +109,11 @@ impl<B: Bus> JobContext<B> {
             item_id: item_id.to_owned(),
             reason: crate::domain::event::RemovalReason::Resolved,
         };
-        match self.emitter.submit(&self.options.topic, command).await {
+        match self
+            .emitter
+            .submit_stored(&self.options.topic, command)
+            .await
+        {
             Ok(_) | Err(crate::emitter::EmitError::NotFound { .. }) => Ok(()),
             Err(err) => Err(err),
         }

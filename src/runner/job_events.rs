@@ -67,14 +67,14 @@ pub(crate) enum JobEventKind {
         /// Last error message.
         error: String,
     },
-    /// A failed item was written to the dead-letter queue.
+    /// A failed item was written to the dead-letter queue (durably; the runner does not wait
+    /// for the bus: the emitter publishes in the background, or the reconciler does later).
+    /// Files written before carry a `published` field, ignored when read.
     ItemDeadLettered {
         /// The item.
         item_id: String,
         /// Event ids in the DLQ log.
         event_ids: Vec<String>,
-        /// Whether the bus acknowledged them already (otherwise the reconciler will).
-        published: bool,
     },
     /// A failed item could not be written to the dead-letter queue; it stays pending.
     DeadLetterFailed {

@@ -17,7 +17,8 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tracing::warn;
 
-use super::{keys, show_key, SinkError};
+use super::projector::Reader;
+use super::SinkError;
 use crate::domain::event::EPOCH_HEX;
 
 /// The epoch of one open of a data directory.
@@ -42,26 +43,11 @@ struct Position {
 }
 
 impl Epoch {
-    /// A new epoch for the data directory at `path` whose log is in `tree`.
+    /// A new epoch for the data directory at `path` whose log `reader` reads.
     /// The predecessor is the last log entry that can be read: an unreadable one is never
     /// published (the reconciler parks it), so consumers could not wait for it.
-    pub(crate) fn open(path: &Path, tree: &sled::Tree) -> Result<Epoch, SinkError> {
-        let mut last = (None, 0);
-        for entry in tree.scan_prefix(keys::LOG).rev() {
-            let (key, value) = entry?;
-            match serde_json::from_slice::<Position>(&value) {
-                Ok(position) => {
-                    last = (position.epoch, position.seq);
-                    break;
-                }
-                Err(err) => warn!(
-                    key = %show_key(&key),
-                    error = %err,
-                    "unreadable log entry: the new epoch names the last readable event before it"
-                ),
-            }
-        }
-        let (prev_epoch, prev_seq) = last;
+    pub(crate) fn open(path: &Path, reader: &Reader) -> Result<Epoch, SinkError> {
+        let (prev_epoch, prev_seq) = last_position(reader)?;
         Ok(Epoch {
             id: random_id(path),
             prev_epoch,
@@ -69,6 +55,28 @@ impl Epoch {
             started: false,
         })
     }
+}
+
+/// The epoch and sequence of the last readable event of the log (`(None, 0)`: none).
+fn last_position(reader: &Reader) -> Result<(Option<String>, u64), SinkError> {
+    let mut next = reader.index().last_at_or_below(reader.durable_through());
+    while let Some(seq) = next {
+        if let Some(payload) = reader
+            .read(seq)
+            .map_err(|err| SinkError::Io(err.to_string()))?
+        {
+            match serde_json::from_slice::<Position>(&payload) {
+                Ok(position) => return Ok((position.epoch, position.seq)),
+                Err(err) => warn!(
+                    seq,
+                    error = %err,
+                    "unreadable log entry: the new epoch names the last readable event before it"
+                ),
+            }
+        }
+        next = reader.index().last_at_or_below(seq.saturating_sub(1));
+    }
+    Ok((None, 0))
 }
 
 /// [`EPOCH_HEX`] hex digits from the OS-seeded keys of std's `RandomState`, the clock, the
@@ -96,16 +104,19 @@ mod tests {
     use super::*;
     use crate::domain::event::is_epoch;
 
-    fn tree(entries: &[(u64, &str)]) -> sled::Tree {
-        let db = sled::Config::new().temporary(true).open().unwrap();
-        for (seq, json) in entries {
-            db.insert(keys::log(*seq), json.as_bytes()).unwrap();
-        }
-        (*db).clone()
-    }
-
     fn named(entries: &[(u64, &str)]) -> (Option<String>, u64) {
-        let epoch = Epoch::open(Path::new("/data"), &tree(entries)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let real = crate::sink::log::io::RealFs::open(dir.path()).unwrap();
+        let faults = crate::sink::Faults::default();
+        let backend = crate::sink::fault_fs::Backend::Real(real);
+        let fs = crate::sink::fault_fs::FaultFs { backend, faults };
+        let config = crate::sink::log::LogConfig::default();
+        let (mut log, _) = crate::sink::log::LogWriter::open(fs, config).unwrap();
+        for (seq, json) in entries {
+            log.skip_to(*seq);
+            log.append(&[json.as_bytes()]).unwrap();
+        }
+        let epoch = Epoch::open(Path::new("/data"), &log.reader()).unwrap();
         assert!(!epoch.started);
         (epoch.prev_epoch, epoch.prev_seq)
     }

@@ -4,8 +4,10 @@
 //! drill can make the real sled sink fail or stall while everything else stays real.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+pub use super::log::sim::OpKind as LogOp;
 
 /// Switches that make the sink's writer fail on purpose. Cloning shares the switches.
 #[derive(Debug, Clone, Default)]
@@ -17,12 +19,43 @@ pub struct Faults {
 struct Switches {
     fail_writes: AtomicBool,
     fail_flush: AtomicBool,
-    fail_journal: AtomicBool,
     stall_ms: AtomicU64,
     paused: AtomicBool,
+    applier_paused: AtomicBool,
+    /// The kind of log call that fails, with which errno.
+    log_fault: Mutex<Option<(LogOp, i32)>>,
 }
 
 impl Faults {
+    /// While set, the applier thread applies nothing to sled: groups stay durable in the log
+    /// and unapplied, and the writer decides on top of them.
+    pub fn set_applier_paused(&self, on: bool) {
+        self.inner.applier_paused.store(on, Ordering::SeqCst);
+    }
+
+    pub(crate) fn wait_while_applier_paused(&self) {
+        while self.inner.applier_paused.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// While set, every call of kind `op` the segment log makes on the real disk fails with
+    /// `errno` (e.g. 28 ENOSPC, 5 EIO) before doing anything; `None` clears it.
+    pub fn set_log_fault(&self, fault: Option<(LogOp, i32)>) {
+        if let Ok(mut slot) = self.inner.log_fault.lock() {
+            *slot = fault;
+        }
+    }
+
+    /// The error a log call of kind `op` must fail with now, if any.
+    pub(crate) fn log_fault(&self, op: LogOp) -> Option<std::io::Error> {
+        let slot = self.inner.log_fault.lock().ok()?;
+        match *slot {
+            Some((kind, errno)) if kind == op => Some(std::io::Error::from_raw_os_error(errno)),
+            _ => None,
+        }
+    }
+
     /// While set, every write is refused with an I/O error and nothing is written.
     pub fn set_fail_writes(&self, on: bool) {
         self.inner.fail_writes.store(on, Ordering::SeqCst);
@@ -31,12 +64,6 @@ impl Faults {
     /// While set, writes are applied but the flush reports an error (not durable).
     pub fn set_fail_flush(&self, on: bool) {
         self.inner.fail_flush.store(on, Ordering::SeqCst);
-    }
-
-    /// While set, every journal append fails as if the disk refused it: groups fall back to
-    /// making sled itself durable (a checkpoint each).
-    pub fn set_fail_journal(&self, on: bool) {
-        self.inner.fail_journal.store(on, Ordering::SeqCst);
     }
 
     /// While set, the writer takes no request from its queue: appends wait there unclaimed, as
@@ -60,10 +87,6 @@ impl Faults {
 
     pub(crate) fn fail_flush(&self) -> bool {
         self.inner.fail_flush.load(Ordering::SeqCst)
-    }
-
-    pub(crate) fn fail_journal(&self) -> bool {
-        self.inner.fail_journal.load(Ordering::SeqCst)
     }
 
     /// Blocks the writer thread while [`Faults::set_paused`] is on.

@@ -10,9 +10,11 @@
 
 use chrono::{DateTime, Utc};
 
-/// Prefix of the event log: `l` + seq → event JSON.
+/// Prefix of the event log of sink format 2 (`l` + seq → event JSON): read only to migrate it
+/// into the segment log ([`super::migrate`]).
 pub const LOG: &[u8] = b"l";
-/// Prefix of the unpublished set: `u` + seq → event timestamp (ms since epoch, big-endian).
+/// Prefix of the pending set: `u` + seq → anything. Events at or below the published
+/// watermark that still need publishing ([`super::publish_state`]).
 pub const UNPUBLISHED: &[u8] = b"u";
 /// Prefix of the parked set: `p` + seq → `ParkedRecord` JSON (`parked.rs`). Events the bus
 /// refused for good (or whose log entry cannot be read), moved out of the unpublished set so
@@ -36,6 +38,15 @@ pub const NODE_ID: &[u8] = b"m/node_id";
 pub const PROJECTION_FORMAT: &[u8] = b"m/projection_format";
 /// The current projection layout: a database built with another is rebuilt from its log.
 pub const CURRENT_PROJECTION_FORMAT: u64 = 2;
+/// Where the event log is: absent in format 2 (the log in sled, `l/` keys, plus a journal),
+/// [`CURRENT_SINK_FORMAT`] once it is in segment files.
+pub const SINK_FORMAT: &[u8] = b"m/sink_format";
+/// The sink format with the log in segment files (`log/`) and sled as the projection.
+pub const CURRENT_SINK_FORMAT: u64 = 3;
+/// The last log sequence applied to the projection; written in the same batch as the changes.
+pub const APPLIED_THROUGH: &[u8] = b"m/applied_through";
+/// The publish watermark and the events published above it ([`super::publish_state`]).
+pub const PUBLISHED: &[u8] = b"m/published";
 
 /// Every projection prefix: what a rebuild clears and replays.
 pub const PROJECTION_PREFIXES: [&[u8]; 6] =

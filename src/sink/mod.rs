@@ -1,70 +1,61 @@
-//! The durable sink: an append-only event log with its projections, in sled.
+//! The durable sink: the event log in segment files of our own, with its projection in sled.
 //!
 //! # What is durable when
 //!
-//! * [`Sink::append`] resolves `Ok(events)` only after the group's key changes are in the
-//!   [`journal`] **and** the journal was `fdatasync`ed. `Ok` therefore survives `kill -9`, a
-//!   power cut and a reopen: opening replays the journal into sled.
-//! * A group of commands becomes one journal record and one sled `Batch` on one tree: the log
-//!   entries, their membership in the unpublished set, the items and every index change. A
-//!   record is replayed whole or not at all, and sled recovers a batch atomically, so a crash
-//!   never leaves a log entry without its projection or its unpublished marker.
-//! * sled itself is made durable at **checkpoints** (sled's `flush`, then `fdatasync`): once a
-//!   second when anything changed ([`SinkConfig::checkpoint_every`]), when the journal passes
-//!   64 MiB, on close and around a rebuild. Each starts a new journal segment.
-//! * Marking an event published only deletes its unpublished marker and is not journaled. After
-//!   a crash such a marker may come back (from sled or from the journal's replay); the event is
-//!   then published twice, with the same `event_id`, which JetStream and consumers both drop.
-//!   Duplicates are allowed; loss is not.
+//! * [`Sink::append`] resolves `Ok(events)` only after the events are in the **segment log**
+//!   (`log/` in the data directory, [`log`]) and the segment was `fdatasync`ed. `Ok` survives
+//!   `kill -9`, a power cut and a reopen, and the bytes come back identical.
+//! * **sled is the projection**: items, indexes and per-job counters, applied after the log
+//!   made the group durable, as one sled batch that also carries the `applied_through` mark
+//!   ([`projector`]). sled is made durable at **checkpoints** (once a second when anything
+//!   changed, [`SinkConfig::checkpoint_every`], on close, around a rebuild). Opening applies
+//!   the log from the mark on, so the projection always catches up with the log.
+//! * **Publishing** is a watermark plus exceptions ([`publish_state`]), saved at checkpoints;
+//!   the reconciler reads unpublished events from the log, never past its durable mark. After
+//!   a crash an event may be published again, with the same `event_id`, which JetStream and
+//!   consumers both drop. Duplicates are allowed; loss is not.
+//! * A log segment is deleted only when every event in it is applied, checkpointed, published
+//!   (or parked events are elsewhere) and it is past the log retention ([`LogRetention`]).
 //!
 //! # Group commit
 //!
 //! One writer thread ([`writer`]) owns every write: it takes all requests waiting in its queue,
-//! decides each on top of the ones before it, writes the whole group to the journal and to sled
-//! as one batch, makes it durable once (one `fdatasync` of the journal) and answers every
-//! waiter. This gives concurrent appends one shared fsync. The writer is also the only code that
-//! flushes sled (at checkpoints, with the blocking `flush`); it never calls sled's `flush_async`
-//! (concurrent `flush_async` deadlocks sled 0.34, sled issue 1308 on GitHub). sled's own periodic flusher is
-//! disabled.
+//! decides each on top of the ones before it, appends the whole group to the log with one
+//! write and one `fdatasync`, applies the projection, and answers every waiter. Queries made
+//! after an answer see the change. The writer is the only code that flushes sled (with the
+//! blocking `flush`; concurrent `flush_async` deadlocks sled 0.34, sled issue 1308 on GitHub).
 //!
-//! Why a journal: sled's `flush` rewrites pages, 12–40 KiB on disk for each 1.9 KB event when
-//! it ran once per group; the journal writes each change once, and the checkpoints' sled
-//! flushes cover a second of groups each.
+//! # Sequences and ids are never reused
 //!
-//! # Layout
+//! The log hands out sequences and never hands one out twice, also after a failed write,
+//! sync, rotation or apply (see [`log`]). Every open of a data directory starts a new random
+//! epoch ([`epoch`]) that every event carries in its id (`"{node}:{epoch}:{seq}"`), so a
+//! replaced or restored directory writes new ids.
 //!
-//! One tree; see [`keys`]. Log `l/seq`, unpublished `u/seq`, parked `p/seq` (events the
-//! reconciler set aside, see [`parked`]), items `i/job\0item`, indexes by
-//! signature, by age, by recency and in FIFO order (all per job), and per-job counters
-//! ([`counters`]). A database whose projection has another layout is rebuilt from its log when
-//! opened. The next sequence is the last log
-//! key's plus one (or the sequence floor, if higher).
+//! # Formats
 //!
-//! # Ids are never reused
-//!
-//! Every open of a data directory starts a new random epoch ([`epoch`]) that every event it
-//! writes carries in its id (`"{node}:{epoch}:{seq}"`): a replaced directory (whose sequence
-//! starts again at 1) or a restored copy (whose sequence continues below ids already published)
-//! writes under a new epoch, so its ids are new. Within one directory, the sequence floor
-//! ([`seq_floor`]) keeps the log sequence from going back when sled recovers a damaged database
-//! as a shorter prefix of its log: after a crash the sequence may jump (a gap); it never goes
-//! back.
-//!
-//! # Recovery
-//!
-//! Opening runs sled's own recovery. A database that cannot be opened yields
-//! [`SinkError::Open`] with what to do (see docs/operations.md, "Recovering a data directory"); the
-//! projection can always be rebuilt from the log with [`SledSink::rebuild_projection`].
+//! Format 3 is this one. A directory of format 2 (the log in sled as `l/seq` keys, with a
+//! journal) is migrated when opened ([`migrate`]). A projection built with another layout is
+//! rebuilt from the log when opened; [`SledSink::rebuild_projection`] (`dlq rebuild`) rebuilds
+//! it on demand.
 
+mod applier;
+mod checkpoint;
 mod counters;
 mod epoch;
+mod fault_fs;
 pub mod faults;
 mod journal;
 mod journal_record;
 mod keys;
 #[doc(hidden)]
 pub mod log;
+mod log_retention;
+mod migrate;
+mod open;
 mod parked;
+mod projector;
+mod publish_state;
 mod reads;
 mod remove;
 mod scan;
@@ -79,6 +70,7 @@ pub mod test_support {
     pub use super::journal::DIR as JOURNAL_DIR;
     pub use super::keys::item as item_key;
     pub use super::keys::log as log_key;
+    pub use super::migrate::LOG_DIR;
     /// The key prefixes of the sled tree, for footprint measurements.
     pub mod key_prefixes {
         pub use super::super::keys::{
@@ -104,6 +96,7 @@ pub use faults::Faults;
 pub(crate) use journal::{replay as replay_journal, segment_file_name};
 #[cfg(feature = "fuzzing")]
 pub(crate) use journal_record::{Records as JournalRecords, MAGIC as JOURNAL_MAGIC};
+pub use log_retention::LogRetention;
 pub use parked::Parked;
 pub use remove::{clear, purge, remove_in_chunks, REMOVE_CHUNK};
 pub(crate) use sled_sink::MAX_VALUE_BYTES;
@@ -192,8 +185,9 @@ pub enum SinkError {
     /// not be sent again.
     #[error("the sink's writer took the write but did not confirm it within {0:?}; it is stored late unless the disk fails, and the reconciler publishes it then (do not send it again)")]
     Unconfirmed(Duration),
-    /// The events were written but the flush failed: they are not known to be durable.
-    #[error("events written but not flushed to disk: {reason}")]
+    /// The log did not acknowledge the events (a write, `fdatasync` or segment creation
+    /// failed): they are not known to be durable, and may or may not be on disk.
+    #[error("the events were not made durable (they may or may not be on disk): {reason}")]
     NotDurable {
         /// The events, so the caller can still publish them under their ids.
         events: Vec<Event>,

@@ -1,4 +1,4 @@
-//! Point reads of the sled tree: items, job counts and log entries. The scans that decisions
+//! Point reads of the sled projection: items and job counts. The scans that decisions
 //! need live in [`super::staged`], where they see a group's staged changes too.
 //!
 //! Reads need no lock: sled gives every reader a consistent view of each key, and the writer
@@ -6,7 +6,6 @@
 
 use super::counters::JobCounters;
 use super::{keys, show_key, SinkError};
-use crate::domain::event::{EncodedEvent, Event};
 use crate::domain::projection::StoredItem;
 
 /// Current state as stored in one sled tree.
@@ -74,33 +73,5 @@ impl TreeView<'_> {
     pub(crate) fn jobs(&self) -> impl Iterator<Item = Result<String, SinkError>> + '_ {
         self.jobs_with_counters()
             .map(|entry| entry.map(|(job, _)| job))
-    }
-
-    /// The event stored at log sequence `seq`.
-    /// The stored event `seq`, read only as far as publishing needs.
-    pub(crate) fn encoded_event(&self, seq: u64) -> Result<Option<EncodedEvent>, SinkError> {
-        let key = keys::log(seq);
-        match self.tree.get(&key)? {
-            None => Ok(None),
-            Some(bytes) => EncodedEvent::stored(bytes.to_vec())
-                .map(Some)
-                .map_err(|err| SinkError::Corrupt {
-                    key: show_key(&key),
-                    reason: err.to_string(),
-                }),
-        }
-    }
-
-    pub(crate) fn event(&self, seq: u64) -> Result<Option<Event>, SinkError> {
-        let key = keys::log(seq);
-        match self.tree.get(&key)? {
-            None => Ok(None),
-            Some(bytes) => Event::from_json(&bytes)
-                .map(Some)
-                .map_err(|err| SinkError::Corrupt {
-                    key: show_key(&key),
-                    reason: err.to_string(),
-                }),
-        }
     }
 }

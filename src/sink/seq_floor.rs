@@ -1,30 +1,19 @@
-//! The sequence floor: a tiny file beside sled that keeps the log sequence from going back.
+//! The sequence floor of sink format 2: a tiny file beside sled that kept the log sequence
+//! from going back when sled recovered a shorter prefix of its log.
 //!
-//! sled may recover a damaged database as a shorter prefix of its log. The next sequence number
-//! would then go backwards. Ids would still be new (every open writes under a new epoch, see
-//! [`super::epoch`]), but a directory's sequence stays monotonic, which keeps its log, its
-//! unpublished set and what operators see in order. To that end the writer
-//! reserves sequence numbers in blocks: before it uses a sequence at or above the floor written
-//! in `seq.floor`, it raises the floor by [`BLOCK`] and fsyncs the file. On open, the next
-//! sequence is the larger of sled's and the floor. A clean close writes the exact next
-//! sequence, so an ordinary restart continues without a gap; after a crash the sequence jumps
-//! to the floor (a gap, never a reuse).
+//! Format 2 reserved sequences in blocks in `seq.floor`. The segment log needs no floor (its
+//! file names reserve sequences), but a directory migrated from format 2 may hold one: opening
+//! starts the log at or above it, so no sequence handed out before is handed out again.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::SinkError;
-
-/// Sequence numbers reserved per fsync of the floor file.
-pub const BLOCK: u64 = 100_000;
 
 const FILE_NAME: &str = "seq.floor";
 
 /// The floor file of one data directory.
 #[derive(Debug)]
 pub(crate) struct SeqFloor {
-    dir: PathBuf,
     /// No sequence at or above this has been handed out.
     floor: u64,
 }
@@ -42,44 +31,12 @@ impl SeqFloor {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => 0,
             Err(err) => return Err(SinkError::Io(format!("cannot read {}: {err}", path.display()))),
         };
-        Ok(SeqFloor {
-            dir: dir.to_owned(),
-            floor,
-        })
+        Ok(SeqFloor { floor })
     }
 
-    /// The floor as read or last written.
+    /// The floor as read.
     pub(crate) fn floor(&self) -> u64 {
         self.floor
-    }
-
-    /// Makes sure `seq` may be used: raises and persists the floor when `seq` reaches it.
-    pub(crate) fn reserve(&mut self, seq: u64) -> Result<(), SinkError> {
-        if seq < self.floor {
-            return Ok(());
-        }
-        self.write(seq.saturating_add(BLOCK))
-    }
-
-    /// Persists `floor` exactly (on a clean close: the next sequence, so no gap).
-    pub(crate) fn write(&mut self, floor: u64) -> Result<(), SinkError> {
-        let io = |err: std::io::Error| SinkError::Io(format!("cannot write {FILE_NAME}: {err}"));
-        let tmp = self.dir.join(format!("{FILE_NAME}.tmp"));
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(io)?;
-        file.write_all(format!("{floor}\n").as_bytes())
-            .map_err(io)?;
-        file.sync_all().map_err(io)?;
-        std::fs::rename(&tmp, self.dir.join(FILE_NAME)).map_err(io)?;
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io)?;
-        self.floor = floor;
-        Ok(())
     }
 }
 
@@ -88,18 +45,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reserves_in_blocks_and_reads_back() {
+    fn reads_the_floor_and_none_is_zero() {
         let dir = tempfile::tempdir().unwrap();
-        let mut floor = SeqFloor::open(dir.path()).unwrap();
-        assert_eq!(floor.floor(), 0);
-        floor.reserve(1).unwrap();
-        assert_eq!(floor.floor(), 1 + BLOCK);
-        floor.reserve(5).unwrap();
-        assert_eq!(floor.floor(), 1 + BLOCK, "no write inside the block");
-        floor.reserve(1 + BLOCK).unwrap();
-        assert_eq!(floor.floor(), 1 + 2 * BLOCK);
-        assert_eq!(SeqFloor::open(dir.path()).unwrap().floor(), 1 + 2 * BLOCK);
-        floor.write(42).unwrap();
+        assert_eq!(SeqFloor::open(dir.path()).unwrap().floor(), 0);
+        std::fs::write(dir.path().join(FILE_NAME), "42\n").unwrap();
         assert_eq!(SeqFloor::open(dir.path()).unwrap().floor(), 42);
     }
 

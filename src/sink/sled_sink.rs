@@ -2,25 +2,22 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{info, warn};
 
 use super::counters::JobCounters;
-use super::epoch::Epoch;
-use super::journal::{self, Journal};
 use super::parked::ParkedSet;
+use super::projector::Reader;
+use super::publish_state::{PendingKey, PublishState};
 use super::reads::TreeView;
-use super::seq_floor::SeqFloor;
-use super::writer::{Claim, Request, Writer};
-use super::{keys, show_key, Backlog, Faults, Parked, Sink, SinkError};
-use crate::domain::command::{Command, Limits};
+use super::writer::{Claim, Request};
+use super::{keys, open, Backlog, Faults, LogRetention, Parked, Sink, SinkError};
+use crate::domain::command::Command;
 use crate::domain::event::{EncodedEvent, Event};
 use crate::domain::projection::StoredItem;
 
@@ -54,10 +51,22 @@ pub struct SinkConfig {
     pub max_group: usize,
     /// Requests that may wait for the writer before appends queue up (backpressure).
     pub queue_depth: usize,
-    /// How often the writer checkpoints (flushes sled and starts a new journal segment) when
-    /// anything changed (default 1 s). Longer means fewer sled flushes and more journal to
-    /// replay after a crash.
+    /// How often the writer checkpoints (flushes sled, saves the publish state and deletes
+    /// done log segments) when anything changed (default 1 s). Longer means fewer sled
+    /// flushes and more of the log to apply again after a crash.
     pub checkpoint_every: Duration,
+    /// A log segment is closed once it holds this many bytes (default 64 MiB).
+    pub segment_bytes: u64,
+    /// How long done log segments are kept, for `republish` and `verify`.
+    pub log_retention: LogRetention,
+    /// Test switch: the log on this simulated directory instead of the data directory's
+    /// `log/` (crash tests build every crash state from its trace).
+    #[doc(hidden)]
+    pub log_sim: Option<super::log::sim::SimFs>,
+    /// Test switch: acknowledge without the log's `fdatasync`. Only for proving that the crash
+    /// tests see the loss; never set it otherwise.
+    #[doc(hidden)]
+    pub unsafe_skip_log_fdatasync: bool,
 }
 
 impl SinkConfig {
@@ -73,6 +82,10 @@ impl SinkConfig {
             max_group: 1024,
             queue_depth: 8192,
             checkpoint_every: Duration::from_secs(1),
+            segment_bytes: 64 << 20,
+            log_retention: LogRetention::default(),
+            log_sim: None,
+            unsafe_skip_log_fdatasync: false,
         }
     }
 }
@@ -83,112 +96,30 @@ pub struct SledSink {
     inner: Arc<Inner>,
 }
 
-struct Inner {
-    tree: sled::Tree,
-    node_id: String,
-    requests: mpsc::Sender<Request>,
-    store_timeout: Duration,
-    unpublished: Arc<AtomicU64>,
-    marks_dirty: Arc<AtomicBool>,
-    faults: Faults,
-    writer: Mutex<Option<JoinHandle<()>>>,
+pub(super) struct Inner {
+    pub(super) tree: sled::Tree,
+    pub(super) node_id: String,
+    pub(super) requests: mpsc::Sender<Request>,
+    pub(super) store_timeout: Duration,
+    /// Reads the durable events of the log.
+    pub(super) log: Reader,
+    /// How far the projection is applied; queries wait for it.
+    pub(super) applied: Arc<super::applier::Applied>,
+    /// Which events the bus acknowledged.
+    pub(super) publish: Arc<Mutex<PublishState>>,
+    pub(super) faults: Faults,
+    pub(super) writer: Mutex<Option<JoinHandle<()>>>,
 }
 
-const LOCK_HINT: &str = "Another process holds this data directory: stop it, or point --data-dir elsewhere (`dlq serve` and `dlq run` hold it while they run).";
-const RECOVERY_HINT: &str = "See docs/operations.md, 'Recovering a data directory': move the directory aside, start with an empty one, and rebuild from the NATS stream; nothing was changed.";
+pub(super) const LOCK_HINT: &str = "Another process holds this data directory: stop it, or point --data-dir elsewhere (`dlq serve` and `dlq run` hold it while they run).";
+pub(super) const RECOVERY_HINT: &str = "See docs/operations.md, 'Recovering a data directory': move the directory aside, start with an empty one, and rebuild from the NATS stream; nothing was changed.";
 
 impl SledSink {
-    /// Opens (or creates) the database and starts its writer thread.
+    /// Opens (or creates) the data directory and starts its writer thread. A directory of the
+    /// previous format (the log in sled) is migrated first (see `migrate`).
     pub fn open(config: SinkConfig) -> Result<Self, SinkError> {
-        if config.max_event_bytes > MAX_VALUE_BYTES {
-            return Err(SinkError::Rejected(format!(
-                "max_event_bytes {} is above the sink's limit of {MAX_VALUE_BYTES} bytes",
-                config.max_event_bytes
-            )));
-        }
-        if let Some(node_id) = &config.node_id {
-            crate::domain::command::validate_id::<SinkError>("node_id", node_id)
-                .map_err(|err| SinkError::Rejected(err.to_string()))?;
-        }
-        let db = open_db(&config)?;
-        // sled's flush ends in sync_file_range on Linux, which neither flushes the device's
-        // write cache nor the file size: the writer fdatasyncs the log file after each flush.
-        let log_file =
-            std::fs::File::open(config.path.join("db")).map_err(|err| SinkError::Open {
-                path: config.path.clone(),
-                reason: format!("cannot open sled's log file for fsync: {err}"),
-                hint: RECOVERY_HINT,
-            })?;
-        let tree: sled::Tree = (*db).clone();
-        let replayed = journal::replay(&config.path, &tree)?;
-        if replayed.records > 0 {
-            info!(
-                records = replayed.records,
-                segments = replayed.segments,
-                "replayed the sink's journal (the last run did not close cleanly)"
-            );
-        }
-        let journal = Journal::start(&config.path)?;
-        let node_id = resolve_node_id(&tree, &config)?;
-        let seq_floor = SeqFloor::open(&config.path)?;
-        let stored_next = match tree.scan_prefix(keys::LOG).next_back() {
-            Some(entry) => keys::seq_of(&entry?.0).map_or(1, |seq| seq + 1),
-            None => 1,
-        };
-        if stored_next < seq_floor.floor() {
-            warn!(
-                stored_next,
-                floor = seq_floor.floor(),
-                "continuing the event sequence above the reserved floor (after a crash this is expected)"
-            );
-        }
-        let next_seq = stored_next.max(seq_floor.floor()).max(1);
-        let unpublished = Arc::new(AtomicU64::new(
-            tree.scan_prefix(keys::UNPUBLISHED).count() as u64
-        ));
-        let marks_dirty = Arc::new(AtomicBool::new(false));
-        let faults = Faults::default();
-        let (requests, rx) = mpsc::channel(config.queue_depth.max(1));
-        let mut writer = Writer {
-            db,
-            log_file,
-            blobs_dir: config.path.join("blobs"),
-            synced_blobs: Default::default(),
-            seq_floor,
-            journal,
-            tree: tree.clone(),
-            node_id: node_id.clone(),
-            epoch: Epoch::open(&config.path, &tree)?,
-            next_seq,
-            limits: Limits {
-                capacity_per_job: config.capacity_per_job,
-            },
-            max_event_bytes: config.max_event_bytes,
-            max_group: config.max_group.max(1),
-            faults: faults.clone(),
-            unpublished: unpublished.clone(),
-            marks_dirty: marks_dirty.clone(),
-        };
-        writer.ensure_projection_format()?;
-        if replayed.segments > 0 {
-            writer.settle_replay()?;
-        }
-        let handle = std::thread::Builder::new()
-            .name("dlq-sink-writer".into())
-            .spawn(move || writer.run(rx))
-            .map_err(|err| SinkError::Io(format!("cannot start the writer thread: {err}")))?;
-        spawn_ticker(requests.downgrade(), config.checkpoint_every)?;
         Ok(SledSink {
-            inner: Arc::new(Inner {
-                tree,
-                node_id,
-                requests,
-                store_timeout: config.store_timeout,
-                unpublished,
-                marks_dirty,
-                faults,
-                writer: Mutex::new(Some(handle)),
-            }),
+            inner: Arc::new(open::open(config)?),
         })
     }
 
@@ -219,7 +150,7 @@ impl SledSink {
 
     /// Every item of every job, in key order (job, then item id).
     pub fn items(&self) -> impl Iterator<Item = Result<StoredItem, SinkError>> + '_ {
-        self.inner.tree.scan_prefix(keys::ITEM).map(|entry| {
+        self.tree().scan_prefix(keys::ITEM).map(|entry| {
             let (key, value) = entry?;
             TreeView::decode_item(&key, &value)
         })
@@ -231,8 +162,7 @@ impl SledSink {
         &self,
         job_id: &str,
     ) -> impl Iterator<Item = Result<StoredItem, SinkError>> + '_ {
-        self.inner
-            .tree
+        self.tree()
             .scan_prefix(keys::items_of_job(job_id))
             .map(|entry| {
                 let (key, value) = entry?;
@@ -242,27 +172,37 @@ impl SledSink {
 
     /// The stored event at `seq`.
     pub fn event(&self, seq: u64) -> Result<Option<Event>, SinkError> {
-        self.view().event(seq)
+        match self.payload(seq)? {
+            None => Ok(None),
+            Some(bytes) => Event::from_json(&bytes)
+                .map(Some)
+                .map_err(|err| corrupt(seq, err)),
+        }
     }
 
-    /// Every stored event from `from` on, in sequence order.
+    /// Every stored event from `from` on, in sequence order (the log keeps done segments for
+    /// its retention, see [`SinkConfig::log_retention`]).
     pub fn events_from(&self, from: u64) -> impl Iterator<Item = Result<Event, SinkError>> + '_ {
-        self.inner
-            .tree
-            .range(keys::log(from)..keys::log(u64::MAX))
-            .map(|entry| {
-                let (key, value) = entry?;
-                Event::from_json(&value).map_err(|err| SinkError::Corrupt {
-                    key: show_key(&key),
-                    reason: err.to_string(),
-                })
-            })
+        self.inner.log.records(from).map(|record| {
+            let record = record.map_err(|err| SinkError::Io(err.to_string()))?;
+            Event::from_json(&record.payload).map_err(|err| corrupt(record.seq, err))
+        })
     }
 
-    /// Replays the whole log into a fresh projection; returns the number of events replayed.
+    /// Clears the projection and applies the whole log again; returns the number of events
+    /// applied.
     pub async fn rebuild_projection(&self) -> Result<u64, SinkError> {
         let (reply, answer) = oneshot::channel();
         self.send(Request::Rebuild { reply }).await?;
+        answer.await.map_err(|_| SinkError::Closed)?
+    }
+
+    /// Checkpoints now (saves the publish state, flushes sled); for tests that copy sled as of
+    /// a checkpoint.
+    #[doc(hidden)]
+    pub async fn checkpoint(&self) -> Result<(), SinkError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Request::Checkpoint { reply }).await?;
         answer.await.map_err(|_| SinkError::Closed)?
     }
 
@@ -270,7 +210,7 @@ impl SledSink {
     pub fn projection_snapshot(&self) -> Result<Vec<KeyValue>, SinkError> {
         let mut all = Vec::new();
         for prefix in keys::PROJECTION_PREFIXES {
-            for entry in self.inner.tree.scan_prefix(prefix) {
+            for entry in self.tree().scan_prefix(prefix) {
                 let (key, value) = entry?;
                 all.push((key.to_vec(), value.to_vec()));
             }
@@ -278,23 +218,39 @@ impl SledSink {
         Ok(all)
     }
 
-    /// The tree, for the read scans of sibling modules.
+    /// The projection's tree for a query: once every event durable now is applied (a process
+    /// reads its own writes).
     pub(super) fn tree(&self) -> &sled::Tree {
+        self.inner
+            .applied
+            .wait_for(self.inner.log.durable_through());
         &self.inner.tree
+    }
+
+    fn payload(&self, seq: u64) -> Result<Option<Vec<u8>>, SinkError> {
+        self.inner
+            .log
+            .read(seq)
+            .map_err(|err| SinkError::Io(err.to_string()))
+    }
+
+    fn publish_state(&self) -> Result<MutexGuard<'_, PublishState>, SinkError> {
+        self.inner
+            .publish
+            .lock()
+            .map_err(|_| SinkError::Io("the publish state is unavailable".into()))
     }
 
     fn parked_set(&self) -> ParkedSet<'_> {
         ParkedSet {
             tree: &self.inner.tree,
-            unpublished: &self.inner.unpublished,
-            marks_dirty: &self.inner.marks_dirty,
+            publish: &self.inner.publish,
+            log: &self.inner.log,
         }
     }
 
     fn view(&self) -> TreeView<'_> {
-        TreeView {
-            tree: &self.inner.tree,
-        }
+        TreeView { tree: self.tree() }
     }
 
     async fn send(&self, request: Request) -> Result<(), SinkError> {
@@ -303,6 +259,33 @@ impl SledSink {
             .send(request)
             .await
             .map_err(|_| SinkError::Closed)
+    }
+
+    /// Up to `limit` unpublished sequences above `after`, ascending.
+    fn unpublished_seqs(&self, after: u64, limit: usize) -> Result<Vec<u64>, SinkError> {
+        let state = self.publish_state()?;
+        let mut seqs: Vec<u64> = state.pending_after(after).take(limit).collect();
+        if seqs.len() < limit {
+            let index = self.inner.log.index();
+            let mut next = index.next_after(after.max(state.watermark()));
+            while let Some(seq) = next {
+                if seqs.len() >= limit {
+                    break;
+                }
+                if state.is_unpublished(seq) {
+                    seqs.push(seq);
+                }
+                next = index.next_after(seq);
+            }
+        }
+        Ok(seqs)
+    }
+}
+
+fn corrupt(seq: u64, err: impl std::fmt::Display) -> SinkError {
+    SinkError::Corrupt {
+        key: format!("log event {seq}"),
+        reason: err.to_string(),
     }
 }
 
@@ -332,45 +315,38 @@ impl Sink for SledSink {
     }
 
     fn mark_published(&self, seq: u64) -> Result<(), SinkError> {
-        if self.inner.tree.remove(keys::unpublished(seq))?.is_some() {
-            self.inner.unpublished.fetch_sub(1, Ordering::SeqCst);
-            self.inner.marks_dirty.store(true, Ordering::SeqCst);
+        let key = {
+            let mut state = self.publish_state()?;
+            state.published(seq, &self.inner.log.index())
+        };
+        if key == PendingKey::Remove {
+            self.inner.tree.remove(keys::unpublished(seq))?;
         }
         Ok(())
     }
 
     fn unpublished(&self, after: u64, limit: usize) -> Result<Vec<EncodedEvent>, SinkError> {
-        let start = keys::unpublished(after.saturating_add(1));
-        let end = keys::unpublished(u64::MAX);
-        let view = self.view();
-        let mut events = Vec::new();
-        for entry in self.inner.tree.range(start..end).take(limit) {
-            let (key, _) = entry?;
-            let Some(seq) = keys::seq_of(&key) else {
-                continue;
-            };
-            match view.encoded_event(seq) {
-                Ok(Some(event)) => events.push(event),
-                Ok(None) => {
-                    return Err(SinkError::Unreadable {
-                        seq,
-                        reason: "unpublished marker without a log entry".into(),
-                    })
-                }
-                Err(SinkError::Corrupt { key, reason }) => {
-                    return Err(SinkError::Unreadable {
-                        seq,
-                        reason: format!("corrupt log entry {key}: {reason}"),
-                    })
-                }
-                Err(err) => return Err(err),
-            }
+        let seqs = self.unpublished_seqs(after, limit)?;
+        let mut events = Vec::with_capacity(seqs.len());
+        for (seq, read) in self.inner.log.read_many(&seqs) {
+            let unreadable = |reason: String| SinkError::Unreadable { seq, reason };
+            let bytes = read
+                .map_err(|err| unreadable(err.to_string()))?
+                .ok_or_else(|| unreadable("unpublished event missing from the log".into()))?;
+            let event = EncodedEvent::stored(bytes)
+                .map_err(|err| unreadable(format!("corrupt log entry: {err}")))?;
+            events.push(event);
         }
         Ok(events)
     }
 
     fn stored(&self, seq: u64) -> Result<Option<EncodedEvent>, SinkError> {
-        self.view().encoded_event(seq)
+        match self.payload(seq)? {
+            None => Ok(None),
+            Some(bytes) => EncodedEvent::stored(bytes)
+                .map(Some)
+                .map_err(|err| corrupt(seq, err)),
+        }
     }
 
     fn park(&self, seq: u64, event_id: Option<&str>, reason: &str) -> Result<bool, SinkError> {
@@ -386,19 +362,16 @@ impl Sink for SledSink {
     }
 
     fn backlog(&self) -> Result<Backlog, SinkError> {
-        let oldest = match self.inner.tree.scan_prefix(keys::UNPUBLISHED).next() {
-            None => None,
-            Some(entry) => {
-                let (_, value) = entry?;
-                keys::decode_u64(&value)
-                    .and_then(|ms| i64::try_from(ms).ok())
-                    .and_then(DateTime::<Utc>::from_timestamp_millis)
-            }
+        let count = {
+            let state = self.publish_state()?;
+            let count = state.count(&self.inner.log.index());
+            count
         };
-        Ok(Backlog {
-            count: self.inner.unpublished.load(Ordering::SeqCst),
-            oldest,
-        })
+        let oldest = match self.unpublished_seqs(0, 1)?.first().copied() {
+            None => None,
+            Some(seq) => self.event(seq).ok().flatten().map(|event| event.timestamp),
+        };
+        Ok(Backlog { count, oldest })
     }
 
     fn node_id(&self) -> &str {
@@ -424,7 +397,7 @@ impl Sink for SledSink {
     }
 }
 
-fn open_db(config: &SinkConfig) -> Result<sled::Db, SinkError> {
+pub(super) fn open_db(config: &SinkConfig) -> Result<sled::Db, SinkError> {
     let open_error = |reason: String, hint| SinkError::Open {
         path: config.path.clone(),
         reason,
@@ -466,7 +439,7 @@ fn open_db(config: &SinkConfig) -> Result<sled::Db, SinkError> {
     }
 }
 
-fn resolve_node_id(tree: &sled::Tree, config: &SinkConfig) -> Result<String, SinkError> {
+pub(super) fn resolve_node_id(tree: &sled::Tree, config: &SinkConfig) -> Result<String, SinkError> {
     let stored = tree
         .get(keys::NODE_ID)?
         .map(|v| String::from_utf8_lossy(&v).into_owned());
@@ -502,7 +475,10 @@ fn generated_node_id(path: &Path) -> String {
 }
 
 /// Asks the writer to checkpoint every `every`; stops when the sink is gone.
-fn spawn_ticker(requests: mpsc::WeakSender<Request>, every: Duration) -> Result<(), SinkError> {
+pub(super) fn spawn_ticker(
+    requests: mpsc::WeakSender<Request>,
+    every: Duration,
+) -> Result<(), SinkError> {
     std::thread::Builder::new()
         .name("dlq-sink-ticker".into())
         .spawn(move || loop {

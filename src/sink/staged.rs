@@ -2,12 +2,18 @@
 //!
 //! The writer stages every command of a group here and applies them as **one** sled batch:
 //! sled seals and writes its log buffer for every `apply_batch`, so one batch per command would
-//! cost two synchronous writebacks each. [`Staged`] is a [`StateView`]: reads see the tree with
-//! the group's earlier changes on top, so each command is decided on the state the commands
-//! before it left. A command stages into its own [`Layer`] first and is absorbed into the group
-//! only when all of it succeeded, so a refused command leaves no trace.
+//! cost two synchronous writebacks each. [`Staged`] is a [`StateView`]: reads see the tree, then
+//! the groups that are durable in the log but not applied to sled yet (the `base` layers, see
+//! `super::applier`), then the group's earlier changes, so each command is decided on the
+//! state the commands before it left. A command stages into its own [`Layer`] first and is
+//! absorbed into the group only when all of it succeeded, so a refused command leaves no trace.
+//!
+//! The applier may apply a base layer to the tree while a group is being staged: reads by key
+//! take the layer's value (the same as what reached the tree), and index scans skip tree entries
+//! a layer changed and drop items counted twice.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
@@ -32,39 +38,53 @@ pub(crate) struct Layer {
     counts: HashMap<String, JobCounters>,
 }
 
-/// The group's staged writes over the tree.
+/// The group's staged writes over the unapplied groups over the tree.
 pub(crate) struct Staged<'a> {
     view: TreeView<'a>,
+    /// Groups durable in the log, not yet applied to the tree, oldest first.
+    base: Vec<Arc<Layer>>,
     group: Layer,
-    /// The first sequence of this group: items with a `created_seq` at or above it were created
-    /// here and have no entries in the tree's indexes yet.
+    /// The first sequence not applied to the tree when staging began: items with a
+    /// `created_seq` at or above it may have no entries in the tree's indexes yet.
     first_seq: u64,
 }
 
 impl<'a> Staged<'a> {
-    /// Starts staging a group whose events get sequences from `first_seq` on.
+    /// Starts staging a group over `tree` with nothing unapplied; its events get sequences
+    /// from `first_seq` on.
     pub(crate) fn new(tree: &'a sled::Tree, first_seq: u64) -> Self {
+        Self::over(tree, Vec::new(), first_seq)
+    }
+
+    /// Starts staging over the unapplied groups `base` (oldest first) whose first sequence is
+    /// `first_seq` (the group's own first sequence when `base` is empty).
+    pub(crate) fn over(tree: &'a sled::Tree, base: Vec<Arc<Layer>>, first_seq: u64) -> Self {
         Staged {
             view: TreeView { tree },
+            base,
             group: Layer::default(),
             first_seq,
         }
     }
 
-    /// Whether anything is staged.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.group.writes.is_empty()
+    /// The item state the base layers give `key`, newest first.
+    fn base_item(&self, key: &ItemKey) -> Option<&Option<StoredItem>> {
+        self.base
+            .iter()
+            .rev()
+            .find_map(|layer| layer.items.get(key))
     }
 
     /// Stages `events` as one unit: either all of them join the group, or none does. With
-    /// `log_limit`, each event is also written to the log (refused above that many bytes) and
-    /// marked unpublished; without, only the projection changes (a rebuild).
+    /// `log_limit`, returns each event's JSON for the log (refused above that many bytes);
+    /// without, only the projection changes (catching up from the log) and returns nothing.
     pub(crate) fn stage_events(
         &mut self,
         events: &[Event],
         log_limit: Option<usize>,
-    ) -> Result<(), SinkError> {
+    ) -> Result<Vec<Vec<u8>>, SinkError> {
         let mut layer = Layer::default();
+        let mut payloads = Vec::new();
         for event in events {
             if let Some(limit) = log_limit {
                 let json = event
@@ -76,16 +96,12 @@ impl<'a> Staged<'a> {
                         json.len()
                     )));
                 }
-                layer.writes.insert(keys::log(event.seq), Some(json));
-                let millis = event.timestamp.timestamp_millis().max(0).to_be_bytes();
-                layer
-                    .writes
-                    .insert(keys::unpublished(event.seq), Some(millis.to_vec()));
+                payloads.push(json);
             }
             self.stage_projection(&mut layer, event)?;
         }
         self.absorb(layer);
-        Ok(())
+        Ok(payloads)
     }
 
     fn absorb(&mut self, layer: Layer) {
@@ -96,7 +112,8 @@ impl<'a> Staged<'a> {
 
     /// The state of an item as `layer` over the group over the tree sees it.
     fn current(&self, layer: &Layer, key: &ItemKey) -> Result<Option<StoredItem>, SinkError> {
-        if let Some(item) = layer.items.get(key).or_else(|| self.group.items.get(key)) {
+        let staged = layer.items.get(key).or_else(|| self.group.items.get(key));
+        if let Some(item) = staged.or_else(|| self.base_item(key)) {
             return Ok(item.clone());
         }
         self.view.item(&key.0, &key.1)
@@ -107,7 +124,10 @@ impl<'a> Staged<'a> {
             .counts
             .get(job_id)
             .or_else(|| self.group.counts.get(job_id))
-        {
+            .or_else(|| {
+                let mut layers = self.base.iter().rev();
+                layers.find_map(|base| base.counts.get(job_id))
+            }) {
             Some(count) => Ok(*count),
             None => self.view.counters(job_id),
         }
@@ -155,33 +175,43 @@ impl<'a> Staged<'a> {
         Ok(())
     }
 
-    /// Every key change staged: what one sled batch and one journal record hold.
+    /// Every key change staged: what one sled batch holds.
     pub(crate) fn into_writes(self) -> Vec<Write> {
-        let mut writes: Vec<Write> = self.group.writes.into_iter().collect();
-        for (job, count) in self.group.counts {
+        self.into_parts().0
+    }
+
+    /// Every key change staged, and the state they imply (items and counters, without the
+    /// writes), for staging the next groups before these are applied.
+    pub(crate) fn into_parts(self) -> (Vec<Write>, Layer) {
+        let mut group = self.group;
+        let mut writes: Vec<Write> = std::mem::take(&mut group.writes).into_iter().collect();
+        for (job, count) in &group.counts {
             let value = (count.items != 0).then(|| count.encode());
-            writes.push((keys::job_count(&job), value));
+            writes.push((keys::job_count(job), value));
         }
-        writes
+        (writes, group)
     }
 
     /// True when the tree's FIFO or age entry for `key` still describes the staged state.
     fn tree_entry_current(&self, key: &ItemKey, check: impl Fn(&StoredItem) -> bool) -> bool {
-        match self.group.items.get(key) {
+        match self.group.items.get(key).or_else(|| self.base_item(key)) {
             None => true,
             Some(None) => false,
             Some(Some(stored)) => check(stored),
         }
     }
 
-    /// Items created in this group (and still present).
-    fn created_here(&self) -> impl Iterator<Item = &StoredItem> {
-        let first_seq = self.first_seq;
-        self.group
-            .items
-            .values()
+    /// Items created since the tree's last applied group (and still present), each once.
+    fn created_here(&self) -> Vec<&StoredItem> {
+        let mut latest: HashMap<&ItemKey, &Option<StoredItem>> = HashMap::new();
+        for layer in self.base.iter().map(|b| &**b).chain([&self.group]) {
+            latest.extend(layer.items.iter());
+        }
+        latest
+            .into_values()
             .flatten()
-            .filter(move |stored| stored.created_seq >= first_seq)
+            .filter(|stored| stored.created_seq >= self.first_seq)
+            .collect()
     }
 }
 
@@ -245,14 +275,23 @@ impl StateView for Staged<'_> {
                 ids.push(item_key.1);
             }
         }
-        // Items created in this group are newer than everything in the tree.
+        // Items created since the last applied group are newer than everything in the tree
+        // (the applier may have put some of them in the tree meanwhile: each counts once).
         let mut fresh: Vec<&StoredItem> = self
             .created_here()
+            .into_iter()
             .filter(|s| s.item.job_id == job_id)
             .collect();
         fresh.sort_by_key(|s| s.created_seq);
-        let room = limit.saturating_sub(ids.len());
-        ids.extend(fresh.into_iter().take(room).map(|s| s.item.item_id.clone()));
+        let mut seen: HashSet<String> = ids.iter().cloned().collect();
+        for stored in fresh {
+            if ids.len() >= limit {
+                break;
+            }
+            if seen.insert(stored.item.item_id.clone()) {
+                ids.push(stored.item.item_id.clone());
+            }
+        }
         Ok(ids)
     }
 
@@ -296,6 +335,7 @@ impl StateView for Staged<'_> {
             }
         }
         for stored in self.created_here() {
+            // `hits.dedup()` below drops an item the tree already holds too.
             let item = &stored.item;
             let ms = item.first_attempt.timestamp_millis();
             if ms < cutoff_ms && job_id.is_none_or(|wanted| wanted == item.job_id) {

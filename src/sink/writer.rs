@@ -1,16 +1,23 @@
-//! The single writer thread: decides, stages and group-commits every write.
+//! The single writer thread: decides, logs, applies and checkpoints every write.
 //!
-//! The thread drains every request already queued (up to `max_group`), decides and stages each
-//! append on top of the ones before it ([`Staged`]), writes the group's key changes to the
-//! [`Journal`], applies them to sled as one atomic batch, makes the journal durable once
-//! (`fdatasync`) and only then answers every waiter.
+//! The thread drains every request already queued (up to `max_group`), decides each append on
+//! top of the ones before it ([`Staged`], over the groups not applied yet), appends the group's
+//! events to the segment log with one write and one `fdatasync` ([`LogWriter::append`]), hands
+//! the group's projection changes to the applier thread ([`super::applier`]), and answers
+//! every waiter: `Ok` means durable in the log. Applying to sled runs beside the next group's
+//! `fdatasync`; a query made after an answer waits for it (read your writes).
 //!
-//! A **checkpoint** makes sled itself durable — sled's `flush`, an `fdatasync` of sled's log
-//! file, and an fsync of any new blob file — and then starts a new journal segment. It runs on a
-//! tick ([`super::SinkConfig::checkpoint_every`]) when anything changed, when the journal passes
-//! [`CHECKPOINT_BYTES`], on close and around a rebuild. If the journal cannot be written, a
-//! group falls back to a checkpoint of its own. The writer is the only code that flushes the
-//! database.
+//! A **checkpoint** makes sled durable (sled's `flush`, an `fdatasync` of sled's log file, an
+//! fsync of new blob files), with the publish state saved in it first, and then deletes the log
+//! segments that are applied, checkpointed, published and past retention ([`Retention`]). It
+//! runs on a tick ([`super::SinkConfig::checkpoint_every`]) when anything changed, on close and
+//! around a rebuild.
+//!
+//! If the log refuses a group (ENOSPC, EIO on write, sync, create, rename), nothing of it is
+//! applied or acknowledged, its sequences are burned, and the next group starts a new segment:
+//! the sink recovers by itself once the disk does. If sled refuses a group's projection after
+//! the log made it durable, the group is still acknowledged (it is durable) and the next group
+//! first applies the log from sled's mark on; while that fails, appends are refused.
 //!
 //! # Who owns an append: the [`Claim`]
 //!
@@ -21,21 +28,21 @@
 //! (the emitter's volatile publish); a caller that lost the race knows the writer has it and
 //! will store it or fail it, so it must not send a second copy.
 
-use std::collections::HashSet;
-use std::ffi::OsString;
-use std::fs::File;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
+use super::applier::{Applied, Job, Jobs};
+use super::checkpoint::SledFlusher;
 use super::epoch::Epoch;
-use super::journal::{self, Journal};
-use super::journal_record::Write;
-use super::seq_floor::SeqFloor;
+use super::fault_fs::FaultFs;
+use super::log::LogWriter;
+use super::log_retention::Retention;
+use super::projector;
+use super::publish_state::PublishState;
 use super::staged::Staged;
 use super::{keys, Faults, SinkError};
 use crate::domain::command::{decide, Command, DecideError, Limits};
@@ -51,13 +58,17 @@ pub(crate) enum Request {
         /// Taken by the writer, or withdrawn by a caller that stopped waiting.
         claim: Claim,
     },
-    /// Clear the projection and replay the log; answer with the number of events replayed.
+    /// Clear the projection and apply the whole log; answer with the number of events applied.
     Rebuild {
         reply: oneshot::Sender<Result<u64, SinkError>>,
     },
     /// Checkpoint if anything changed since the last one (sent periodically).
     Tick,
-    /// Flush and stop.
+    /// Checkpoint now.
+    Checkpoint {
+        reply: oneshot::Sender<Result<(), SinkError>>,
+    },
+    /// Checkpoint and stop.
     Close {
         reply: oneshot::Sender<Result<(), SinkError>>,
     },
@@ -90,37 +101,33 @@ impl Claim {
 
 /// State owned by the writer thread.
 pub(crate) struct Writer {
-    pub(crate) db: sled::Db,
     pub(crate) tree: sled::Tree,
-    /// sled's log file, fdatasync'd after each flush (see [`Writer::flush`]).
-    pub(crate) log_file: File,
-    /// sled's blob directory; new blob files are fsync'd after each flush.
-    pub(crate) blobs_dir: PathBuf,
-    /// Blob files already fsync'd.
-    pub(crate) synced_blobs: HashSet<OsString>,
-    /// Reserved sequence numbers, so ids are never reused (see [`super::seq_floor`]).
-    pub(crate) seq_floor: SeqFloor,
-    /// Where groups become durable between checkpoints.
-    pub(crate) journal: Journal,
+    pub(crate) flusher: SledFlusher,
+    /// The event log: the source of truth.
+    pub(crate) log: LogWriter<FaultFs>,
+    /// What the applier thread has applied, and the groups it has still to apply.
+    pub(crate) applied: Arc<Applied>,
+    /// Where durable groups go to be applied (`None` once closing).
+    pub(crate) jobs: Option<Jobs>,
+    /// The applier thread, joined on close.
+    pub(crate) applier: Option<std::thread::JoinHandle<()>>,
+    /// True when anything was applied since the last checkpoint.
+    pub(crate) changed: bool,
+    pub(crate) publish: Arc<Mutex<PublishState>>,
+    pub(crate) retention: Retention,
     pub(crate) node_id: String,
     /// This open's incarnation of the data directory (see [`super::epoch`]).
     pub(crate) epoch: Epoch,
-    pub(crate) next_seq: u64,
     pub(crate) limits: Limits,
     pub(crate) max_event_bytes: usize,
     pub(crate) max_group: usize,
     pub(crate) faults: Faults,
-    pub(crate) unpublished: Arc<AtomicU64>,
-    pub(crate) marks_dirty: Arc<AtomicBool>,
 }
 
 type Reply = oneshot::Sender<Result<Vec<Event>, SinkError>>;
 
-/// A checkpoint runs as soon as the journal's current segment holds this many bytes.
-pub const CHECKPOINT_BYTES: u64 = 64 << 20;
-
 impl Writer {
-    /// Runs until a `Close` arrives or every sender is gone, then flushes one last time.
+    /// Runs until a `Close` arrives or every sender is gone, then checkpoints one last time.
     pub(crate) fn run(mut self, mut rx: mpsc::Receiver<Request>) {
         while let Some(first) = rx.blocking_recv() {
             let mut group = vec![first];
@@ -134,8 +141,19 @@ impl Writer {
                 return;
             }
         }
-        if let Err(err) = self.checkpoint().and_then(|()| self.close_floor()) {
-            warn!(error = %err, "final flush of the sink failed");
+        self.stop_applier();
+        if let Err(err) = self.checkpoint() {
+            warn!(error = %err, "final checkpoint of the sink failed");
+        }
+    }
+
+    /// Lets the applier finish what it was given, and joins it.
+    fn stop_applier(&mut self) {
+        self.jobs = None;
+        if let Some(handle) = self.applier.take() {
+            if handle.join().is_err() {
+                warn!("the sink's applier thread panicked");
+            }
         }
     }
 
@@ -163,36 +181,39 @@ impl Writer {
         }
         let mut answers: Vec<(Reply, Result<Vec<Event>, SinkError>)> = Vec::new();
         let (mut rebuilds, mut closing, mut ticked) = (Vec::new(), Vec::new(), false);
-        let mut seq = self.next_seq;
-        let mut staged = Staged::new(&self.tree, seq);
+        let mut checkpoints = Vec::new();
+        let caught_up = if appends { self.catch_up() } else { Ok(()) };
+        let first = self.log.next_seq();
+        let mut seq = first;
+        let mut payloads = Vec::new();
+        let (base, base_first) = self.applied.base();
+        let mut staged = Staged::over(&self.tree, base, base_first.unwrap_or(first));
         for request in group {
             match request {
                 Request::Append { command, reply, .. } => {
-                    let result = self.stage(&mut staged, &mut seq, &command);
-                    answers.push((reply, result));
+                    let result = match &caught_up {
+                        Ok(()) => self.stage(&mut staged, first, &mut seq, &command),
+                        Err(reason) => Err(SinkError::Io(reason.clone())),
+                    };
+                    if let Ok((_, json)) = &result {
+                        payloads.extend(json.iter().cloned());
+                    }
+                    answers.push((reply, result.map(|(events, _)| events)));
                 }
                 Request::Rebuild { reply } => rebuilds.push(reply),
                 Request::Tick => ticked = true,
+                Request::Checkpoint { reply } => checkpoints.push(reply),
                 Request::Close { reply } => closing.push(reply),
             }
         }
-        let durable = if staged.is_empty() {
-            Ok(())
-        } else {
-            let writes = staged.into_writes();
-            match self.commit(writes, seq) {
-                Ok(()) => self.make_durable(),
-                Err(reason) => {
-                    fail_stored(&mut answers, |_| SinkError::Io(reason.clone()));
-                    Ok(())
-                }
+        if !payloads.is_empty() {
+            let (writes, layer) = staged.into_parts();
+            if let Err(reason) = self.commit(&payloads, writes, layer, seq) {
+                fail_stored(&mut answers, |events| SinkError::NotDurable {
+                    events,
+                    reason: reason.clone(),
+                });
             }
-        };
-        if let Err(reason) = durable {
-            fail_stored(&mut answers, |events| SinkError::NotDurable {
-                events,
-                reason: reason.clone(),
-            });
         }
         for (reply, result) in answers {
             if let Ok(events) = &result {
@@ -210,20 +231,20 @@ impl Writer {
         for reply in rebuilds {
             let _ = reply.send(self.rebuild_durably());
         }
+        for reply in checkpoints {
+            let _ = reply.send(self.checkpoint().map_err(SinkError::Io));
+        }
         let stop = !closing.is_empty();
-        let marks = self.marks_dirty.load(Ordering::SeqCst);
-        let due = stop
-            || self.journal.pending() >= CHECKPOINT_BYTES
-            || (ticked && (marks || self.journal.pending() > 0));
+        if stop {
+            self.stop_applier();
+        }
+        let marks = self.publish_dirty();
         let mut checkpointed = Ok(());
-        if due {
+        if stop || (ticked && (marks || self.changed)) {
             checkpointed = self.checkpoint();
             if let Err(reason) = &checkpointed {
-                warn!(%reason, "sink checkpoint failed; the journal keeps every group until one succeeds");
+                warn!(%reason, "sink checkpoint failed; the log keeps every event until one succeeds");
             }
-        }
-        if stop && checkpointed.is_ok() {
-            checkpointed = self.close_floor();
         }
         for reply in closing {
             let _ = reply.send(checkpointed.clone().map_err(SinkError::Io));
@@ -231,13 +252,14 @@ impl Writer {
         stop
     }
 
-    /// Decides one command on the group's staged state and stages its events.
+    /// Decides one command on the group's staged state; returns its events and their JSON.
     fn stage(
         &self,
         staged: &mut Staged<'_>,
+        group_first: u64,
         seq: &mut u64,
         command: &Command,
-    ) -> Result<Vec<Event>, SinkError> {
+    ) -> Result<(Vec<Event>, Vec<Vec<u8>>), SinkError> {
         if self.faults.fail_writes() {
             return Err(SinkError::Io("injected write fault".into()));
         }
@@ -252,7 +274,7 @@ impl Writer {
             .zip(*seq..)
             .map(|(draft, seq)| {
                 // The epoch's first event names what the directory held when it was opened.
-                let first = !self.epoch.started && seq == self.next_seq;
+                let first = !self.epoch.started && seq == group_first;
                 Event {
                     event_id: Event::stored_id(&self.node_id, &self.epoch.id, seq),
                     node_id: self.node_id.clone(),
@@ -267,224 +289,124 @@ impl Writer {
                 }
             })
             .collect();
-        staged.stage_events(&events, Some(self.max_event_bytes))?;
+        let json = staged.stage_events(&events, Some(self.max_event_bytes))?;
         *seq += events.len() as u64;
-        Ok(events)
+        Ok((events, json))
     }
 
-    /// Journals and applies a group's writes; `next_seq` is the sequence after the group's last
-    /// event. A journal write error only marks the journal unusable: [`Writer::make_durable`]
-    /// then falls back to a checkpoint.
-    fn commit(&mut self, writes: Vec<Write>, next_seq: u64) -> Result<(), String> {
-        if next_seq > self.next_seq {
-            self.seq_floor
-                .reserve(next_seq - 1)
-                .map_err(|err| err.to_string())?;
+    /// Makes a group durable in the log, then hands its projection to the applier. An error
+    /// means the log did not acknowledge the group: nothing of it is applied and its sequences
+    /// are burned.
+    fn commit(
+        &mut self,
+        payloads: &[Vec<u8>],
+        writes: Vec<super::journal_record::Write>,
+        layer: super::staged::Layer,
+        end: u64,
+    ) -> Result<(), String> {
+        if self.faults.fail_flush() {
+            self.log.skip_to(end);
+            return Err("injected flush fault".into());
         }
-        if self.faults.fail_journal() {
-            self.journal.disable();
-        }
-        if self.journal.healthy() {
-            if let Err(reason) = self.journal.append(&writes) {
-                warn!(%reason, "falling back to flushing sled for each group until the next checkpoint");
-            }
-        }
-        if let Err(err) = self.tree.apply_batch(journal::batch(writes)) {
-            // The journal may hold this group although sled refused it: stop appending behind
-            // it, so the next group checkpoints and the segment holding it is dropped.
-            self.journal.disable();
-            return Err(err.to_string());
-        }
-        let added = next_seq - self.next_seq;
-        self.unpublished.fetch_add(added, Ordering::SeqCst);
+        let range = self.log.append(payloads).map_err(|err| err.to_string())?;
         self.epoch.started = true;
-        self.next_seq = next_seq;
+        self.changed = true;
+        let through = range.end.saturating_sub(1);
+        if range.end != end {
+            // Cannot happen: the group's sequences were taken from the log's next sequence.
+            warn!(?range, end, "the log handed out other sequences than staged; the projection is applied from the log");
+            self.applied
+                .fail("sequences differ from the staged ones".into(), 0);
+            return Ok(());
+        }
+        self.applied.push(range.start, through, layer);
+        let sent = self
+            .jobs
+            .as_ref()
+            .is_some_and(|jobs| jobs.send(Job { writes, through }).is_ok());
+        if !sent {
+            self.applied
+                .fail("the applier thread stopped".into(), through);
+        }
         Ok(())
     }
 
-    /// Makes the groups committed so far durable: an `fdatasync` of the journal, or a checkpoint
-    /// when the journal cannot take them.
-    fn make_durable(&mut self) -> Result<(), String> {
+    /// After the applier stopped on a failure: waits for it to drop what it was given, then
+    /// applies the log from sled's mark, so decisions see every durable event. An error
+    /// refuses the group's appends.
+    fn catch_up(&mut self) -> Result<(), String> {
+        if self.applied.failure().is_none() {
+            return Ok(());
+        }
+        self.applied.wait_idle();
+        let from = projector::applied_through(&self.tree).unwrap_or(0);
+        match projector::catch_up(&self.tree, &self.log.reader(), from) {
+            Ok((through, _)) => {
+                self.applied.recovered(through);
+                self.changed = true;
+                Ok(())
+            }
+            Err(err) => Err(format!(
+                "the projection is behind the log and cannot be updated ({err}); nothing was written. Check the disk, then restart: opening applies the log"
+            )),
+        }
+    }
+
+    fn publish_dirty(&self) -> bool {
+        self.publish
+            .lock()
+            .map(|state| state.is_dirty())
+            .unwrap_or(true)
+    }
+
+    /// Saves the publish state in sled, makes sled durable, then deletes the log segments that
+    /// are applied, checkpointed, published and past retention.
+    fn checkpoint(&mut self) -> Result<(), String> {
         if self.faults.fail_flush() {
             return Err("injected flush fault".into());
         }
-        if self.journal.healthy() {
-            match self.journal.sync() {
-                Ok(()) => {
-                    debug!("sink group made durable");
-                    return Ok(());
-                }
-                Err(reason) => warn!(%reason, "falling back to a checkpoint"),
-            }
+        if self.applier.is_some() {
+            self.applied.wait_idle();
         }
-        self.checkpoint()?;
-        debug!("sink group made durable");
-        Ok(())
-    }
-
-    /// Makes sled durable, then (if anything was journaled, or the journal is unusable) starts a
-    /// new journal segment and drops the old ones. A failed rotation leaves the journal unusable
-    /// (groups then checkpoint themselves) but sled is durable, so it is not an error.
-    fn checkpoint(&mut self) -> Result<(), String> {
-        self.marks_dirty.store(false, Ordering::SeqCst);
-        if let Err(reason) = self.flush() {
-            self.marks_dirty.store(true, Ordering::SeqCst);
+        let (published, keep_from) = match self.publish.lock() {
+            Ok(mut state) => (state.encode(), state.keep_from()),
+            Err(_) => return Err("the publish state is unavailable".into()),
+        };
+        self.tree
+            .insert(keys::PUBLISHED, published)
+            .map_err(|err| err.to_string())?;
+        if let Err(reason) = self.flusher.flush() {
+            if let Ok(mut state) = self.publish.lock() {
+                state.mark_dirty();
+            }
             return Err(reason);
         }
-        // Nothing appended since the last rotate: the current segment is empty, nothing to drop.
-        if self.journal.pending() > 0 || !self.journal.healthy() {
-            self.rotate_journal();
-        }
-        Ok(())
-    }
-
-    fn rotate_journal(&mut self) {
-        if let Err(reason) = self.journal.rotate() {
-            warn!(%reason, "sled is durable but the journal could not start a new segment");
-        }
-    }
-
-    /// Makes sled durable: everything applied to the tree so far survives a crash afterwards.
-    fn flush(&mut self) -> Result<(), String> {
-        if self.faults.fail_flush() {
-            return Err("injected flush fault".into());
-        }
-        // sled 0.34's flush writes the log with sync_file_range on Linux: data pages reach the
-        // device, but neither its volatile cache nor the file size are made durable, and blob
-        // files (large values, large rewritten nodes) are never synced at all.
-        let bytes = self.db.flush().map_err(|err| err.to_string())?;
-        self.log_file
-            .sync_data()
-            .map_err(|err| format!("fdatasync of the log failed: {err}"))?;
-        self.sync_new_blobs()
-            .map_err(|err| format!("fsync of a blob file failed: {err}"))?;
-        debug!(bytes, "sink checkpoint");
-        Ok(())
-    }
-
-    /// Fsyncs blob files not synced yet, then their directory.
-    fn sync_new_blobs(&mut self) -> std::io::Result<()> {
-        let entries = match std::fs::read_dir(&self.blobs_dir) {
-            Ok(entries) => entries,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(err) => return Err(err),
-        };
-        let mut present = HashSet::new();
-        let mut synced_any = false;
-        for entry in entries {
-            let entry = entry?;
-            let name = entry.file_name();
-            if !self.synced_blobs.contains(&name) {
-                match File::open(entry.path()) {
-                    Ok(file) => file.sync_all()?,
-                    // sled removed it in the meantime: nothing to make durable.
-                    Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(err) => return Err(err),
-                }
-                synced_any = true;
+        self.changed = false;
+        let done_through = keep_from.saturating_sub(1).min(self.applied.through());
+        let removable = self.retention.removable_through(&self.log, done_through);
+        if removable > 0 {
+            if let Err(err) = self.log.remove_through(removable) {
+                warn!(error = %err, "cannot delete old log segments; the next checkpoint retries");
             }
-            present.insert(name);
         }
-        if synced_any {
-            File::open(&self.blobs_dir)?.sync_all()?;
-        }
-        self.synced_blobs = present;
         Ok(())
     }
 
-    /// After a successful final flush: the floor becomes the exact next sequence, so the next
-    /// open continues without a gap.
-    fn close_floor(&mut self) -> Result<(), String> {
-        self.seq_floor
-            .write(self.next_seq)
-            .map_err(|err| err.to_string())
-    }
-
-    /// Rebuilds the projection from the log if it was built with another layout than
-    /// [`keys::CURRENT_PROJECTION_FORMAT`] (or never built: a new database); the log is the
-    /// source of truth, so an upgrade never loses anything. Returns the events replayed.
-    pub(crate) fn ensure_projection_format(&mut self) -> Result<u64, SinkError> {
-        let stored = self
-            .tree
-            .get(keys::PROJECTION_FORMAT)?
-            .and_then(|bytes| keys::decode_u64(&bytes));
-        if stored == Some(keys::CURRENT_PROJECTION_FORMAT) {
-            return Ok(0);
-        }
-        let replayed = self.rebuild_durably()?;
-        if replayed > 0 {
-            tracing::info!(
-                replayed,
-                from = ?stored,
-                to = keys::CURRENT_PROJECTION_FORMAT,
-                "rebuilt the projection from the log for the new layout"
-            );
-        }
-        Ok(replayed)
-    }
-
-    /// [`Writer::rebuild`] between two checkpoints. The projection's format key is removed by
-    /// the first, so a crash mid-rebuild leaves a projection that the next open rebuilds again,
-    /// never a half-built one taken for current; the rebuild's own writes are not journaled.
-    fn rebuild_durably(&mut self) -> Result<u64, SinkError> {
+    /// Rebuilds the projection from the log between two checkpoints. The projection's format
+    /// key is removed by the first, so a crash mid-rebuild leaves a projection that the next
+    /// open rebuilds again, never a half-built one taken for current.
+    pub(crate) fn rebuild_durably(&mut self) -> Result<u64, SinkError> {
         self.tree.remove(keys::PROJECTION_FORMAT)?;
         self.checkpoint().map_err(SinkError::Io)?;
-        let replayed = self.rebuild()?;
-        self.checkpoint().map_err(SinkError::Io)?;
-        Ok(replayed)
-    }
-
-    /// Clears every projection key and replays the whole log through the projection, then
-    /// records the projection layout.
-    fn rebuild(&mut self) -> Result<u64, SinkError> {
-        for prefix in keys::PROJECTION_PREFIXES {
-            let mut batch = sled::Batch::default();
-            for entry in self.tree.scan_prefix(prefix) {
-                batch.remove(entry?.0);
-            }
-            self.tree.apply_batch(batch)?;
-        }
-        let mut replayed = 0u64;
-        let mut chunk = Vec::new();
-        for entry in self.tree.scan_prefix(keys::LOG) {
-            let (key, value) = entry?;
-            chunk.push(Event::from_json(&value).map_err(|err| SinkError::Corrupt {
-                key: super::show_key(&key),
-                reason: err.to_string(),
-            })?);
-            if chunk.len() == 10_000 {
-                replayed += self.replay(&std::mem::take(&mut chunk))?;
-            }
-        }
-        replayed += self.replay(&chunk)?;
+        projector::clear(&self.tree)?;
+        let (through, applied) = projector::catch_up(&self.tree, &self.log.reader(), 0)?;
+        self.applied.recovered(through);
         self.tree.insert(
             keys::PROJECTION_FORMAT,
             &keys::CURRENT_PROJECTION_FORMAT.to_be_bytes(),
         )?;
-        Ok(replayed)
-    }
-
-    fn replay(&self, events: &[Event]) -> Result<u64, SinkError> {
-        let first_seq = events.first().map_or(0, |e| e.seq);
-        let mut staged = Staged::new(&self.tree, first_seq);
-        for event in events {
-            staged.stage_events(std::slice::from_ref(event), None)?;
-        }
-        self.tree
-            .apply_batch(journal::batch(staged.into_writes()))?;
-        Ok(events.len() as u64)
-    }
-
-    /// After sled recovered and the journal was replayed: checkpoints, so the replayed
-    /// segments are deleted and the next crash replays only what follows.
-    pub(crate) fn settle_replay(&mut self) -> Result<(), SinkError> {
-        self.flush().map_err(|reason| {
-            SinkError::Io(format!(
-                "cannot checkpoint after replaying the journal (it was kept): {reason}"
-            ))
-        })?;
-        self.rotate_journal();
-        Ok(())
+        self.checkpoint().map_err(SinkError::Io)?;
+        Ok(applied)
     }
 }
 

@@ -3,7 +3,7 @@
 use chrono::Utc;
 use dlq::domain::event::{Event, EventKind};
 use dlq::domain::failure::dead_lettered_item;
-use dlq::domain::model::{DeadLetteredItem, FailureDetail};
+use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 
 /// An item with ~1 KiB of `item_data` and one `CommandFailed` failure, built once and cloned
 /// per call (job `job-0`, item `item-0`: callers set their own ids).
@@ -23,6 +23,29 @@ pub fn template_item_sized(blob_bytes: usize) -> DeadLetteredItem {
         "step_failed": "shell: cargo test", "duration_ms": 45_000 }))
     .expect("failure detail");
     dead_lettered_item("job-0", "item-0", data, vec![failure], None).expect("one failure")
+}
+
+/// An item of `job` whose `step` failed once, exiting with `exit_code` and saying `message`,
+/// with `data` as its item data.
+pub fn failed_once(
+    (job, id): (&str, &str),
+    step: &str,
+    exit_code: i32,
+    message: String,
+    data: serde_json::Value,
+) -> DeadLetteredItem {
+    let failure = FailureDetail {
+        attempt_number: 1,
+        timestamp: Utc::now(),
+        error_type: ErrorType::CommandFailed { exit_code },
+        error_message: message,
+        stack_trace: None,
+        agent_id: "agent-1".into(),
+        step_failed: step.into(),
+        duration_ms: 10,
+        json_log_location: None,
+    };
+    dead_lettered_item(job, id, data, vec![failure], None).expect("one failure")
 }
 
 /// The event a sink of node `node` would store for `item` at `seq`, published without a sink

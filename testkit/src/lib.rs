@@ -36,6 +36,7 @@ pub mod http;
 pub mod items;
 pub mod nats;
 pub mod net;
+pub mod node;
 pub mod process;
 pub mod reference;
 pub mod serve;

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::domain::event::{EventKind, RemovalReason};
-use crate::testing::item;
+use crate::testing::{in_order, item};
 
 const A: &str = "00000000000000aa";
 const B: &str = "00000000000000bb";
@@ -85,12 +85,6 @@ fn history() -> Vec<Event> {
         first(removed(Some(D), 3, "c1"), (Some(C), 2)),
         added(Some(D), 4, "d4"),
     ]
-}
-
-fn in_order(events: &[Event]) -> MemoryProjection {
-    let mut projection = MemoryProjection::default();
-    events.iter().for_each(|e| projection.apply(e));
-    projection
 }
 
 proptest! {

@@ -245,7 +245,7 @@ impl Fold {
                 self.touched.touch(&event.node_id, event.epoch.as_deref());
             }
         }
-        self.projection.apply(&event);
+        self.projection.apply_owned(event);
     }
 }
 

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::domain::command::Command;
 use crate::sink::Sink;
-use crate::testing::{item, MemorySink};
+use crate::testing::{in_order, item, MemorySink};
 
 /// A realistic log: dead-letters, repeats, evictions (capacity 100 is not reached here, so
 /// removals instead), from the in-memory sink.
@@ -29,12 +29,6 @@ async fn log() -> Vec<Event> {
         }
     }
     sink.log()
-}
-
-fn in_order(events: &[Event]) -> MemoryProjection {
-    let mut projection = MemoryProjection::default();
-    events.iter().for_each(|e| projection.apply(e));
-    projection
 }
 
 proptest! {

@@ -115,12 +115,13 @@ async fn dead_letter<B: Bus>(ctx: &JobContext<B>, work: &Work, result: &AgentRes
     ) else {
         return Final::NotRecorded("no failure recorded".into());
     };
-    match ctx.emitter.dead_letter(&ctx.options.topic, dlq_item).await {
+    // Durable-only: the publish goes on in the background (or is left to the reconciler while
+    // the bus is down), so a bus outage does not hold the agent's slot.
+    match ctx.emitter.store(&ctx.options.topic, dlq_item).await {
         Ok(receipt) => {
             ctx.event(JobEventKind::ItemDeadLettered {
                 item_id: item.id.clone(),
                 event_ids: receipt.event_ids,
-                published: receipt.published,
             });
             Final::DeadLettered
         }
@@ -131,7 +132,6 @@ async fn dead_letter<B: Bus>(ctx: &JobContext<B>, work: &Work, result: &AgentRes
             ctx.event(JobEventKind::ItemDeadLettered {
                 item_id: item.id.clone(),
                 event_ids: Vec::new(),
-                published: false,
             });
             Final::DeadLettered
         }

@@ -122,7 +122,8 @@ async fn retry_claimed<B: Bus>(
     else {
         return ItemEnd::NotRecorded;
     };
-    match ctx.emitter.dead_letter(&ctx.options.topic, update).await {
+    // Durable-only, as the map phase: the publish goes on in the background.
+    match ctx.emitter.store(&ctx.options.topic, update).await {
         // Unconfirmed: the sink's writer has the update and stores it late; recording it
         // again would count the failure twice.
         Ok(_) | Err(EmitError::Unconfirmed { .. }) => {

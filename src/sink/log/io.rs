@@ -21,6 +21,8 @@ pub trait LogFs {
     fn create(&self, name: &str) -> io::Result<Self::File>;
     /// The whole content of `name` as the operating system shows it now.
     fn read(&self, name: &str) -> io::Result<Vec<u8>>;
+    /// `len` bytes of `name` from byte `offset` on (an error when the file is shorter).
+    fn read_at(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>>;
     /// The names of the files in the directory, in no particular order.
     fn list(&self) -> io::Result<Vec<String>>;
     /// Renames `from` to `to` (replacing `to`); durable after [`LogFs::sync_dir`].
@@ -80,6 +82,13 @@ impl LogFs for RealFs {
 
     fn read(&self, name: &str) -> io::Result<Vec<u8>> {
         fs::read(self.dir.join(name))
+    }
+
+    fn read_at(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt as _;
+        let mut buf = vec![0; len];
+        File::open(self.dir.join(name))?.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
     }
 
     fn list(&self) -> io::Result<Vec<String>> {

@@ -87,6 +87,7 @@ pub mod crash;
 mod error;
 pub mod frame;
 pub mod harness;
+mod index;
 pub mod io;
 mod reader;
 pub mod segment;
@@ -94,5 +95,6 @@ pub mod sim;
 mod writer;
 
 pub use error::LogError;
-pub use reader::{Record, Records, Recovery};
+pub use index::{LogIndex, SegmentIndex};
+pub use reader::{LogReader, Record, Records, Recovery};
 pub use writer::{LogConfig, LogWriter};

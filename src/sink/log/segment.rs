@@ -83,6 +83,12 @@ pub enum Damage {
         /// Where the next intact frame starts.
         next: usize,
     },
+    /// A durable frame read back is not intact any more (the file changed after it was synced).
+    #[error("the durable frame there is not intact: {reason}")]
+    Frame {
+        /// What is wrong with it.
+        reason: FrameError,
+    },
     /// An intact frame carries another sequence than the one expected there.
     #[error("an intact frame holds sequence {found} where {expected} was expected")]
     Sequence {

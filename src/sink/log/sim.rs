@@ -208,6 +208,15 @@ impl LogFs for SimFs {
         Ok(state.disk.content(ino))
     }
 
+    fn read_at(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let content = self.read(name)?;
+        usize::try_from(offset)
+            .ok()
+            .and_then(|start| content.get(start..start.checked_add(len)?))
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, name.to_owned()))
+    }
+
     fn list(&self) -> io::Result<Vec<String>> {
         let mut state = self.lock();
         state.check(OpKind::Read)?;

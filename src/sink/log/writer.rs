@@ -2,11 +2,13 @@
 //! rotates segments and deletes old ones.
 
 use std::ops::Range;
+use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
 use super::error::LogError;
 use super::frame;
+use super::index::{LogIndex, SegmentIndex, SharedIndex};
 use super::io::{LogFs, SegmentFile};
-use super::reader::{self, Records, Recovery};
+use super::reader::{self, LogReader, Records, Recovery};
 use super::segment;
 
 /// How the log is run.
@@ -47,8 +49,9 @@ pub struct LogWriter<F: LogFs> {
     config: LogConfig,
     /// The segment appended to; `None` before the first group and after a failure or rotation.
     active: Option<Active<F::File>>,
-    /// First sequences of the segments on disk, ascending; the active one is the last.
-    segments: Vec<u64>,
+    /// The segments on disk and their durable frames, shared with readers; the active
+    /// segment is the last.
+    index: SharedIndex,
     next_seq: u64,
     durable_through: u64,
     /// Deletions not yet made durable by a directory fsync.
@@ -59,7 +62,7 @@ pub struct LogWriter<F: LogFs> {
 impl<F: LogFs> std::fmt::Debug for LogWriter<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LogWriter")
-            .field("segments", &self.segments)
+            .field("segments", &self.segments())
             .field("next_seq", &self.next_seq)
             .field("durable_through", &self.durable_through)
             .finish_non_exhaustive()
@@ -72,7 +75,18 @@ impl<F: LogFs> LogWriter<F> {
     /// readable; they are synced before anything is built on them). Appending then starts a
     /// new segment.
     pub fn open(fs: F, config: LogConfig) -> Result<(Self, Recovery), LogError> {
-        let recovery = reader::recover(&fs)?;
+        Self::open_lazy(fs, config, 0)
+    }
+
+    /// [`LogWriter::open`], leaving the segments whose events are all at or below
+    /// `done_through` unscanned until a reader needs them (see [`reader::recover`]): opening a
+    /// large log reads only its tail.
+    pub fn open_lazy(
+        fs: F,
+        config: LogConfig,
+        done_through: u64,
+    ) -> Result<(Self, Recovery), LogError> {
+        let recovery = reader::recover(&fs, done_through)?;
         for file in &recovery.unfinished {
             fs.remove(file).map_err(|source| LogError::Remove {
                 file: file.clone(),
@@ -94,7 +108,7 @@ impl<F: LogFs> LogWriter<F> {
             fs,
             config,
             active: None,
-            segments: recovery.segments.clone(),
+            index: Arc::new(RwLock::new(recovery.index.clone())),
             next_seq: recovery.next_seq,
             durable_through: recovery.last_seq,
             dir_dirty: false,
@@ -128,6 +142,8 @@ impl<F: LogFs> LogWriter<F> {
         match self.write_group(first) {
             Ok(()) => {
                 self.durable_through = end - 1;
+                let lens = events.iter().map(|e| frame::encoded_len(e.as_ref().len()));
+                self.index_mut().push_group(lens, end - 1);
                 Ok(first..end)
             }
             Err(err) => {
@@ -192,7 +208,8 @@ impl<F: LogFs> LogWriter<F> {
                 to: name.clone(),
                 source,
             })?;
-        self.segments.push(first);
+        self.index_mut()
+            .push_segment(SegmentIndex::new(first, segment::MAGIC.len() as u64));
         self.sync_dir()?;
         let len = segment::MAGIC.len() as u64;
         self.active = Some(Active { file, name, len });
@@ -221,15 +238,43 @@ impl<F: LogFs> LogWriter<F> {
     }
 
     /// The first sequences of the segments on disk, ascending.
-    pub fn segments(&self) -> &[u64] {
-        &self.segments
+    pub fn segments(&self) -> Vec<u64> {
+        let index = self
+            .index
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        index.segments().iter().map(|s| s.first_seq).collect()
+    }
+
+    /// Makes the next sequence at least `seq` (the sequences skipped are never handed out);
+    /// the next group then starts a new segment. For carrying sequences over from elsewhere.
+    pub fn skip_to(&mut self, seq: u64) {
+        if seq > self.next_seq {
+            self.next_seq = seq;
+            self.active = None;
+        }
+    }
+
+    fn index_mut(&self) -> RwLockWriteGuard<'_, LogIndex> {
+        self.index
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl<F: LogFs + Clone> LogWriter<F> {
+    /// A reader of this log's durable events, for other threads.
+    pub fn reader(&self) -> LogReader<F> {
+        LogReader::new(self.fs.clone(), self.index.clone())
     }
 
     /// The events from `from` on, in order, up to [`LogWriter::durable_through`].
-    pub fn records(&self, from: u64) -> Records<'_, F> {
-        Records::new(&self.fs, &self.segments, from, self.durable_through)
+    pub fn records(&self, from: u64) -> Records<F> {
+        self.reader().records(from)
     }
+}
 
+impl<F: LogFs> LogWriter<F> {
     /// Deletes, oldest first, every segment whose events are all at or below `seq` (and
     /// durable); the newest segment always stays. The directory is fsynced once after the
     /// deletions. Returns how many segments were deleted. Which events may go (applied,
@@ -237,7 +282,7 @@ impl<F: LogFs> LogWriter<F> {
     pub fn remove_through(&mut self, seq: u64) -> Result<usize, LogError> {
         let limit = seq.min(self.durable_through);
         let mut removed = 0;
-        while let [first, next, ..] = self.segments[..] {
+        while let [first, next, ..] = self.segments()[..] {
             if next - 1 > limit {
                 break;
             }
@@ -247,7 +292,7 @@ impl<F: LogFs> LogWriter<F> {
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
                 Err(source) => return Err(LogError::Remove { file, source }),
             }
-            self.segments.remove(0);
+            self.index_mut().drop_front(1);
             self.dir_dirty = true;
             removed += 1;
         }

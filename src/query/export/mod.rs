@@ -10,8 +10,12 @@
 //!   the runner dlq replaces, with one directory per job. In file and directory names `%`, `/`, `\` and a
 //!   leading `.` are written as `%XX` ([`file_name`]).
 //!
-//! Items stream from the sink one at a time; the directory writer keeps only the ids of the job
-//! being written (at most the job's capacity).
+//! Items stream from the sink one at a time through a buffered writer; the directory writer
+//! keeps only the ids of the job being written (at most the job's capacity). A failure part-way
+//! (a record that does not decode, a full disk) removes the temporary and ends in
+//! [`QueryError::Export`], naming the target and how many items had been written: the target
+//! is never left partial. The process's peak memory still grows with the DLQ, inside sled's
+//! scan, not here (see docs/benchmarks.md, "Export memory").
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -211,28 +215,33 @@ where
             )));
         }
     }
+    let mut count = 0u64;
     let written = match format {
-        ExportFormat::Dir => write_dir(&temp, items),
-        _ => write_file(&temp, format, items),
+        ExportFormat::Dir => write_dir(&temp, items, &mut count),
+        _ => write_file(&temp, format, items, &mut count),
     };
-    let finish = written.and_then(|(items, jobs)| {
+    let finish = written.and_then(|jobs| {
         if format == ExportFormat::Dir && path.exists() {
             std::fs::remove_dir(path).map_err(QueryError::io(path))?;
         }
         std::fs::rename(&temp, path).map_err(QueryError::io(path))?;
-        Ok((items, jobs))
+        Ok(jobs)
     });
     match finish {
-        Ok((items, jobs)) => Ok(ExportReport {
+        Ok(jobs) => Ok(ExportReport {
             format,
             path: path.to_owned(),
-            items,
+            items: count,
             jobs,
         }),
         Err(err) => {
             let _ = std::fs::remove_dir_all(&temp);
             let _ = std::fs::remove_file(&temp);
-            Err(err)
+            Err(QueryError::Export {
+                path: path.to_owned(),
+                items: count,
+                source: Box::new(err),
+            })
         }
     }
 }
@@ -249,7 +258,14 @@ fn temp_sibling(path: &Path) -> Result<PathBuf, QueryError> {
     Ok(path.with_file_name(temp))
 }
 
-fn write_file<I>(temp: &Path, format: ExportFormat, items: I) -> Result<(u64, u64), QueryError>
+/// Writes `items` to the file `temp` one at a time through a buffer; returns the number of
+/// jobs, `count` the items written so far (also when it fails).
+fn write_file<I>(
+    temp: &Path,
+    format: ExportFormat,
+    items: I,
+    count: &mut u64,
+) -> Result<u64, QueryError>
 where
     I: Iterator<Item = Result<DeadLetteredItem, QueryError>>,
 {
@@ -259,7 +275,6 @@ where
     };
     let out = BufWriter::new(File::create(temp).map_err(io)?);
     let mut jobs = JobCounter::default();
-    let mut count = 0u64;
     let mut out = if format == ExportFormat::Csv {
         let mut csv = csv::Writer::from_writer(out);
         csv.write_record(CSV_COLUMNS).map_err(|e| io(e.into()))?;
@@ -268,7 +283,7 @@ where
             jobs.see(&item.job_id);
             csv.write_record(csv_record(item))
                 .map_err(|e| io(e.into()))?;
-            count += 1;
+            *count += 1;
         }
         csv.into_inner().map_err(|e| io(e.into_error()))?
     } else {
@@ -279,7 +294,7 @@ where
         for item in items {
             let item = item?;
             jobs.see(&item.job_id);
-            let separator: &[u8] = match (format, count) {
+            let separator: &[u8] = match (format, *count) {
                 (ExportFormat::Json, 0) => b"\n",
                 (ExportFormat::Json, _) => b",\n",
                 _ => b"",
@@ -289,7 +304,7 @@ where
             if format != ExportFormat::Json {
                 out.write_all(b"\n").map_err(io)?;
             }
-            count += 1;
+            *count += 1;
         }
         if format == ExportFormat::Json {
             out.write_all(b"\n]\n").map_err(io)?;
@@ -298,7 +313,7 @@ where
     };
     out.flush().map_err(io)?;
     out.get_ref().sync_all().map_err(io)?;
-    Ok((count, jobs.count))
+    Ok(jobs.count)
 }
 
 /// Counts jobs in a scan where each job's items are contiguous.
@@ -317,12 +332,14 @@ impl JobCounter {
     }
 }
 
-fn write_dir<I>(temp: &Path, items: I) -> Result<(u64, u64), QueryError>
+/// Writes `items` into the directory `temp` in the legacy layout; returns the number of jobs,
+/// `count` the items written so far (also when it fails).
+fn write_dir<I>(temp: &Path, items: I, count: &mut u64) -> Result<u64, QueryError>
 where
     I: Iterator<Item = Result<DeadLetteredItem, QueryError>>,
 {
     std::fs::create_dir(temp).map_err(QueryError::io(temp))?;
-    let (mut count, mut jobs) = (0u64, 0u64);
+    let mut jobs = 0u64;
     let mut current: Option<(String, PathBuf, Vec<String>)> = None;
     for item in items {
         let item = item?;
@@ -346,12 +363,12 @@ where
             std::fs::write(&file, json).map_err(QueryError::io(&file))?;
             ids.push(item.item_id);
         }
-        count += 1;
+        *count += 1;
     }
     if let Some((job, dir, ids)) = current {
         write_index(&dir, job, ids)?;
     }
-    Ok((count, jobs))
+    Ok(jobs)
 }
 
 fn write_index(dir: &Path, job_id: String, item_ids: Vec<String>) -> Result<(), QueryError> {
@@ -369,16 +386,4 @@ fn write_index(dir: &Path, job_id: String, item_ids: Vec<String>) -> Result<(), 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn file_names_round_trip_and_never_escape_the_directory() {
-        for id in ["item-1", "a/b", "../x", ".hidden", "50%", "c:\\d", "ü.json"] {
-            let name = file_name(id).unwrap();
-            assert!(!name.contains('/') && !name.starts_with('.'), "{name}");
-            assert_eq!(id_of_file_name(&name), id);
-        }
-        assert_eq!(file_name("item-123").unwrap(), "item-123");
-    }
-}
+mod tests;

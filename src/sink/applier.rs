@@ -1,0 +1,201 @@
+//! The applier thread: applies each group's projection changes to sled after the log made the
+//! group durable, off the acknowledgement path.
+//!
+//! The writer appends a group to the log (one `fdatasync`), hands its sled writes to this
+//! thread, records the group's item state as an unapplied layer ([`Applied::push`]) and answers
+//! its waiters. The applier takes every group waiting, applies them as one sled batch with the
+//! `applied_through` mark, and drops their layers. The writer stages the next groups over the
+//! unapplied layers (`super::staged`), so decisions always see every durable event; queries
+//! wait until the mark reaches the log's durable mark of when they started
+//! ([`Applied::wait_for`]): a process reads its own writes.
+//!
+//! If sled refuses a batch, the applier stops applying (it may not skip a group) and reports
+//! it; the writer then waits for it to drain and applies the log from sled's mark itself
+//! (`super::projector::catch_up`).
+
+use std::collections::VecDeque;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tracing::warn;
+
+use super::journal_record::Write;
+use super::projector;
+use super::staged::Layer;
+use super::Faults;
+
+/// A group for the applier: its writes and the last sequence they cover.
+pub(crate) struct Job {
+    pub(crate) writes: Vec<Write>,
+    pub(crate) through: u64,
+}
+
+/// What has been applied, shared by the writer, the applier and queries.
+#[derive(Default)]
+pub(crate) struct Applied {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    /// Every logged event up to it is in the projection.
+    through: u64,
+    /// Groups handed to the applier: (first seq, last seq, item state), oldest first.
+    pending: VecDeque<(u64, u64, Arc<Layer>)>,
+    /// Why the applier stopped, if it did.
+    failed: Option<String>,
+}
+
+/// Longest a query waits for the applier before it reads what is there.
+const QUERY_WAIT: Duration = Duration::from_secs(10);
+
+impl Applied {
+    /// Starts with everything up to `through` applied.
+    pub(crate) fn new(through: u64) -> Self {
+        let applied = Self::default();
+        applied.lock().through = through;
+        applied
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The last sequence applied.
+    pub(crate) fn through(&self) -> u64 {
+        self.lock().through
+    }
+
+    /// The unapplied layers, oldest first, and the first sequence they hold (`None`: none).
+    pub(crate) fn base(&self) -> (Vec<Arc<Layer>>, Option<u64>) {
+        let state = self.lock();
+        let first = state.pending.front().map(|(first, _, _)| *first);
+        (
+            state.pending.iter().map(|(_, _, l)| l.clone()).collect(),
+            first,
+        )
+    }
+
+    /// Records a group handed to the applier.
+    pub(crate) fn push(&self, first: u64, through: u64, layer: Layer) {
+        self.lock()
+            .pending
+            .push_back((first, through, Arc::new(layer)));
+    }
+
+    /// Why the applier stopped, if it did.
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.lock().failed.clone()
+    }
+
+    /// After the writer applied the log itself: everything up to `through` is applied again.
+    pub(crate) fn recovered(&self, through: u64) {
+        let mut state = self.lock();
+        state.through = through;
+        state.pending.clear();
+        state.failed = None;
+        self.changed.notify_all();
+    }
+
+    /// Waits until every group handed over was applied or dropped after a failure.
+    pub(crate) fn wait_idle(&self) {
+        let mut state = self.lock();
+        while !state.pending.is_empty() {
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+
+    /// Waits (at most [`QUERY_WAIT`]) until everything up to `seq` is applied, or the applier
+    /// stopped; a query then reads the projection as it is.
+    pub(crate) fn wait_for(&self, seq: u64) {
+        let deadline = Instant::now() + QUERY_WAIT;
+        let mut state = self.lock();
+        while state.through < seq && state.failed.is_none() && !state.pending.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                warn!(
+                    seq,
+                    applied = state.through,
+                    "a query read the projection before the applier caught up"
+                );
+                return;
+            }
+            state = match self.changed.wait_timeout(state, left) {
+                Ok((state, _)) => state,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
+
+    fn done(&self, through: u64) {
+        let mut state = self.lock();
+        state.through = through;
+        self.handled(state, through);
+    }
+
+    /// The groups up to `through` were not applied: `reason` says why (kept from the first).
+    pub(crate) fn fail(&self, reason: String, through: u64) {
+        let mut state = self.lock();
+        state.failed.get_or_insert(reason);
+        self.handled(state, through);
+    }
+
+    /// Drops the layers of the groups up to `through` (applied or given up) and wakes waiters.
+    fn handled(&self, mut state: MutexGuard<'_, State>, through: u64) {
+        while state
+            .pending
+            .front()
+            .is_some_and(|(_, last, _)| *last <= through)
+        {
+            state.pending.pop_front();
+        }
+        drop(state);
+        self.changed.notify_all();
+    }
+}
+
+/// Starts the applier thread on `tree`; it stops when `jobs` closes.
+pub(crate) fn spawn(
+    tree: sled::Tree,
+    applied: Arc<Applied>,
+    jobs: Receiver<Job>,
+    faults: Faults,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("dlq-sink-applier".into())
+        .spawn(move || run(&tree, &applied, &jobs, &faults))
+}
+
+fn run(tree: &sled::Tree, applied: &Applied, jobs: &Receiver<Job>, faults: &Faults) {
+    while let Ok(first) = jobs.recv() {
+        faults.wait_while_applier_paused();
+        let mut writes = first.writes;
+        let mut through = first.through;
+        while let Ok(next) = jobs.try_recv() {
+            writes.extend(next.writes);
+            through = next.through;
+        }
+        if applied.failure().is_some() {
+            // Stopped: the writer applies the log from sled's mark once it sees the failure.
+            applied.fail("an earlier batch failed".into(), through);
+            continue;
+        }
+        match projector::apply(tree, writes, through) {
+            Ok(()) => applied.done(through),
+            Err(err) => {
+                warn!(error = %err, "sled refused the projection of durable groups; the writer applies them from the log");
+                applied.fail(err.to_string(), through);
+            }
+        }
+    }
+}
+
+/// The writer's end of the applier.
+pub(crate) type Jobs = Sender<Job>;

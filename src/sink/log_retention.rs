@@ -1,0 +1,71 @@
+//! How long log segments stay once every event in them is applied, checkpointed and published.
+//!
+//! The log is needed after publishing too: `dlq republish` and `dlq verify` compare it with
+//! the stream. A segment whose events are all done is deleted, oldest first, once it is older
+//! than [`LogRetention::max_age`] (by its file's modification time: when its last event was
+//! written) or while the log is larger than [`LogRetention::max_bytes`]. The segment being
+//! appended to always stays.
+
+use std::time::{Duration, SystemTime};
+
+use super::fault_fs::FaultFs;
+use super::log::{segment, LogWriter};
+
+/// Retention of done log segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogRetention {
+    /// Done segments older than this are deleted (default 7 days).
+    pub max_age: Duration,
+    /// Done segments are deleted, oldest first, while the log is larger (default 1 GiB).
+    pub max_bytes: u64,
+}
+
+impl Default for LogRetention {
+    fn default() -> Self {
+        Self {
+            max_age: Duration::from_secs(7 * 24 * 3600),
+            max_bytes: 1 << 30,
+        }
+    }
+}
+
+/// The retention a writer applies.
+pub(crate) type Retention = LogRetention;
+
+impl LogRetention {
+    /// The highest sequence whose segment may be deleted now, given that every event up to
+    /// `done_through` is done (0: none).
+    pub(crate) fn removable_through(&self, log: &LogWriter<FaultFs>, done_through: u64) -> u64 {
+        let segments = log.segments();
+        let Some(dir) = log.fs().dir() else {
+            return 0; // a simulated log (crash tests) keeps everything
+        };
+        let sizes: Vec<(u64, Option<SystemTime>)> = segments
+            .iter()
+            .map(|&first| {
+                let meta = std::fs::metadata(dir.join(segment::name(first))).ok();
+                let len = meta.as_ref().map_or(0, |m| m.len());
+                (len, meta.and_then(|m| m.modified().ok()))
+            })
+            .collect();
+        let mut total: u64 = sizes.iter().map(|(len, _)| len).sum();
+        let now = SystemTime::now();
+        let mut removable = 0;
+        for (at, pair) in segments.windows(2).enumerate() {
+            let last_seq = pair[1].saturating_sub(1);
+            if last_seq > done_through {
+                break;
+            }
+            let (len, modified) = sizes.get(at).copied().unwrap_or((0, None));
+            let old = modified
+                .and_then(|time| now.duration_since(time).ok())
+                .is_some_and(|age| age > self.max_age);
+            if !(old || total > self.max_bytes) {
+                break;
+            }
+            removable = last_seq;
+            total = total.saturating_sub(len);
+        }
+        removable
+    }
+}

@@ -1,0 +1,201 @@
+//! Opening a data directory: sled, the migration of an older format, the log's recovery, the
+//! publish state, and applying what the projection has not seen yet.
+
+use std::fs::File;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use super::applier::{self, Applied};
+use super::checkpoint::SledFlusher;
+use super::epoch::Epoch;
+use super::fault_fs::{Backend, FaultFs};
+use super::log::{io::RealFs, LogConfig, LogWriter};
+use super::migrate::{self, LOG_DIR};
+use super::publish_state::PublishState;
+use super::seq_floor::SeqFloor;
+use super::sled_sink::{
+    open_db, resolve_node_id, spawn_ticker, Inner, SinkConfig, MAX_VALUE_BYTES, RECOVERY_HINT,
+};
+use super::writer::Writer;
+use super::{keys, projector, Faults, SinkError};
+use crate::domain::command::Limits;
+
+/// Opens the sink described by `config` and starts its writer thread.
+pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
+    if config.max_event_bytes > MAX_VALUE_BYTES {
+        return Err(SinkError::Rejected(format!(
+            "max_event_bytes {} is above the sink's limit of {MAX_VALUE_BYTES} bytes",
+            config.max_event_bytes
+        )));
+    }
+    if let Some(node_id) = &config.node_id {
+        crate::domain::command::validate_id::<SinkError>("node_id", node_id)
+            .map_err(|err| SinkError::Rejected(err.to_string()))?;
+    }
+    let open_error = |reason: String| SinkError::Open {
+        path: config.path.clone(),
+        reason,
+        hint: RECOVERY_HINT,
+    };
+    let db = open_db(&config)?;
+    let log_file = File::open(config.path.join("db"))
+        .map_err(|err| open_error(format!("cannot open sled's log file for fsync: {err}")))?;
+    let tree: sled::Tree = (*db).clone();
+    let node_id = resolve_node_id(&tree, &config)?;
+    let mut flusher = SledFlusher {
+        db,
+        log_file,
+        blobs_dir: config.path.join("blobs"),
+        synced_blobs: Default::default(),
+    };
+    let log_config = LogConfig {
+        segment_bytes: config.segment_bytes,
+        unsafe_skip_fdatasync: config.unsafe_skip_log_fdatasync,
+        ..LogConfig::default()
+    };
+    migrate::to_current(&config.path, &tree, &mut flusher, &log_config)?;
+    let applied = projector::applied_through(&tree)?;
+    if applied > 0 && !config.path.join(LOG_DIR).exists() && config.log_sim.is_none() {
+        return Err(log_behind(&config, applied, 0));
+    }
+    let real = RealFs::open(config.path.join(LOG_DIR))
+        .map_err(|err| open_error(format!("cannot open the log directory: {err}")))?;
+    let faults = Faults::default();
+    let backend = match config.log_sim.clone() {
+        Some(sim) => Backend::Sim(sim),
+        None => Backend::Real(real),
+    };
+    let fs = FaultFs {
+        backend,
+        faults: faults.clone(),
+    };
+    let publish = load_publish_state(&tree)?;
+    // Segments with nothing left to apply or publish are scanned only when read.
+    let done_through = applied.min(publish.keep_from().saturating_sub(1));
+    // The log's own errors say what to do (damage names the file and offset).
+    let opened = LogWriter::open_lazy(fs, log_config, done_through);
+    let (mut log, recovery) = opened.map_err(|err| SinkError::Open {
+        path: config.path.join(LOG_DIR),
+        reason: err.to_string(),
+        hint: "Nothing was changed.",
+    })?;
+    for (file, offset, reason) in &recovery.torn {
+        info!(%file, offset, %reason, "the log ends in an append a crash cut short (never acknowledged); ignored");
+    }
+    // Sequences never go back: not below the old format's floor, nor below what the
+    // projection or the publish state have seen.
+    let floor = SeqFloor::open(&config.path)?.floor();
+    log.skip_to(floor.max(applied + 1).max(publish.watermark() + 1));
+    let reader = log.reader();
+    let format = tree
+        .get(keys::PROJECTION_FORMAT)?
+        .and_then(|bytes| keys::decode_u64(&bytes));
+    // A projection of another layout is rebuilt from the log.
+    let rebuild = format != Some(keys::CURRENT_PROJECTION_FORMAT);
+    if applied > log.durable_through() {
+        return Err(log_behind(&config, applied, log.durable_through()));
+    }
+    let (applied, caught_up) = if rebuild {
+        (0, 0)
+    } else {
+        projector::catch_up(&tree, &reader, applied)?
+    };
+    if caught_up > 0 {
+        info!(
+            events = caught_up,
+            "applied logged events the projection did not have (the last run did not close cleanly)"
+        );
+    }
+    let epoch = Epoch::open(&config.path, &reader)?;
+    let publish = Arc::new(Mutex::new(publish));
+    let (requests, rx) = mpsc::channel(config.queue_depth.max(1));
+    let applied = Arc::new(Applied::new(applied));
+    let (jobs, to_apply) = std::sync::mpsc::channel();
+    let applier = applier::spawn(tree.clone(), applied.clone(), to_apply, faults.clone())
+        .map_err(|err| SinkError::Io(format!("cannot start the applier thread: {err}")))?;
+    let mut writer = Writer {
+        tree: tree.clone(),
+        flusher,
+        log,
+        applied: applied.clone(),
+        jobs: Some(jobs),
+        applier: Some(applier),
+        changed: caught_up > 0,
+        publish: publish.clone(),
+        retention: config.log_retention,
+        node_id: node_id.clone(),
+        epoch,
+        limits: Limits {
+            capacity_per_job: config.capacity_per_job,
+        },
+        max_event_bytes: config.max_event_bytes,
+        max_group: config.max_group.max(1),
+        faults: faults.clone(),
+    };
+    if rebuild {
+        let applied = writer.rebuild_durably()?;
+        if applied > 0 {
+            info!(
+                applied,
+                from = ?format,
+                to = keys::CURRENT_PROJECTION_FORMAT,
+                "rebuilt the projection from the log"
+            );
+        }
+    }
+    let handle = std::thread::Builder::new()
+        .name("dlq-sink-writer".into())
+        .spawn(move || writer.run(rx))
+        .map_err(|err| SinkError::Io(format!("cannot start the writer thread: {err}")))?;
+    spawn_ticker(requests.downgrade(), config.checkpoint_every)?;
+    Ok(Inner {
+        tree,
+        node_id,
+        requests,
+        store_timeout: config.store_timeout,
+        log: reader,
+        applied,
+        publish,
+        faults,
+        writer: Mutex::new(Some(handle)),
+    })
+}
+
+/// log/ was removed or an older copy restored: rebuilding would drop what the projection
+/// holds, so opening refuses and the operator decides.
+fn log_behind(config: &SinkConfig, applied: u64, durable: u64) -> SinkError {
+    SinkError::Open {
+        path: config.path.join(LOG_DIR),
+        reason: format!(
+            "the projection holds events up to sequence {applied} but the log only up to {durable}: log/ was removed, or an older copy of it restored"
+        ),
+        hint: "Put back the log/ directory that belongs to this database. To keep only what log/ holds instead, move the files db, conf and blobs/ aside: the projection is then rebuilt from log/. Nothing was changed.",
+    }
+}
+
+/// The publish state saved at the last checkpoint, with the pending and parked keys. An
+/// unreadable saved state starts from nothing published: everything is published again
+/// (duplicates, which JetStream and consumers drop), never lost.
+fn load_publish_state(tree: &sled::Tree) -> Result<PublishState, SinkError> {
+    let seqs = |prefix: &[u8]| -> Result<Vec<u64>, SinkError> {
+        let mut seqs = Vec::new();
+        for entry in tree.scan_prefix(prefix) {
+            if let Some(seq) = keys::seq_of(&entry?.0) {
+                seqs.push(seq);
+            }
+        }
+        Ok(seqs)
+    };
+    let (pending, parked) = (seqs(keys::UNPUBLISHED)?, seqs(keys::PARKED)?);
+    let saved = tree.get(keys::PUBLISHED)?;
+    match PublishState::load(saved.as_deref(), pending.clone(), parked.clone()) {
+        Some(state) => Ok(state),
+        None => {
+            warn!("the saved publish state is unreadable: every logged event is published again (the stream and consumers drop duplicates by id)");
+            PublishState::load(None, pending, parked)
+                .ok_or_else(|| SinkError::Io("cannot start an empty publish state".into()))
+        }
+    }
+}
