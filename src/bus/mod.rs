@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod context;
 mod denials;
+mod failover;
 mod nats;
 mod probe;
 pub mod stream;
@@ -21,6 +22,7 @@ use crate::domain::event::{EncodedEvent, Event};
 
 pub use auth::{BusAuth, BusTls, Secret};
 pub use denials::Denials;
+pub use failover::{through_failover, FAILOVER_WAIT};
 pub use nats::{connect_client, connect_watched, BusConfig, BusMode, NatsBus};
 pub use probe::{Presence, Probe};
 

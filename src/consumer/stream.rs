@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::stream::RawMessageErrorKind;
+use async_nats::jetstream::context::{GetStreamErrorKind, RequestErrorKind};
+use async_nats::jetstream::stream::{ConsumerErrorKind, RawMessageErrorKind};
 use async_nats::jetstream::{self, consumer};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
@@ -11,7 +12,7 @@ use thiserror::Error;
 use super::fold::Fold;
 use super::foreign;
 use super::seqset::SeqSet;
-use crate::bus::{connect_watched, BusConfig, Denials};
+use crate::bus::{connect_watched, through_failover, BusConfig, Denials};
 
 /// Why the stream could not be read.
 #[derive(Debug, Error)]
@@ -119,16 +120,21 @@ async fn read_each(
     visit: &mut impl FnMut(StreamMessage<'_>),
 ) -> Result<StreamSpan, ReadError> {
     let js = jetstream::new(client);
-    let mut handle = js
-        .get_stream(stream)
-        .await
-        .map_err(|e| stream_error(e.to_string()))?;
-    let state = handle
-        .info()
-        .await
-        .map_err(|e| stream_error(e.to_string()))?
-        .state
-        .clone();
+    let handle = through_failover(
+        || js.get_stream(stream),
+        |e| matches!(e.kind(), GetStreamErrorKind::Request),
+    )
+    .await
+    .map_err(|e| stream_error(e.to_string()))?;
+    let state = through_failover(
+        || {
+            let mut handle = handle.clone();
+            async move { handle.info().await.map(|info| info.state.clone()) }
+        },
+        |e| matches!(e.kind(), RequestErrorKind::TimedOut),
+    )
+    .await
+    .map_err(|e| stream_error(e.to_string()))?;
     let mut span = StreamSpan {
         first_seq: state.first_sequence,
         last_seq: state.last_sequence,
@@ -141,15 +147,19 @@ async fn read_each(
     if state.messages == 0 {
         return Ok(span);
     }
-    let reader = handle
-        .create_consumer(consumer::pull::Config {
-            deliver_policy: consumer::DeliverPolicy::All,
-            ack_policy: consumer::AckPolicy::None,
-            inactive_threshold: Duration::from_secs(60),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| stream_error(e.to_string()))?;
+    let reader = through_failover(
+        || {
+            handle.create_consumer(consumer::pull::Config {
+                deliver_policy: consumer::DeliverPolicy::All,
+                ack_policy: consumer::AckPolicy::None,
+                inactive_threshold: Duration::from_secs(60),
+                ..Default::default()
+            })
+        },
+        |e| matches!(e.kind(), ConsumerErrorKind::TimedOut),
+    )
+    .await
+    .map_err(|e| stream_error(e.to_string()))?;
     let mut seen = SeqSet::new(span.first_seq, span.last_seq);
     let (mut at, mut delivered, mut idle_rounds) = (0, 0u64, 0);
     while at < span.last_seq && delivered < state.messages && idle_rounds < 3 {
@@ -291,11 +301,10 @@ async fn next_within(
 ) -> Result<Option<jetstream::Message>, ReadError> {
     let deadline = expires + FETCH_GRACE;
     match tokio::time::timeout(deadline, messages.next()).await {
-        Ok(next) => next
-            .transpose()
-            .map_err(|e| stream_error(e.to_string())),
+        Ok(next) => next.transpose().map_err(|e| stream_error(e.to_string())),
         Err(_) => Err(stream_error(format!(
-            "the server sent nothing for {}s after a fetch (was this user denied publish on              $JS.API.CONSUMER.MSG.NEXT.<stream>.*? see deploy/nats-permissions.conf)",
+            "the server sent nothing for {}s after a fetch (was this user denied publish on \
+             $JS.API.CONSUMER.MSG.NEXT.<stream>.*? see deploy/nats-permissions.conf)",
             deadline.as_secs()
         ))),
     }
