@@ -203,3 +203,101 @@ fn events_a_restarted_writer_reports_durable_survive_a_later_power_cut() {
     }
     eprintln!("crash states checked: {states}");
 }
+
+/// The trace points at which a process dies after a failed `fdatasync` and before the writer
+/// cut the group off its segment: the one window in which a restart still finds the group.
+fn between_failed_sync_and_cut(trace: &[Op]) -> Vec<std::ops::RangeInclusive<usize>> {
+    let mut windows = Vec::new();
+    for (at, op) in trace.iter().enumerate() {
+        let after_cut = at > 0 && matches!(trace[at - 1], Op::Cut { .. });
+        if let (Op::FailedSync { ino }, false) = (op, after_cut) {
+            let cut = trace[at..]
+                .iter()
+                .position(|later| matches!(later, Op::Cut { ino: cut, .. } if cut == ino))
+                .map(|offset| at + offset)
+                .unwrap_or_else(|| panic!("the failed sync at {at} is never followed by a cut"));
+            windows.push(at + 1..=cut);
+        }
+    }
+    windows
+}
+
+#[test]
+fn events_of_a_failed_sync_are_not_found_by_a_restart() {
+    // A failed fdatasync leaves the group readable in the page cache while the disk may lack
+    // it: a restarted process must not find it (and publish it) if a later power cut can take
+    // it away. Kill the process at every point of a workload with failed syncs and failed cuts,
+    // restart, then cut the power at every later point.
+    let mut recorder = Recorder::new(config());
+    let mut events = Events(23);
+    let mut writer = recorder.open().unwrap();
+    for round in 0..3 {
+        for _ in 0..3 {
+            recorder.append(&mut writer, &events.group()).unwrap();
+        }
+        // Round 0: the group's sync fails; round 1: the cut's sync fails too, twice (the next
+        // group fails while it cannot cut); round 2: the group's write fails half-way.
+        let (kind, times) = [(OpKind::Sync, 1), (OpKind::Sync, 3), (OpKind::Write, 1)][round];
+        recorder.fs().inject(kind, 0, times, ENOSPC);
+        assert!(recorder.append(&mut writer, &events.group()).is_err());
+        let next = recorder.append(&mut writer, &events.group());
+        assert_eq!(next.is_err(), times == 3, "round {round}: {next:?}");
+        recorder.fs().clear_faults();
+    }
+    for _ in 0..3 {
+        recorder.append(&mut writer, &events.group()).unwrap();
+    }
+    let trace = recorder.fs().trace();
+    let windows = between_failed_sync_and_cut(&trace);
+    assert_eq!(windows.len(), 2, "{windows:?}");
+    let mut states = 0;
+    for point in (0..=trace.len()).filter(|p| !windows.iter().any(|w| w.contains(p))) {
+        states += kill_then_power_cut(&config(), &trace, point).unwrap();
+    }
+    eprintln!("crash states checked: {states}");
+}
+
+#[test]
+fn a_cut_not_yet_synced_may_be_lost_in_a_crash() {
+    let mut disk = Disk::default();
+    let ops = [
+        Op::Create {
+            name: "f".into(),
+            ino: 0,
+        },
+        Op::SyncDir,
+        Op::Write {
+            ino: 0,
+            bytes: b"durable".to_vec(),
+        },
+        Op::SyncData { ino: 0 },
+        Op::Write {
+            ino: 0,
+            bytes: b"+failed".to_vec(),
+        },
+        Op::FailedSync { ino: 0 },
+        Op::Cut { ino: 0, len: 7 },
+    ];
+    ops.iter().for_each(|op| disk.apply(op));
+    let contents = |disk: &Disk| -> std::collections::BTreeSet<Vec<u8>> {
+        disk.crash_states()
+            .into_iter()
+            .map(|files| files["f"].clone())
+            .collect()
+    };
+    let before_sync = contents(&disk);
+    assert!(
+        before_sync.contains(b"durable".as_slice()),
+        "{before_sync:?}"
+    );
+    assert!(
+        before_sync.contains(b"durable+failed".as_slice()),
+        "{before_sync:?}"
+    );
+    assert!(
+        before_sync.contains(b"durable\0\0\0\0\0\0\0".as_slice()),
+        "{before_sync:?}"
+    );
+    disk.apply(&Op::SyncData { ino: 0 });
+    assert_eq!(contents(&disk), [b"durable".to_vec()].into());
+}

@@ -135,4 +135,13 @@ impl SegmentFile for FaultFile {
             File::Sim(file) => file.sync_data(),
         }
     }
+
+    fn cut(&mut self, len: u64) -> io::Result<()> {
+        check(&self.faults, LogOp::Write)?;
+        check(&self.faults, LogOp::Sync)?;
+        match &mut self.file {
+            File::Real(file) => file.cut(len),
+            File::Sim(file) => file.cut(len),
+        }
+    }
 }

@@ -45,6 +45,14 @@ pub enum Op {
         /// The inode.
         ino: usize,
     },
+    /// Inode `ino` cut back to its first `len` bytes (`ftruncate`). Until the next completed
+    /// `fdatasync` of the inode a crash may also keep it as it was before the cut.
+    Cut {
+        /// The inode cut.
+        ino: usize,
+        /// Its length after the cut.
+        len: usize,
+    },
     /// A rename in the directory.
     Rename {
         /// The old name.
@@ -73,6 +81,36 @@ struct Inode {
     /// Byte ranges of `durable` a failed `fdatasync` left doubtful.
     doubtful: Vec<std::ops::Range<usize>>,
     unsynced: Vec<Vec<u8>>,
+    /// The inode as it was before a cut no `fdatasync` has completed since: a crash may keep
+    /// that version (or any it may keep) instead.
+    before_cut: Option<Box<Inode>>,
+}
+
+impl Inode {
+    /// The inode cut back to `len` bytes, remembering what it was until a sync.
+    fn cut(&mut self, len: usize) {
+        let before = self.clone();
+        let durable_len = self.durable.len().min(len);
+        let mut kept = len - durable_len;
+        self.durable.truncate(durable_len);
+        self.doubtful = self
+            .doubtful
+            .iter()
+            .map(|range| range.start..range.end.min(durable_len))
+            .filter(|range| !range.is_empty())
+            .collect();
+        let mut unsynced = Vec::new();
+        for mut write in std::mem::take(&mut self.unsynced) {
+            if kept == 0 {
+                break;
+            }
+            write.truncate(kept);
+            kept -= write.len();
+            unsynced.push(write);
+        }
+        self.unsynced = unsynced;
+        self.before_cut = Some(Box::new(before));
+    }
 }
 
 /// A directory as the model sees it.
@@ -148,6 +186,12 @@ impl Disk {
                     for write in inode.unsynced.drain(..) {
                         inode.durable.extend_from_slice(&write);
                     }
+                    inode.before_cut = None;
+                }
+            }
+            Op::Cut { ino, len } => {
+                if let Some(inode) = self.inodes.get_mut(ino) {
+                    inode.cut(*len);
                 }
             }
             Op::FailedSync { ino } => {
@@ -219,34 +263,42 @@ impl Disk {
     }
 
     fn crash_versions(&self, ino: usize, torn: bool) -> Vec<Vec<u8>> {
-        let Some(inode) = self.inodes.get(&ino) else {
-            return vec![Vec::new()];
-        };
-        let mut bases = vec![inode.durable.clone()];
-        if !inode.doubtful.is_empty() {
-            let mut holes = inode.durable.clone();
-            for range in &inode.doubtful {
-                if let Some(bytes) = holes.get_mut(range.clone()) {
-                    bytes.fill(0);
-                }
-            }
-            bases.push(holes);
+        match self.inodes.get(&ino) {
+            Some(inode) => inode_versions(inode, torn),
+            None => vec![Vec::new()],
         }
-        let mut versions = Vec::new();
-        for mut base in bases {
-            versions.push(base.clone());
-            for write in &inode.unsynced {
-                for cut in tear_points(write.len()).into_iter().filter(|_| torn) {
-                    let mut torn = base.clone();
-                    torn.extend_from_slice(&write[..cut]);
-                    versions.push(torn);
-                }
-                base.extend_from_slice(write);
-                versions.push(base.clone());
-            }
-        }
-        versions
     }
+}
+
+/// Every content a crash may leave of `inode` (see the module doc).
+fn inode_versions(inode: &Inode, torn: bool) -> Vec<Vec<u8>> {
+    let mut bases = vec![inode.durable.clone()];
+    if !inode.doubtful.is_empty() {
+        let mut holes = inode.durable.clone();
+        for range in &inode.doubtful {
+            if let Some(bytes) = holes.get_mut(range.clone()) {
+                bytes.fill(0);
+            }
+        }
+        bases.push(holes);
+    }
+    let mut versions = Vec::new();
+    for mut base in bases {
+        versions.push(base.clone());
+        for write in &inode.unsynced {
+            for cut in tear_points(write.len()).into_iter().filter(|_| torn) {
+                let mut torn = base.clone();
+                torn.extend_from_slice(&write[..cut]);
+                versions.push(torn);
+            }
+            base.extend_from_slice(write);
+            versions.push(base.clone());
+        }
+    }
+    if let Some(before) = &inode.before_cut {
+        versions.extend(inode_versions(before, torn));
+    }
+    versions
 }
 
 /// Where a write of `len` bytes is cut in torn versions: every byte of the first 40 (frame
@@ -273,7 +325,11 @@ fn apply_dir_op(dir: &mut BTreeMap<String, usize>, op: &Op) {
         Op::Remove { name } => {
             dir.remove(name);
         }
-        Op::Write { .. } | Op::SyncData { .. } | Op::FailedSync { .. } | Op::SyncDir => {}
+        Op::Write { .. }
+        | Op::SyncData { .. }
+        | Op::FailedSync { .. }
+        | Op::Cut { .. }
+        | Op::SyncDir => {}
     }
 }
 

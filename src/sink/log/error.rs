@@ -47,6 +47,15 @@ pub enum LogError {
         #[source]
         source: io::Error,
     },
+    /// A segment whose last group failed could not be cut back to its durable length.
+    #[error("cannot cut the events of a failed group off log segment {file}: {source}; nothing new is appended until the cut succeeds (were the process restarted now, those unacknowledged events could be found and published). Free disk space (ENOSPC) or check the disk (EIO); the next append retries")]
+    Cut {
+        /// The file.
+        file: String,
+        /// The error of the file system.
+        #[source]
+        source: io::Error,
+    },
     /// Renaming a new segment to its final name failed.
     #[error("cannot rename log segment {from} to {to}: {source}; the group was not acknowledged. Check the disk; the next append starts a new segment")]
     Rename {

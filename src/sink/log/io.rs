@@ -41,6 +41,10 @@ pub trait SegmentFile {
     fn append(&mut self, bytes: &[u8]) -> io::Result<()>;
     /// Makes everything appended so far durable (`fdatasync`).
     fn sync_data(&mut self) -> io::Result<()>;
+    /// Cuts the file back to its first `len` bytes and makes the cut durable (`ftruncate`,
+    /// then `fdatasync`): bytes a failed write or sync left behind are gone, also from the page
+    /// cache a restarted process would read.
+    fn cut(&mut self, len: u64) -> io::Result<()>;
 }
 
 /// The log directory on the real file system.
@@ -128,6 +132,11 @@ impl SegmentFile for RealFile {
     }
 
     fn sync_data(&mut self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+
+    fn cut(&mut self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)?;
         self.0.sync_data()
     }
 }

@@ -60,14 +60,15 @@
 //!   process leaves unsynced bytes readable, which must not be built on before they are
 //!   durable) and the directory fsynced; the durable mark is the last intact event.
 //!
-//! # Known limit
+//! # A failed group is cut off
 //!
 //! After a failed `fdatasync` the abandoned group's bytes may still be readable from the page
 //! cache while not on disk (Linux marks the pages clean). A process restarted without a reboot
-//! reads them as intact events, and its open-time `fdatasync` does not write clean pages, so a
-//! later power cut may remove events the restarted process published. They were never
-//! acknowledged; closing this needs opening to copy a segment's unsynced-looking tail into a
-//! new segment, left for the wiring (docs/design.md).
+//! would read them as intact events, and its open-time `fdatasync` does not write clean pages,
+//! so a later power cut could remove events the restarted process published. The writer
+//! therefore cuts the segment back to its last durable group ([`io::SegmentFile::cut`]) right
+//! after a failed write or sync, and retries a failed cut before the next group. A process
+//! killed between the failed sync and the cut is the window left.
 //!
 //! # Invariants
 //!

@@ -26,9 +26,9 @@ pub const EIO: i32 = 5;
 pub enum OpKind {
     /// [`LogFs::create`].
     Create,
-    /// [`SegmentFile::append`].
+    /// [`SegmentFile::append`] and [`SegmentFile::cut`].
     Write,
-    /// [`SegmentFile::sync_data`] and [`LogFs::sync_file`].
+    /// [`SegmentFile::sync_data`], [`LogFs::sync_file`] and the sync of [`SegmentFile::cut`].
     Sync,
     /// [`LogFs::rename`].
     Rename,
@@ -275,5 +275,13 @@ impl SegmentFile for SimFile {
 
     fn sync_data(&mut self) -> io::Result<()> {
         self.fs.lock().sync(self.ino)
+    }
+
+    fn cut(&mut self, len: u64) -> io::Result<()> {
+        let mut state = self.fs.lock();
+        state.check(OpKind::Write)?;
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        state.record(Op::Cut { ino: self.ino, len });
+        state.sync(self.ino)
     }
 }

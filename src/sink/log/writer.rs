@@ -54,6 +54,9 @@ pub struct LogWriter<F: LogFs> {
     index: SharedIndex,
     next_seq: u64,
     durable_through: u64,
+    /// A segment whose last group failed and could not yet be cut off it (see
+    /// [`LogWriter::append`]); cut before the next group is written.
+    uncut: Option<Active<F::File>>,
     /// Deletions not yet made durable by a directory fsync.
     dir_dirty: bool,
     buf: Vec<u8>,
@@ -111,6 +114,7 @@ impl<F: LogFs> LogWriter<F> {
             index: Arc::new(RwLock::new(recovery.index.clone())),
             next_seq: recovery.next_seq,
             durable_through: recovery.last_seq,
+            uncut: None,
             dir_dirty: false,
             buf: Vec::new(),
         };
@@ -120,7 +124,11 @@ impl<F: LogFs> LogWriter<F> {
     /// Appends a group of events and makes it durable with one `fdatasync`; returns their
     /// sequences, consecutive, only once they are durable. On an error nothing is acknowledged,
     /// the sequences the group took are never handed out again, and the next call starts a
-    /// new segment (a failed write or sync may have left any part of the group on disk).
+    /// new segment. A failed write or sync may have left any part of the group in the segment
+    /// (in the page cache, whatever the disk holds), so the segment is cut back to where the
+    /// group began: a restarted process must not find, and publish, events that were reported
+    /// not durable and that a later power cut may take away. A cut that fails is tried again
+    /// before the next group, which fails while it does.
     pub fn append<P: AsRef<[u8]>>(&mut self, events: &[P]) -> Result<Range<u64>, LogError> {
         for (index, event) in events.iter().enumerate() {
             let len = event.as_ref().len();
@@ -133,6 +141,7 @@ impl<F: LogFs> LogWriter<F> {
         if events.is_empty() {
             return Ok(first..first);
         }
+        self.cut_failed_group()?;
         let end = first.saturating_add(events.len() as u64);
         self.next_seq = end;
         self.buf.clear();
@@ -147,8 +156,26 @@ impl<F: LogFs> LogWriter<F> {
                 Ok(first..end)
             }
             Err(err) => {
-                self.active = None;
+                self.uncut = self.active.take();
+                // The group's error is the one to report; a failed cut is retried and
+                // reported by the next append.
+                let _ = self.cut_failed_group();
                 Err(err)
+            }
+        }
+    }
+
+    /// Cuts the segment of a failed group back to its durable length, if one is waiting.
+    fn cut_failed_group(&mut self) -> Result<(), LogError> {
+        let Some(mut segment) = self.uncut.take() else {
+            return Ok(());
+        };
+        match segment.file.cut(segment.len) {
+            Ok(()) => Ok(()),
+            Err(source) => {
+                let file = segment.name.clone();
+                self.uncut = Some(segment);
+                Err(LogError::Cut { file, source })
             }
         }
     }
@@ -172,13 +199,14 @@ impl<F: LogFs> LogWriter<F> {
                 file: active.name.clone(),
                 source,
             })?;
-        active.len += self.buf.len() as u64;
         if !self.config.unsafe_skip_fdatasync {
             active.file.sync_data().map_err(|source| LogError::Sync {
                 file: active.name.clone(),
                 source,
             })?;
         }
+        // Only a durable group counts: a failed one is cut back to this length.
+        active.len += self.buf.len() as u64;
         Ok(())
     }
 
