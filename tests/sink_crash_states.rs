@@ -2,8 +2,8 @@
 //! `fdatasync`, create, rename, unlink and directory fsync, and sled as of its last completed
 //! checkpoint (a copy taken when each checkpoint finished).
 //!
-//! A workload of concurrent appends, publish acknowledgements and checkpoints runs on the real
-//! sink. Then, for crash points all along its trace, a crash state of the log (the synced bytes
+//! A workload of concurrent appends, publish acknowledgements, checkpoints and one failed
+//! `fdatasync` runs on the real sink. Then, for every crash point of its trace, a crash state of the log (the synced bytes
 //! plus a prefix of the unsynced writes, a torn last write, unsynced directory operations lost;
 //! see `src/sink/log/crash.rs`) is put beside the sled copy of the last checkpoint before that
 //! point, and the sink opened on it must: hold every acknowledged event with identical bytes;
@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use dlq::domain::command::Command;
 use dlq::sink::log::crash::{self, Files};
-use dlq::sink::log::sim::SimFs;
+use dlq::sink::log::sim::{OpKind, SimFs, EIO};
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use dlq_testkit::items::template_item_sized;
 
@@ -71,17 +71,27 @@ fn copy_sled(from: &Path, to: &Path) {
 }
 
 /// Runs the workload; returns the simulated log, the sled copies and the promises.
-async fn workload(skip_fdatasync: bool) -> (SimFs, Vec<Snapshot>, Promises) {
+/// `rounds` rounds of four concurrent appends; in round 4 the disk fails one `fdatasync` (the
+/// group is not acknowledged and is cut off its segment).
+async fn workload(skip_fdatasync: bool, rounds: u64) -> (SimFs, Vec<Snapshot>, Promises) {
     let dir = tempfile::tempdir().unwrap();
     let sim = SimFs::new();
     let sink = SledSink::open(config(dir.path(), Some(sim.clone()), skip_fdatasync)).unwrap();
     let mut promises = Promises::default();
     let mut snapshots = Vec::new();
-    for round in 0..8u64 {
+    let mut failed = 0;
+    for round in 0..rounds {
+        if round == 4 && !skip_fdatasync {
+            sim.inject(OpKind::Sync, 0, 1, EIO);
+        }
         let appends = (0..4).map(|k| sink.append(dl(&format!("r{round}-{k}"))));
         for events in futures::future::join_all(appends).await {
             let trace_len = sim.trace_len();
-            for event in events.unwrap() {
+            let Ok(events) = events else {
+                failed += 1;
+                continue;
+            };
+            for event in events {
                 let bytes = sink.stored(event.seq).unwrap().unwrap().json.to_vec();
                 promises.acked.insert(event.seq, (bytes, trace_len));
             }
@@ -105,6 +115,11 @@ async fn workload(skip_fdatasync: bool) -> (SimFs, Vec<Snapshot>, Promises) {
             });
         }
     }
+    sim.clear_faults();
+    assert!(
+        skip_fdatasync || rounds <= 4 || failed > 0,
+        "the injected fault failed no append"
+    );
     sink.close().await.unwrap();
     (sim, snapshots, promises)
 }
@@ -190,10 +205,10 @@ async fn check_state(
     wrong
 }
 
-/// Checks up to `budget` crash states spread over the whole trace; returns (states checked,
-/// violations).
-async fn check(skip_fdatasync: bool, budget: u64) -> (u64, Vec<String>) {
-    let (sim, snapshots, promises) = workload(skip_fdatasync).await;
+/// Checks up to `budget` crash states spread over the whole trace (every one when the trace has
+/// fewer); returns (states checked, violations).
+async fn check(skip_fdatasync: bool, rounds: u64, budget: u64) -> (u64, Vec<String>) {
+    let (sim, snapshots, promises) = workload(skip_fdatasync, rounds).await;
     let trace = sim.trace();
     let empty = SimFs::new().disk();
     let total = crash::for_each_crash_state(&empty, &trace, |_, _| ControlFlow::Continue(()));
@@ -215,14 +230,13 @@ async fn check(skip_fdatasync: bool, budget: u64) -> (u64, Vec<String>) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_sampled_crash_state_of_the_sink_keeps_its_promises() {
-    let budget = std::env::var("DLQ_SINK_CRASH_STATES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(150);
-    let (states, violations) = check(false, budget).await;
+async fn every_crash_state_of_the_sink_keeps_its_promises() {
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
+    let rounds = env("DLQ_SINK_CRASH_ROUNDS").unwrap_or(8);
+    let budget = env("DLQ_SINK_CRASH_STATES").unwrap_or(u64::MAX);
+    let (states, violations) = check(false, rounds, budget).await;
     eprintln!("checked {states} crash states of the sink");
-    assert!(states >= budget.min(100), "only {states} states");
+    assert!(states >= budget.min(1_000), "only {states} states");
     assert!(
         violations.is_empty(),
         "{} violations:\n{}",
@@ -235,7 +249,7 @@ async fn every_sampled_crash_state_of_the_sink_keeps_its_promises() {
 /// some crash state (or the whole log cannot be opened), and it says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_fdatasync_the_sink_harness_reports_lost_events() {
-    let (_, violations) = check(true, 150).await;
+    let (_, violations) = check(true, 8, 150).await;
     assert!(
         violations
             .iter()
