@@ -70,6 +70,19 @@ fn copy_sled(from: &Path, to: &Path) {
     }
 }
 
+/// A directory for a crash state: in memory (`/dev/shm`) where there is one, since each of
+/// the ~1,500 states is opened, synced and closed, and what it checks does not depend on the
+/// disk (the crash states themselves come from the simulated one).
+fn scratch_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(dir) = tempfile::tempdir_in(shm) {
+            return dir;
+        }
+    }
+    tempfile::tempdir().unwrap()
+}
+
 /// Runs the workload; returns the simulated log, the sled copies and the promises.
 /// `rounds` rounds of four concurrent appends; in round 4 the disk fails one `fdatasync` (the
 /// group is not acknowledged and is cut off its segment).
@@ -107,7 +120,7 @@ async fn workload(skip_fdatasync: bool, rounds: u64) -> (SimFs, Vec<Snapshot>, P
         }
         if round % 3 == 2 {
             sink.checkpoint().await.unwrap();
-            let copy = tempfile::tempdir().unwrap();
+            let copy = scratch_dir();
             copy_sled(dir.path(), copy.path());
             snapshots.push(Snapshot {
                 trace_len: sim.trace_len(),
@@ -131,7 +144,7 @@ async fn check_state(
     snapshots: &[Snapshot],
     promises: &Promises,
 ) -> Vec<String> {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let snapshot = snapshots.iter().rev().find(|s| s.trace_len <= p);
     if let Some(snapshot) = snapshot {
         copy_sled(snapshot.dir.path(), dir.path());
