@@ -2,7 +2,6 @@
 //! frozen, a retry that succeeds, a failing sink, and a sink too slow for the store timeout.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -13,7 +12,7 @@ use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::{EmitError, Emitter, EmitterBuilder, TopicPolicies, TopicPolicy};
 use dlq::sink::{Sink, SinkConfig, SinkError, SledSink};
 use dlq_testkit::items::failed_once;
-use dlq_testkit::node::{connected, drained, kill_bus};
+use dlq_testkit::node::{assert_stream_matches_log, connected, drained, kill_bus, logged_ids};
 use dlq_testkit::stream::{metric_value, metrics, stream_ids, stream_messages};
 use dlq_testkit::{wait_for, NatsServer};
 use serde_json::json;
@@ -74,32 +73,6 @@ fn one_retry() -> TopicPolicy {
         retry_delay: RETRY_DELAY,
         ..TopicPolicy::default()
     }
-}
-
-/// Every event id in the sink's log.
-fn logged_ids(emitter: &TestEmitter) -> Vec<String> {
-    emitter
-        .sink()
-        .events_from(1)
-        .map(|e| e.unwrap().event_id)
-        .collect()
-}
-
-/// Each stored event is in the stream exactly once, and the stream holds nothing else.
-async fn assert_stream_matches_log(emitter: &TestEmitter, server: &NatsServer) {
-    let logged = logged_ids(emitter);
-    let streamed = stream_ids(&server.url(), "DLQ").await;
-    let unique: HashSet<&String> = streamed.iter().collect();
-    assert_eq!(
-        unique.len(),
-        streamed.len(),
-        "duplicates in the stream: {streamed:?}"
-    );
-    assert_eq!(
-        unique,
-        logged.iter().collect::<HashSet<_>>(),
-        "stream and log differ"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,7 +160,7 @@ async fn bus_killed_emit_is_bounded_audited_and_reconciled() {
 
     server.restart();
     drained(&emitter).await;
-    assert_stream_matches_log(&emitter, &server).await;
+    assert_stream_matches_log(emitter.sink(), &server).await;
     assert_eq!(metric_value("dlq_unpublished_events", &[]), 0.0);
     emitter.shutdown().await.unwrap();
 }
@@ -225,7 +198,7 @@ async fn bus_frozen_emit_is_bounded_and_reconciled_without_duplicates() {
     drained(&emitter).await;
     // Publishes queued while frozen reach the server after SIGCONT; their re-publishes carry
     // the same Nats-Msg-Id and are dropped, so each event is in the stream once.
-    assert_stream_matches_log(&emitter, &server).await;
+    assert_stream_matches_log(emitter.sink(), &server).await;
     emitter.shutdown().await.unwrap();
 }
 
@@ -372,7 +345,7 @@ async fn store_timeout_after_the_writer_took_the_event_publishes_one_copy() {
         vec![&stored.event_id],
         "exactly the stored copy is in the stream"
     );
-    assert_stream_matches_log(&emitter, &server).await;
+    assert_stream_matches_log(emitter.sink(), &server).await;
     emitter.shutdown().await.unwrap();
 }
 
@@ -413,7 +386,7 @@ async fn store_timeout_before_the_writer_took_the_event_publishes_one_volatile_c
         .unwrap();
     assert!(receipt.published);
     assert!(emitter.sink().item("job-7", "withdrawn").unwrap().is_none());
-    assert_eq!(logged_ids(&emitter), receipt.event_ids);
+    assert_eq!(logged_ids(emitter.sink()), receipt.event_ids);
     drained(&emitter).await;
     // Give a wrongly stored copy the reconciler's interval to show up.
     tokio::time::sleep(Duration::from_millis(600)).await;

@@ -16,7 +16,7 @@ use dlq::emitter::{Emitter, EmitterBuilder, PublishOutcome, TopicPolicies, Topic
 use dlq::runner::{self, ProgressMode, RunOptions};
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use dlq_testkit::items::failed_once;
-use dlq_testkit::node::{connected, drained, kill_bus};
+use dlq_testkit::node::{assert_stream_matches_log, connected, drained, kill_bus, logged_ids};
 use dlq_testkit::stream::{metric_value, metrics, stream_ids};
 use dlq_testkit::NatsServer;
 use serde_json::json;
@@ -72,11 +72,6 @@ async fn emitter(dir: &Path, url: &str, policy: TopicPolicy) -> TestEmitter {
         .build()
 }
 
-/// Every event id in the sink's log.
-fn logged_ids(sink: &SledSink) -> Vec<String> {
-    sink.events_from(1).map(|e| e.unwrap().event_id).collect()
-}
-
 /// The event ids the sink still has to publish.
 fn unpublished_ids(sink: &SledSink) -> HashSet<String> {
     sink.unpublished(0, usize::MAX)
@@ -84,19 +79,6 @@ fn unpublished_ids(sink: &SledSink) -> HashSet<String> {
         .into_iter()
         .map(|e| e.event_id)
         .collect()
-}
-
-/// Each stored event is in the stream exactly once, and the stream holds nothing else.
-async fn assert_stream_matches_log(sink: &SledSink, server: &NatsServer) {
-    let streamed = stream_ids(&server.url(), "DLQ").await;
-    let unique: HashSet<&String> = streamed.iter().collect();
-    assert_eq!(unique.len(), streamed.len(), "duplicates: {streamed:?}");
-    let logged = logged_ids(sink);
-    assert_eq!(
-        unique,
-        logged.iter().collect::<HashSet<_>>(),
-        "stream and log differ"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

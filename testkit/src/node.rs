@@ -40,3 +40,25 @@ pub async fn drained(emitter: &NodeEmitter) {
     )
     .await;
 }
+
+/// Every event id in the sink's log, in sequence order.
+pub fn logged_ids(sink: &SledSink) -> Vec<String> {
+    sink.events_from(1)
+        .map(|event| event.map(|e| e.event_id))
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|err| panic!("the sink's log cannot be read: {err}"))
+}
+
+/// Each event in the sink's log is in the server's `DLQ` stream exactly once, and the stream
+/// holds nothing else.
+pub async fn assert_stream_matches_log(sink: &SledSink, server: &NatsServer) {
+    let streamed = crate::stream::stream_ids(&server.url(), "DLQ").await;
+    let unique: std::collections::HashSet<&String> = streamed.iter().collect();
+    assert_eq!(
+        unique.len(),
+        streamed.len(),
+        "duplicates in the stream: {streamed:?}"
+    );
+    let logged = logged_ids(sink);
+    assert_eq!(unique, logged.iter().collect(), "stream and log differ");
+}
