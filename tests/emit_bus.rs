@@ -5,15 +5,16 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use dlq::bus::{BusConfig, NatsBus};
+use dlq::bus::NatsBus;
 use dlq::domain::event::EventKind;
 use dlq::domain::model::DeadLetteredItem;
-use dlq::emitter::reconciler::ReconcilerConfig;
-use dlq::emitter::{EmitError, Emitter, EmitterBuilder, TopicPolicies, TopicPolicy};
+use dlq::emitter::{EmitError, Emitter, TopicPolicy};
 use dlq::sink::{Sink, SinkConfig, SinkError, SledSink};
 use dlq_testkit::items::failed_once;
-use dlq_testkit::node::{assert_stream_matches_log, connected, drained, kill_bus, logged_ids};
-use dlq_testkit::stream::{metric_value, metrics, stream_ids, stream_messages};
+use dlq_testkit::node::{
+    self, assert_stream_matches_log, connected, drained, kill_bus, logged_ids,
+};
+use dlq_testkit::stream::{metric_value, stream_ids, stream_messages};
 use dlq_testkit::{wait_for, NatsServer};
 use serde_json::json;
 
@@ -43,28 +44,7 @@ async fn emitter(dir: &Path, url: &str, policy: TopicPolicy) -> TestEmitter {
 }
 
 async fn emitter_with(config: SinkConfig, url: &str, policy: TopicPolicy) -> TestEmitter {
-    metrics();
-    let sink = SledSink::open(config).unwrap();
-    let bus = NatsBus::connect(BusConfig {
-        url: url.to_owned(),
-        publish_timeout: PUBLISH_TIMEOUT,
-        reconnect_max_delay: Duration::from_millis(200),
-        ..BusConfig::default()
-    })
-    .await
-    .unwrap();
-    let reconciler = ReconcilerConfig {
-        interval: Duration::from_millis(200),
-        ..ReconcilerConfig::default()
-    };
-    EmitterBuilder::new(sink, bus)
-        .policies(TopicPolicies {
-            default: policy,
-            ..TopicPolicies::default()
-        })
-        .publish_timeout(PUBLISH_TIMEOUT)
-        .reconciler(Some(reconciler))
-        .build()
+    node::emitter(config, url, policy, PUBLISH_TIMEOUT).await
 }
 
 fn one_retry() -> TopicPolicy {

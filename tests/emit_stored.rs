@@ -8,16 +8,17 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
-use dlq::bus::{BusConfig, NatsBus};
+use dlq::bus::NatsBus;
 use dlq::domain::event::EventKind;
 use dlq::domain::model::DeadLetteredItem;
-use dlq::emitter::reconciler::ReconcilerConfig;
-use dlq::emitter::{Emitter, EmitterBuilder, PublishOutcome, TopicPolicies, TopicPolicy};
+use dlq::emitter::{Emitter, PublishOutcome, TopicPolicy};
 use dlq::runner::{self, ProgressMode, RunOptions};
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use dlq_testkit::items::failed_once;
-use dlq_testkit::node::{assert_stream_matches_log, connected, drained, kill_bus, logged_ids};
-use dlq_testkit::stream::{metric_value, metrics, stream_ids};
+use dlq_testkit::node::{
+    self, assert_stream_matches_log, connected, drained, kill_bus, logged_ids,
+};
+use dlq_testkit::stream::{metric_value, stream_ids};
 use dlq_testkit::NatsServer;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -49,27 +50,7 @@ fn patient() -> TopicPolicy {
 }
 
 async fn emitter(dir: &Path, url: &str, policy: TopicPolicy) -> TestEmitter {
-    metrics();
-    let sink = SledSink::open(SinkConfig::new(dir)).unwrap();
-    let bus = NatsBus::connect(BusConfig {
-        url: url.to_owned(),
-        publish_timeout: PUBLISH_TIMEOUT,
-        reconnect_max_delay: Duration::from_millis(200),
-        ..BusConfig::default()
-    })
-    .await
-    .unwrap();
-    EmitterBuilder::new(sink, bus)
-        .policies(TopicPolicies {
-            default: policy,
-            ..TopicPolicies::default()
-        })
-        .publish_timeout(PUBLISH_TIMEOUT)
-        .reconciler(Some(ReconcilerConfig {
-            interval: Duration::from_millis(200),
-            ..ReconcilerConfig::default()
-        }))
-        .build()
+    node::emitter(SinkConfig::new(dir), url, policy, PUBLISH_TIMEOUT).await
 }
 
 /// The event ids the sink still has to publish.

@@ -7,14 +7,13 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
-use dlq::bus::{Bus, BusConfig, NatsBus};
+use dlq::bus::{Bus, NatsBus};
 use dlq::domain::model::DeadLetteredItem;
-use dlq::emitter::reconciler::ReconcilerConfig;
-use dlq::emitter::{Emitter, EmitterBuilder, TopicPolicies, TopicPolicy};
+use dlq::emitter::{Emitter, TopicPolicy};
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use dlq_testkit::cli::Env;
 use dlq_testkit::items::failed_once;
-use dlq_testkit::stream::{metrics, stream_ids};
+use dlq_testkit::stream::stream_ids;
 use dlq_testkit::{wait_for, NatsServer};
 
 const DLQ: &str = env!("CARGO_BIN_EXE_dlq");
@@ -42,29 +41,17 @@ fn small_payload_server(dir: &Path) -> NatsServer {
 }
 
 async fn emitter(data: &Path, url: &str) -> TestEmitter {
-    metrics();
-    let sink = SledSink::open(SinkConfig::new(data)).unwrap();
-    let bus = NatsBus::connect(BusConfig {
-        url: url.to_owned(),
-        publish_timeout: Duration::from_millis(500),
-        reconnect_max_delay: Duration::from_millis(200),
-        ..BusConfig::default()
-    })
+    let policy = TopicPolicy {
+        retry_attempts: 0,
+        ..TopicPolicy::default()
+    };
+    dlq_testkit::node::emitter(
+        SinkConfig::new(data),
+        url,
+        policy,
+        Duration::from_millis(500),
+    )
     .await
-    .unwrap();
-    EmitterBuilder::new(sink, bus)
-        .policies(TopicPolicies {
-            default: TopicPolicy {
-                retry_attempts: 0,
-                ..TopicPolicy::default()
-            },
-            ..TopicPolicies::default()
-        })
-        .reconciler(Some(ReconcilerConfig {
-            interval: Duration::from_millis(200),
-            ..ReconcilerConfig::default()
-        }))
-        .build()
 }
 
 /// Waits until nothing is unpublished and `parked` events are parked.

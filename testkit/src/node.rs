@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-use dlq::bus::{Bus, NatsBus};
-use dlq::emitter::Emitter;
-use dlq::sink::{Sink, SledSink};
+use dlq::bus::{Bus, BusConfig, NatsBus};
+use dlq::emitter::reconciler::ReconcilerConfig;
+use dlq::emitter::{Emitter, EmitterBuilder, TopicPolicies, TopicPolicy};
+use dlq::sink::{Sink, SinkConfig, SledSink};
 
 use crate::wait::wait_for;
 use crate::NatsServer;
@@ -61,4 +62,36 @@ pub async fn assert_stream_matches_log(sink: &SledSink, server: &NatsServer) {
     );
     let logged = logged_ids(sink);
     assert_eq!(unique, logged.iter().collect(), "stream and log differ");
+}
+
+/// An emitter as the integration tests build one: a sled sink opened with `config`, a NATS
+/// bus at `url` whose publishes time out after `publish_timeout` (reconnecting within
+/// 200 ms), `policy` for every topic, and a reconciler polling every 200 ms.
+pub async fn emitter(
+    config: SinkConfig,
+    url: &str,
+    policy: TopicPolicy,
+    publish_timeout: Duration,
+) -> NodeEmitter {
+    crate::stream::metrics();
+    let sink = SledSink::open(config).unwrap_or_else(|err| panic!("open the sink: {err}"));
+    let bus = NatsBus::connect(BusConfig {
+        url: url.to_owned(),
+        publish_timeout,
+        reconnect_max_delay: Duration::from_millis(200),
+        ..BusConfig::default()
+    })
+    .await
+    .unwrap_or_else(|err| panic!("connect to {url}: {err}"));
+    EmitterBuilder::new(sink, bus)
+        .policies(TopicPolicies {
+            default: policy,
+            ..TopicPolicies::default()
+        })
+        .publish_timeout(publish_timeout)
+        .reconciler(Some(ReconcilerConfig {
+            interval: Duration::from_millis(200),
+            ..ReconcilerConfig::default()
+        }))
+        .build()
 }
