@@ -112,6 +112,12 @@ pub(crate) fn denied(denials: &Denials) -> Result<(), ReadError> {
         .map_or(Ok(()), |line| Err(ReadError::Denied(line)))
 }
 
+/// A request that got no answer is tried again only while the server has denied this
+/// connection nothing: a denied request gets no answer either, and waiting would not change it.
+fn undenied(denials: &Denials) -> bool {
+    denials.last().is_none()
+}
+
 async fn read_each(
     client: async_nats::Client,
     stream: &str,
@@ -122,7 +128,7 @@ async fn read_each(
     let js = jetstream::new(client);
     let handle = through_failover(
         || js.get_stream(stream),
-        |e| matches!(e.kind(), GetStreamErrorKind::Request),
+        |e| undenied(denials) && matches!(e.kind(), GetStreamErrorKind::Request),
     )
     .await
     .map_err(|e| stream_error(e.to_string()))?;
@@ -131,7 +137,7 @@ async fn read_each(
             let mut handle = handle.clone();
             async move { handle.info().await.map(|info| info.state.clone()) }
         },
-        |e| matches!(e.kind(), RequestErrorKind::TimedOut),
+        |e| undenied(denials) && matches!(e.kind(), RequestErrorKind::TimedOut),
     )
     .await
     .map_err(|e| stream_error(e.to_string()))?;
@@ -156,7 +162,7 @@ async fn read_each(
                 ..Default::default()
             })
         },
-        |e| matches!(e.kind(), ConsumerErrorKind::TimedOut),
+        |e| undenied(denials) && matches!(e.kind(), ConsumerErrorKind::TimedOut),
     )
     .await
     .map_err(|e| stream_error(e.to_string()))?;
