@@ -131,7 +131,7 @@ async fn read_each(
         |e| undenied(denials) && matches!(e.kind(), GetStreamErrorKind::Request),
     )
     .await
-    .map_err(|e| stream_error(e.to_string()))?;
+    .map_err(|e| stream_error(format!("looking the stream up: {e}")))?;
     let state = through_failover(
         || {
             let mut handle = handle.clone();
@@ -140,7 +140,7 @@ async fn read_each(
         |e| undenied(denials) && matches!(e.kind(), RequestErrorKind::TimedOut),
     )
     .await
-    .map_err(|e| stream_error(e.to_string()))?;
+    .map_err(|e| stream_error(format!("reading its state: {e}")))?;
     let mut span = StreamSpan {
         first_seq: state.first_sequence,
         last_seq: state.last_sequence,
@@ -164,12 +164,28 @@ async fn read_each(
         },
         |e| undenied(denials) && matches!(e.kind(), ConsumerErrorKind::TimedOut),
     )
-    .await
-    .map_err(|e| stream_error(e.to_string()))?;
+    .await;
+    // Right after a cluster failover the server was seen to leave consumer creation unanswered
+    // for longer than the failover wait while the stream leader answered reads: then every
+    // message is read by sequence from the leader (slower, the same result).
+    let reader = match reader {
+        Ok(reader) => Some(reader),
+        Err(err) if undenied(denials) && matches!(err.kind(), ConsumerErrorKind::TimedOut) => {
+            tracing::warn!(
+                "stream {stream}: creating a reader timed out for {}s; reading every message by sequence instead",
+                crate::bus::FAILOVER_WAIT.as_secs()
+            );
+            None
+        }
+        Err(err) => return Err(stream_error(format!("creating a reader: {err}"))),
+    };
     let mut seen = SeqSet::new(span.first_seq, span.last_seq);
     let (mut at, mut delivered, mut idle_rounds) = (0, 0u64, 0);
-    while at < span.last_seq && delivered < state.messages && idle_rounds < 3 {
-        let mut messages = fetch_batch(&reader, &stream_error).await?;
+    while let Some(reader) = reader
+        .as_ref()
+        .filter(|_| at < span.last_seq && delivered < state.messages && idle_rounds < 3)
+    {
+        let mut messages = fetch_batch(reader, &stream_error).await?;
         let before = at;
         while let Some(message) = next_within(&mut messages, FETCH_EXPIRES, &stream_error).await? {
             let stream_seq = message.info().map_or(0, |info| info.stream_sequence);
