@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::context::{GetStreamErrorKind, RequestErrorKind};
-use async_nats::jetstream::stream::{ConsumerErrorKind, RawMessageErrorKind};
+use async_nats::jetstream::context::GetStreamErrorKind;
+use async_nats::jetstream::stream::{ConsumerError, ConsumerErrorKind, RawMessageErrorKind};
 use async_nats::jetstream::{self, consumer};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
@@ -132,15 +132,8 @@ async fn read_each(
     )
     .await
     .map_err(|e| stream_error(format!("looking the stream up: {e}")))?;
-    let state = through_failover(
-        || {
-            let mut handle = handle.clone();
-            async move { handle.info().await.map(|info| info.state.clone()) }
-        },
-        |e| undenied(denials) && matches!(e.kind(), RequestErrorKind::TimedOut),
-    )
-    .await
-    .map_err(|e| stream_error(format!("reading its state: {e}")))?;
+    // The lookup is a STREAM.INFO request: its answer holds the state.
+    let state = handle.cached_info().state.clone();
     let mut span = StreamSpan {
         first_seq: state.first_sequence,
         last_seq: state.last_sequence,
@@ -153,6 +146,8 @@ async fn read_each(
     if state.messages == 0 {
         return Ok(span);
     }
+    let timed_out =
+        |e: &ConsumerError| undenied(denials) && matches!(e.kind(), ConsumerErrorKind::TimedOut);
     let reader = through_failover(
         || {
             handle.create_consumer(consumer::pull::Config {
@@ -162,7 +157,7 @@ async fn read_each(
                 ..Default::default()
             })
         },
-        |e| undenied(denials) && matches!(e.kind(), ConsumerErrorKind::TimedOut),
+        timed_out,
     )
     .await;
     // Right after a cluster failover the server was seen to leave consumer creation unanswered
@@ -170,7 +165,7 @@ async fn read_each(
     // message is read by sequence from the leader (slower, the same result).
     let reader = match reader {
         Ok(reader) => Some(reader),
-        Err(err) if undenied(denials) && matches!(err.kind(), ConsumerErrorKind::TimedOut) => {
+        Err(err) if timed_out(&err) => {
             tracing::warn!(
                 "stream {stream}: creating a reader timed out for {}s; reading every message by sequence instead",
                 crate::bus::FAILOVER_WAIT.as_secs()
