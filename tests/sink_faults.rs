@@ -150,7 +150,8 @@ async fn every_log_fault_is_a_clear_error_and_the_sink_recovers_by_itself() {
 }
 
 /// Deleting done segments fails (EIO on unlink): the sink keeps working and keeps the
-/// segments; once the disk works again the next checkpoint deletes them.
+/// segments; once the disk works again the next checkpoint deletes them. (The items are
+/// resolved first: a segment a live item points into is never deleted.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_deletion_keeps_the_segments_until_the_next_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
@@ -162,6 +163,16 @@ async fn a_failed_deletion_keeps_the_segments_until_the_next_checkpoint() {
     let mut acked = Acked::new();
     for n in 0..12 {
         append_ok(&sink, &format!("i{n}"), &mut acked).await;
+    }
+    for n in 0..12 {
+        let resolve = Command::Remove {
+            job_id: "J".into(),
+            item_id: format!("i{n}"),
+            reason: dlq::domain::event::RemovalReason::Resolved,
+        };
+        for event in sink.append(resolve).await.unwrap() {
+            acked.push((event.event_id, event.seq));
+        }
     }
     for (_, seq) in &acked {
         sink.mark_published(*seq).unwrap();

@@ -36,8 +36,13 @@ pub const JOB_COUNT: &[u8] = b"c";
 pub const NODE_ID: &[u8] = b"m/node_id";
 /// The projection layout version this database's projection was built with.
 pub const PROJECTION_FORMAT: &[u8] = b"m/projection_format";
-/// The current projection layout: a database built with another is rebuilt from its log.
-pub const CURRENT_PROJECTION_FORMAT: u64 = 2;
+/// The current projection layout: items are pointer records into the log
+/// (`super::item_record`). A database built with another is rebuilt from its log, except
+/// [`INLINE_ITEMS_PROJECTION_FORMAT`].
+pub const CURRENT_PROJECTION_FORMAT: u64 = 3;
+/// The layout before: the same keys, every item kept whole as JSON. Such items stay readable
+/// as they are, so a database of this layout is taken over without a rebuild.
+pub const INLINE_ITEMS_PROJECTION_FORMAT: u64 = 2;
 /// Where the event log is: absent in format 2 (the log in sled, `l/` keys, plus a journal),
 /// [`CURRENT_SINK_FORMAT`] once it is in segment files.
 pub const SINK_FORMAT: &[u8] = b"m/sink_format";

@@ -10,12 +10,15 @@
 //!   ([`projector`]). sled is made durable at **checkpoints** (once a second when anything
 //!   changed, [`SinkConfig::checkpoint_every`], on close, around a rebuild). Opening applies
 //!   the log from the mark on, so the projection always catches up with the log.
+//! * **An item in sled points into the log** ([`item_record`]): its value is the sequences of
+//!   its events, and reading it folds them. No segment a live item points into is deleted.
 //! * **Publishing** is a watermark plus exceptions ([`publish_state`]), saved at checkpoints;
 //!   the reconciler reads unpublished events from the log, never past its durable mark. After
 //!   a crash an event may be published again, with the same `event_id`, which JetStream and
 //!   consumers both drop. Duplicates are allowed; loss is not.
 //! * A log segment is deleted only when every event in it is applied, checkpointed, published
-//!   (or parked events are elsewhere) and it is past the log retention ([`LogRetention`]).
+//!   (or parked events are elsewhere), no live item points into it, and it is past the log
+//!   retention ([`LogRetention`]).
 //!
 //! # Group commit
 //!
@@ -34,7 +37,8 @@
 //!
 //! # Formats
 //!
-//! Format 3 is this one. A directory of format 2 (the log in sled as `l/seq` keys, with a
+//! Format 3 is this one (its projection format 3 keeps items as pointer records; the items of
+//! projection format 2, kept whole, are read and grown as they are). A directory of format 2 (the log in sled as `l/seq` keys, with a
 //! journal) is migrated when opened ([`migrate`]). A projection built with another layout is
 //! rebuilt from the log when opened; [`SledSink::rebuild_projection`] (`dlq rebuild`) rebuilds
 //! it on demand.
@@ -45,6 +49,7 @@ mod counters;
 mod epoch;
 mod fault_fs;
 pub mod faults;
+mod item_record;
 mod journal;
 mod journal_record;
 mod keys;
@@ -71,6 +76,7 @@ pub mod test_support {
     pub use super::keys::item as item_key;
     pub use super::keys::log as log_key;
     pub use super::migrate::LOG_DIR;
+    pub use super::sled_sink::SEGMENT_SIZE as SLED_SEGMENT_SIZE;
     /// The key prefixes of the sled tree, for footprint measurements.
     pub mod key_prefixes {
         pub use super::super::keys::{

@@ -92,8 +92,18 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
     let format = tree
         .get(keys::PROJECTION_FORMAT)?
         .and_then(|bytes| keys::decode_u64(&bytes));
-    // A projection of another layout is rebuilt from the log.
-    let rebuild = format != Some(keys::CURRENT_PROJECTION_FORMAT);
+    // A projection of another layout is rebuilt from the log; items kept whole (format 2)
+    // stay readable as they are.
+    if format == Some(keys::INLINE_ITEMS_PROJECTION_FORMAT) {
+        tree.insert(
+            keys::PROJECTION_FORMAT,
+            &keys::CURRENT_PROJECTION_FORMAT.to_be_bytes(),
+        )?;
+    }
+    let rebuild = !matches!(
+        format,
+        Some(keys::CURRENT_PROJECTION_FORMAT | keys::INLINE_ITEMS_PROJECTION_FORMAT)
+    );
     if applied > log.durable_through() {
         return Err(log_behind(&config, applied, log.durable_through()));
     }

@@ -66,11 +66,11 @@ pub(crate) fn catch_up(
         }
         through = record.seq;
         if chunk.len() == CHUNK {
-            count += apply_events(tree, &std::mem::take(&mut chunk), through)?;
+            count += apply_events(tree, reader, &std::mem::take(&mut chunk), through)?;
         }
     }
     if through > applied {
-        count += apply_events(tree, &chunk, through)?;
+        count += apply_events(tree, reader, &chunk, through)?;
     }
     Ok((through, count))
 }
@@ -88,9 +88,14 @@ pub(crate) fn clear(tree: &sled::Tree) -> Result<(), SinkError> {
     Ok(())
 }
 
-fn apply_events(tree: &sled::Tree, events: &[Event], through: u64) -> Result<u64, SinkError> {
+fn apply_events(
+    tree: &sled::Tree,
+    reader: &Reader,
+    events: &[Event],
+    through: u64,
+) -> Result<u64, SinkError> {
     let first_seq = events.first().map_or(through, |e| e.seq);
-    let mut staged = Staged::new(tree, first_seq);
+    let mut staged = Staged::new(tree, reader, first_seq);
     for event in events {
         staged.stage_events(std::slice::from_ref(event), None)?;
     }

@@ -2,24 +2,41 @@
 //! need live in [`super::staged`], where they see a group's staged changes too.
 //!
 //! Reads need no lock: sled gives every reader a consistent view of each key, and the writer
-//! thread is the only one that changes projections.
+//! thread is the only one that changes projections. An item's value points at its events in
+//! the log ([`ItemRecord`]): reading it reads them and folds them.
 
 use super::counters::JobCounters;
+use super::item_record::ItemRecord;
+use super::projector::Reader;
 use super::{keys, show_key, SinkError};
-use crate::domain::projection::StoredItem;
+use crate::domain::event::Event;
+use crate::domain::projection::{apply_owned, Change, StoredItem};
 
-/// Current state as stored in one sled tree.
+/// Current state as stored in one sled tree and the log its items point into.
 pub(crate) struct TreeView<'a> {
     pub(crate) tree: &'a sled::Tree,
+    pub(crate) log: &'a Reader,
 }
 
 impl TreeView<'_> {
-    /// Decodes a stored item, or says which key is corrupt.
-    pub(crate) fn decode_item(key: &[u8], value: &[u8]) -> Result<StoredItem, SinkError> {
-        serde_json::from_slice(value).map_err(|err| SinkError::Corrupt {
+    /// Reads a stored item and its record, or says which key is corrupt.
+    pub(crate) fn load_item(
+        &self,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(StoredItem, ItemRecord), SinkError> {
+        let corrupt = |reason: String| SinkError::Corrupt {
             key: show_key(key),
-            reason: err.to_string(),
-        })
+            reason,
+        };
+        let record = ItemRecord::decode(value).map_err(|err| corrupt(err.to_string()))?;
+        let stored = match &record {
+            ItemRecord::Inline(json) => {
+                serde_json::from_slice(json).map_err(|err| corrupt(err.to_string()))?
+            }
+            ItemRecord::Events(seqs) => fold_events(self.log, seqs).map_err(corrupt)?,
+        };
+        Ok((stored, record))
     }
 
     /// The current state of one item.
@@ -28,11 +45,64 @@ impl TreeView<'_> {
         job_id: &str,
         item_id: &str,
     ) -> Result<Option<StoredItem>, SinkError> {
+        Ok(self.entry(job_id, item_id)?.map(|(stored, _)| stored))
+    }
+
+    /// The current state of one item and its record.
+    pub(crate) fn entry(
+        &self,
+        job_id: &str,
+        item_id: &str,
+    ) -> Result<Option<(StoredItem, ItemRecord)>, SinkError> {
         let key = keys::item(job_id, item_id);
         match self.tree.get(&key)? {
             None => Ok(None),
-            Some(value) => Self::decode_item(&key, &value).map(Some),
+            Some(value) => self.load_live(&key, &value),
         }
+    }
+
+    /// [`load_item`](Self::load_item) for a value read a moment ago: an item removed since
+    /// (whose segments a checkpoint may have deleted meanwhile) is `None`, not an error.
+    pub(crate) fn load_live(
+        &self,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Option<(StoredItem, ItemRecord)>, SinkError> {
+        match self.load_item(key, value) {
+            Ok(entry) => Ok(Some(entry)),
+            Err(err) => match self.tree.get(key)? {
+                None => Ok(None),
+                Some(now) if now.as_ref() != value => self.load_item(key, &now).map(Some),
+                Some(_) => Err(err),
+            },
+        }
+    }
+
+    /// The lowest `created_seq` of any item (the first entry of each job's FIFO index): every
+    /// event a live item points at is at or above it. `None` when there are no items.
+    pub(crate) fn oldest_created_seq(&self) -> Result<Option<u64>, SinkError> {
+        let mut oldest: Option<u64> = None;
+        // Jobs by their counter keys alone: an older layout's counter values may not decode.
+        for entry in self.tree.scan_prefix(keys::JOB_COUNT) {
+            let (key, _) = entry?;
+            let job = keys::job_of_count(&key).ok_or_else(|| SinkError::Corrupt {
+                key: show_key(&key),
+                reason: "malformed job key".into(),
+            })?;
+            let prefix = keys::fifo_of_job(&job);
+            if let Some(entry) = self.tree.scan_prefix(&prefix).next() {
+                let (key, _) = entry?;
+                let seq = key
+                    .get(prefix.len()..prefix.len() + 8)
+                    .and_then(keys::decode_u64)
+                    .ok_or_else(|| SinkError::Corrupt {
+                        key: show_key(&key),
+                        reason: "malformed FIFO index key".into(),
+                    })?;
+                oldest = Some(oldest.map_or(seq, |o| o.min(seq)));
+            }
+        }
+        Ok(oldest)
     }
 
     /// How many items the job holds.
@@ -74,4 +144,34 @@ impl TreeView<'_> {
         self.jobs_with_counters()
             .map(|entry| entry.map(|(job, _)| job))
     }
+}
+
+/// The item that the logged events `seqs` make, folded from nothing; or why it cannot be read.
+fn fold_events(log: &Reader, seqs: &[u64]) -> Result<StoredItem, String> {
+    let mut item: Option<StoredItem> = None;
+    let reads = log.read_many(seqs);
+    if reads.len() != seqs.len() {
+        if let Some((seq, Err(err))) = reads.into_iter().next() {
+            return Err(format!(
+                "its event {seq} cannot be read from the log: {err}"
+            ));
+        }
+        return Err("its events cannot be read from the log".to_owned());
+    }
+    for (seq, read) in reads {
+        let bytes = read
+            .map_err(|err| format!("its event {seq} cannot be read from the log: {err}"))?
+            .ok_or_else(|| format!("its event {seq} is not in the log"))?;
+        let event = Event::from_json(&bytes)
+            .map_err(|err| format!("its event {seq} in the log does not decode: {err}"))?;
+        match apply_owned(item.as_ref(), event) {
+            Change::Put { item: next, .. } => item = Some(*next),
+            Change::Delete { .. } | Change::Unchanged => {
+                return Err(format!(
+                    "its event {seq} does not change the item as the record says"
+                ))
+            }
+        }
+    }
+    item.ok_or_else(|| "the record names no event".to_owned())
 }

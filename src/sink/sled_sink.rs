@@ -150,9 +150,14 @@ impl SledSink {
 
     /// Every item of every job, in key order (job, then item id).
     pub fn items(&self) -> impl Iterator<Item = Result<StoredItem, SinkError>> + '_ {
-        self.tree().scan_prefix(keys::ITEM).map(|entry| {
-            let (key, value) = entry?;
-            TreeView::decode_item(&key, &value)
+        let view = self.view();
+        view.tree.scan_prefix(keys::ITEM).filter_map(move |entry| {
+            let loaded = entry
+                .map_err(SinkError::from)
+                .and_then(|(key, value)| view.load_live(&key, &value));
+            loaded
+                .transpose()
+                .map(|entry| entry.map(|(stored, _)| stored))
         })
     }
 
@@ -162,11 +167,16 @@ impl SledSink {
         &self,
         job_id: &str,
     ) -> impl Iterator<Item = Result<StoredItem, SinkError>> + '_ {
-        self.tree()
+        let view = self.view();
+        view.tree
             .scan_prefix(keys::items_of_job(job_id))
-            .map(|entry| {
-                let (key, value) = entry?;
-                TreeView::decode_item(&key, &value)
+            .filter_map(move |entry| {
+                let loaded = entry
+                    .map_err(SinkError::from)
+                    .and_then(|(key, value)| view.load_live(&key, &value));
+                loaded
+                    .transpose()
+                    .map(|entry| entry.map(|(stored, _)| stored))
             })
     }
 
@@ -250,7 +260,10 @@ impl SledSink {
     }
 
     fn view(&self) -> TreeView<'_> {
-        TreeView { tree: self.tree() }
+        TreeView {
+            tree: self.tree(),
+            log: &self.inner.log,
+        }
     }
 
     async fn send(&self, request: Request) -> Result<(), SinkError> {

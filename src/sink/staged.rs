@@ -18,7 +18,9 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::counters::JobCounters;
+use super::item_record::ItemRecord;
 use super::journal_record::Write;
+use super::projector::Reader;
 use super::reads::TreeView;
 use super::sled_sink::MAX_VALUE_BYTES;
 use super::{keys, SinkError};
@@ -27,13 +29,16 @@ use crate::domain::projection::{apply, Change, StateView, StoredItem};
 
 type ItemKey = (String, String);
 
+/// An item's state and what sled keeps of it.
+pub(crate) type Entry = (StoredItem, ItemRecord);
+
 /// Pending writes and the item state they imply.
 #[derive(Default)]
 pub(crate) struct Layer {
     /// Key → new value (`None`: delete).
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// Items changed: `None` means deleted.
-    items: HashMap<ItemKey, Option<StoredItem>>,
+    items: HashMap<ItemKey, Option<Entry>>,
     /// Counters of the jobs touched.
     counts: HashMap<String, JobCounters>,
 }
@@ -52,15 +57,20 @@ pub(crate) struct Staged<'a> {
 impl<'a> Staged<'a> {
     /// Starts staging a group over `tree` with nothing unapplied; its events get sequences
     /// from `first_seq` on.
-    pub(crate) fn new(tree: &'a sled::Tree, first_seq: u64) -> Self {
-        Self::over(tree, Vec::new(), first_seq)
+    pub(crate) fn new(tree: &'a sled::Tree, log: &'a Reader, first_seq: u64) -> Self {
+        Self::over(tree, log, Vec::new(), first_seq)
     }
 
     /// Starts staging over the unapplied groups `base` (oldest first) whose first sequence is
     /// `first_seq` (the group's own first sequence when `base` is empty).
-    pub(crate) fn over(tree: &'a sled::Tree, base: Vec<Arc<Layer>>, first_seq: u64) -> Self {
+    pub(crate) fn over(
+        tree: &'a sled::Tree,
+        log: &'a Reader,
+        base: Vec<Arc<Layer>>,
+        first_seq: u64,
+    ) -> Self {
         Staged {
-            view: TreeView { tree },
+            view: TreeView { tree, log },
             base,
             group: Layer::default(),
             first_seq,
@@ -68,7 +78,7 @@ impl<'a> Staged<'a> {
     }
 
     /// The item state the base layers give `key`, newest first.
-    fn base_item(&self, key: &ItemKey) -> Option<&Option<StoredItem>> {
+    fn base_item(&self, key: &ItemKey) -> Option<&Option<Entry>> {
         self.base
             .iter()
             .rev()
@@ -111,12 +121,12 @@ impl<'a> Staged<'a> {
     }
 
     /// The state of an item as `layer` over the group over the tree sees it.
-    fn current(&self, layer: &Layer, key: &ItemKey) -> Result<Option<StoredItem>, SinkError> {
+    fn current(&self, layer: &Layer, key: &ItemKey) -> Result<Option<Entry>, SinkError> {
         let staged = layer.items.get(key).or_else(|| self.group.items.get(key));
         if let Some(item) = staged.or_else(|| self.base_item(key)) {
             return Ok(item.clone());
         }
-        self.view.item(&key.0, &key.1)
+        self.view.entry(&key.0, &key.1)
     }
 
     fn count(&self, layer: &Layer, job_id: &str) -> Result<JobCounters, SinkError> {
@@ -139,20 +149,28 @@ impl<'a> Staged<'a> {
             return Ok(());
         };
         let key = (event.job_id.clone(), item_id.to_owned());
-        let previous = self.current(layer, &key)?;
+        let current = self.current(layer, &key)?;
         let mut count = self.count(layer, &event.job_id)?;
+        let (previous, record) = match current {
+            Some((stored, record)) => (Some(stored), Some(record)),
+            None => (None, None),
+        };
         match apply(previous.as_ref(), event) {
             Change::Put { item, previous } => {
-                let value =
-                    serde_json::to_vec(&*item).map_err(|err| SinkError::Io(err.to_string()))?;
-                if value.len() > MAX_VALUE_BYTES {
+                // A new item is one event, within `max_event_bytes`; a grown one is measured.
+                let size = match &previous {
+                    Some(_) => json_len(&*item)?,
+                    None => 0,
+                };
+                if size > MAX_VALUE_BYTES {
                     return Err(SinkError::Rejected(format!(
-                        "item '{}' of job '{}' would grow to {} bytes with this failure (limit {MAX_VALUE_BYTES}): resolve, clear or purge it",
+                        "item '{}' of job '{}' would grow to {size} bytes with this failure (limit {MAX_VALUE_BYTES}): resolve, clear or purge it",
                         key.1,
                         key.0,
-                        value.len()
                     )));
                 }
+                let record = next_record(record, &item, event.seq)?;
+                let value = record.encode();
                 if let Some(previous) = &previous {
                     unindex(&mut layer.writes, previous);
                     count.remove(&previous.item);
@@ -161,7 +179,7 @@ impl<'a> Staged<'a> {
                 layer.counts.insert(event.job_id.clone(), count);
                 layer.writes.insert(keys::item(&key.0, &key.1), Some(value));
                 index(&mut layer.writes, &item);
-                layer.items.insert(key, Some(*item));
+                layer.items.insert(key, Some((*item, record)));
             }
             Change::Delete { previous } => {
                 unindex(&mut layer.writes, &previous);
@@ -197,21 +215,58 @@ impl<'a> Staged<'a> {
         match self.group.items.get(key).or_else(|| self.base_item(key)) {
             None => true,
             Some(None) => false,
-            Some(Some(stored)) => check(stored),
+            Some(Some((stored, _))) => check(stored),
         }
     }
 
     /// Items created since the tree's last applied group (and still present), each once.
     fn created_here(&self) -> Vec<&StoredItem> {
-        let mut latest: HashMap<&ItemKey, &Option<StoredItem>> = HashMap::new();
+        let mut latest: HashMap<&ItemKey, &Option<Entry>> = HashMap::new();
         for layer in self.base.iter().map(|b| &**b).chain([&self.group]) {
             latest.extend(layer.items.iter());
         }
         latest
             .into_values()
             .flatten()
+            .map(|(stored, _)| stored)
             .filter(|stored| stored.created_seq >= self.first_seq)
             .collect()
+    }
+}
+
+/// How many bytes `value`'s JSON takes, without keeping them.
+fn json_len(value: &impl serde::Serialize) -> Result<usize, SinkError> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_err(|err| SinkError::Io(err.to_string()))?;
+    Ok(count.0)
+}
+
+/// What sled keeps of `item` after the event `seq` made it: the pointer record grown by `seq`,
+/// or (for an item kept whole, see [`ItemRecord::Inline`]) the whole item again.
+fn next_record(
+    previous: Option<ItemRecord>,
+    item: &StoredItem,
+    seq: u64,
+) -> Result<ItemRecord, SinkError> {
+    match previous {
+        None => Ok(ItemRecord::Events(vec![seq])),
+        Some(ItemRecord::Events(mut seqs)) => {
+            seqs.push(seq);
+            Ok(ItemRecord::Events(seqs))
+        }
+        Some(ItemRecord::Inline(_)) => serde_json::to_vec(item)
+            .map(ItemRecord::Inline)
+            .map_err(|err| SinkError::Io(err.to_string())),
     }
 }
 
@@ -246,7 +301,9 @@ impl StateView for Staged<'_> {
 
     fn item(&self, job_id: &str, item_id: &str) -> Result<Option<StoredItem>, SinkError> {
         let key = (job_id.to_owned(), item_id.to_owned());
-        self.current(&Layer::default(), &key)
+        Ok(self
+            .current(&Layer::default(), &key)?
+            .map(|(stored, _)| stored))
     }
 
     fn job_len(&self, job_id: &str) -> Result<u64, SinkError> {

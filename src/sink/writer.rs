@@ -43,6 +43,7 @@ use super::log::LogWriter;
 use super::log_retention::Retention;
 use super::projector;
 use super::publish_state::PublishState;
+use super::reads::TreeView;
 use super::staged::Staged;
 use super::{keys, Faults, SinkError};
 use crate::domain::command::{decide, Command, DecideError, Limits};
@@ -187,7 +188,8 @@ impl Writer {
         let mut seq = first;
         let mut payloads = Vec::new();
         let (base, base_first) = self.applied.base();
-        let mut staged = Staged::over(&self.tree, base, base_first.unwrap_or(first));
+        let reader = self.log.reader();
+        let mut staged = Staged::over(&self.tree, &reader, base, base_first.unwrap_or(first));
         for request in group {
             match request {
                 Request::Append { command, reply, .. } => {
@@ -383,6 +385,20 @@ impl Writer {
         }
         self.changed = false;
         let done_through = keep_from.saturating_sub(1).min(self.applied.through());
+        // Items point at their events in the log: no segment goes while a live item may.
+        let reader = self.log.reader();
+        let view = TreeView {
+            tree: &self.tree,
+            log: &reader,
+        };
+        let done_through = match view.oldest_created_seq() {
+            Ok(Some(oldest)) => done_through.min(oldest.saturating_sub(1)),
+            Ok(None) => done_through,
+            Err(err) => {
+                warn!(error = %err, "cannot tell which log segments live items point into; none is deleted");
+                0
+            }
+        };
         let removable = self.retention.removable_through(&self.log, done_through);
         if removable > 0 {
             if let Err(err) = self.log.remove_through(removable) {
@@ -396,6 +412,7 @@ impl Writer {
     /// key is removed by the first, so a crash mid-rebuild leaves a projection that the next
     /// open rebuilds again, never a half-built one taken for current.
     pub(crate) fn rebuild_durably(&mut self) -> Result<u64, SinkError> {
+        self.refuse_lossy_rebuild()?;
         self.tree.remove(keys::PROJECTION_FORMAT)?;
         self.checkpoint().map_err(SinkError::Io)?;
         projector::clear(&self.tree)?;
@@ -407,6 +424,28 @@ impl Writer {
         )?;
         self.checkpoint().map_err(SinkError::Io)?;
         Ok(applied)
+    }
+}
+
+impl Writer {
+    /// Refuses a rebuild that would lose items: items of projection format 2 are kept whole
+    /// in sled, and the log may no longer hold their first events.
+    fn refuse_lossy_rebuild(&self) -> Result<(), SinkError> {
+        let reader = self.log.reader();
+        let view = TreeView {
+            tree: &self.tree,
+            log: &reader,
+        };
+        let Some(oldest) = view.oldest_created_seq()? else {
+            return Ok(());
+        };
+        let log_from = reader.index().segments().first().map(|s| s.first_seq);
+        match log_from {
+            Some(first) if first > oldest => Err(SinkError::Rejected(format!(
+                "the log starts at sequence {first} but items created at sequence {oldest} are still held: a rebuild from the log would lose them (their first events were in log segments deleted by an older dlq's retention, or by hand). Nothing was changed; export the items first (`dlq export`) if you must rebuild"
+            ))),
+            _ => Ok(()),
+        }
     }
 }
 

@@ -1,0 +1,201 @@
+//! Items in sled point at their events in the log (projection format 3): the log keeps every
+//! segment a live item points into, whatever its retention says; items kept whole by an older
+//! dlq (projection format 2) stay readable and keep growing; a rebuild that would lose such
+//! items is refused. Real sled and the real log on disk.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use dlq::domain::command::Command;
+use dlq::domain::event::RemovalReason;
+use dlq::sink::{LogRetention, Sink, SinkConfig, SinkError, SledSink};
+use dlq_testkit::items::template_item;
+
+const KEEP_NOTHING: LogRetention = LogRetention {
+    max_age: Duration::ZERO,
+    max_bytes: 0,
+};
+
+fn open(dir: &Path, retention: LogRetention) -> SledSink {
+    let mut config = SinkConfig::new(dir);
+    config.node_id = Some("n1".into());
+    config.segment_bytes = 4096; // a new segment every few events
+    config.checkpoint_every = Duration::from_secs(3600);
+    config.log_retention = retention;
+    SledSink::open(config).unwrap()
+}
+
+fn dead_letter(id: &str, attempt: &str) -> Command {
+    let mut item = template_item();
+    (item.job_id, item.item_id) = ("J".to_owned(), id.to_owned());
+    item.failure_history[0].error_message = format!("failure {attempt} of {id}");
+    Command::DeadLetter {
+        topic: "t".into(),
+        item: Box::new(item),
+    }
+}
+
+fn resolve(id: &str) -> Command {
+    Command::Remove {
+        job_id: "J".into(),
+        item_id: id.into(),
+        reason: RemovalReason::Resolved,
+    }
+}
+
+/// Appends `command` and marks its events published; returns their sequences.
+async fn append_published(sink: &SledSink, command: Command) -> Vec<u64> {
+    let mut seqs = Vec::new();
+    for event in sink.append(command).await.unwrap() {
+        sink.mark_published(event.seq).unwrap();
+        seqs.push(event.seq);
+    }
+    seqs
+}
+
+fn segment_firsts(dir: &Path) -> Vec<u64> {
+    let log = dir.join(dlq::sink::test_support::LOG_DIR);
+    let mut firsts: Vec<u64> = std::fs::read_dir(log)
+        .unwrap()
+        .filter_map(|entry| {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".seg")?.parse().ok()
+        })
+        .collect();
+    firsts.sort();
+    firsts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_keeps_every_segment_a_live_item_points_into() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = open(dir.path(), KEEP_NOTHING);
+    let resolved = |n: usize| format!("i{n}");
+    for n in 0..8 {
+        append_published(&sink, dead_letter(&resolved(n), "1")).await;
+        append_published(&sink, resolve(&resolved(n))).await;
+    }
+    let first = append_published(&sink, dead_letter("keeper", "1")).await[0];
+    for n in 8..16 {
+        append_published(&sink, dead_letter(&resolved(n), "1")).await;
+        append_published(&sink, resolve(&resolved(n))).await;
+    }
+    // Its second failure lands in a later segment: the item is the fold of both.
+    append_published(&sink, dead_letter("keeper", "2")).await;
+    let keeper = sink.item("J", "keeper").unwrap().unwrap();
+    assert_eq!(keeper.item.failure_history.len(), 2);
+    let before = segment_firsts(dir.path());
+    sink.close().await.unwrap(); // checkpoints: deletes what retention allows
+    drop(sink);
+
+    let after = segment_firsts(dir.path());
+    assert!(
+        after.len() < before.len(),
+        "done segments before the live item are deleted: {before:?} -> {after:?}"
+    );
+    assert!(
+        after.first().is_some_and(|&f| f <= first),
+        "the segment of the live item's first event (seq {first}) and all after it are kept: {after:?}"
+    );
+    let sink = open(dir.path(), KEEP_NOTHING);
+    assert_eq!(sink.item("J", "keeper").unwrap().as_ref(), Some(&keeper));
+    let live = sink.projection_snapshot().unwrap();
+    sink.rebuild_projection().await.unwrap();
+    assert_eq!(live, sink.projection_snapshot().unwrap());
+
+    // Once the item is resolved, its segments go too.
+    append_published(&sink, resolve("keeper")).await;
+    sink.close().await.unwrap();
+    drop(sink);
+    let last = segment_firsts(dir.path());
+    assert!(
+        last.first().is_some_and(|&f| f > first),
+        "the resolved item's segments are deleted: {last:?}"
+    );
+}
+
+/// Rewrites the stored item `id` of job J as projection format 2 kept it: the whole item as
+/// JSON, and the format key saying 2.
+fn make_inline(dir: &Path, id: &str, stored: &dlq::domain::projection::StoredItem) {
+    let db = sled::Config::new()
+        .path(dir)
+        .segment_size(dlq::sink::test_support::SLED_SEGMENT_SIZE)
+        .open()
+        .unwrap();
+    db.insert(
+        dlq::sink::test_support::item_key("J", id),
+        serde_json::to_vec(stored).unwrap(),
+    )
+    .unwrap();
+    db.insert(b"m/projection_format", &2u64.to_be_bytes())
+        .unwrap();
+    db.flush().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_kept_whole_by_format_2_stay_readable_and_grow() {
+    let (old, fresh) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sink = open(old.path(), LogRetention::default());
+    let control = open(fresh.path(), LogRetention::default());
+    let (a1, b1, a2) = (
+        dead_letter("a", "1"),
+        dead_letter("b", "1"),
+        dead_letter("a", "2"),
+    );
+    for s in [&sink, &control] {
+        s.append(a1.clone()).await.unwrap();
+        s.append(b1.clone()).await.unwrap();
+    }
+    let a = sink.item("J", "a").unwrap().unwrap();
+    sink.close().await.unwrap();
+    drop(sink);
+    make_inline(old.path(), "a", &a);
+
+    let sink = open(old.path(), LogRetention::default());
+    assert_eq!(sink.item("J", "a").unwrap().as_ref(), Some(&a));
+    for s in [&sink, &control] {
+        s.append(a2.clone()).await.unwrap();
+    }
+    let grown = sink.item("J", "a").unwrap().unwrap();
+    assert_eq!(grown.item.failure_history.len(), 2);
+    let expected = control.item("J", "a").unwrap().unwrap();
+    assert_eq!(grown.item, expected.item);
+    assert_eq!(grown.version, 2);
+    // The log still holds every event: a rebuild makes the item a pointer record, unchanged.
+    sink.rebuild_projection().await.unwrap();
+    assert_eq!(sink.item("J", "a").unwrap().as_ref(), Some(&grown));
+    sink.close().await.unwrap();
+    control.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_that_would_lose_items_kept_whole_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = open(dir.path(), LogRetention::default());
+    for n in 0..8 {
+        append_published(&sink, dead_letter(&format!("i{n}"), "1")).await;
+    }
+    let i0 = sink.item("J", "i0").unwrap().unwrap();
+    sink.close().await.unwrap();
+    drop(sink);
+    make_inline(dir.path(), "i0", &i0);
+    // An older dlq's retention deleted the first segment (i0's only event is in it).
+    let firsts = segment_firsts(dir.path());
+    assert!(firsts.len() > 2, "{firsts:?}");
+    let log = dir.path().join(dlq::sink::test_support::LOG_DIR);
+    std::fs::remove_file(log.join(dlq::sink::log::segment::name(firsts[0]))).unwrap();
+
+    let sink = open(dir.path(), LogRetention::default());
+    assert_eq!(sink.item("J", "i0").unwrap().as_ref(), Some(&i0));
+    let before = sink.projection_snapshot().unwrap();
+    let err = sink.rebuild_projection().await.unwrap_err();
+    assert!(matches!(err, SinkError::Rejected(_)), "{err:?}");
+    assert!(err.to_string().contains("would lose them"), "{err}");
+    assert_eq!(
+        before,
+        sink.projection_snapshot().unwrap(),
+        "nothing changed"
+    );
+    sink.close().await.unwrap();
+}
