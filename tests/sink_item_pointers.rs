@@ -1,5 +1,5 @@
-//! Items in sled point at their events in the log (projection format 3): the log keeps every
-//! segment a live item points into, whatever its retention says; items kept whole by an older
+//! Items in sled point at their events in the log (projection format 3): before retention
+//! deletes a segment, the live items created in it are kept whole; items kept whole by an older
 //! dlq (projection format 2) stay readable and keep growing; a rebuild that would lose such
 //! items is refused. Real sled and the real log on disk.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -68,7 +68,7 @@ fn segment_firsts(dir: &Path) -> Vec<u64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retention_keeps_every_segment_a_live_item_points_into() {
+async fn retention_deletes_segments_once_the_live_items_created_in_them_are_kept_whole() {
     let dir = tempfile::tempdir().unwrap();
     let sink = open(dir.path(), KEEP_NOTHING);
     let resolved = |n: usize| format!("i{n}");
@@ -85,34 +85,57 @@ async fn retention_keeps_every_segment_a_live_item_points_into() {
     append_published(&sink, dead_letter("keeper", "2")).await;
     let keeper = sink.item("J", "keeper").unwrap().unwrap();
     assert_eq!(keeper.item.failure_history.len(), 2);
-    let before = segment_firsts(dir.path());
     sink.close().await.unwrap(); // checkpoints: deletes what retention allows
     drop(sink);
 
     let after = segment_firsts(dir.path());
     assert!(
-        after.len() < before.len(),
-        "done segments before the live item are deleted: {before:?} -> {after:?}"
-    );
-    assert!(
-        after.first().is_some_and(|&f| f <= first),
-        "the segment of the live item's first event (seq {first}) and all after it are kept: {after:?}"
+        after.first().is_some_and(|&f| f > first),
+        "a live item does not pin the segment it was created in (seq {first}): {after:?}"
     );
     let sink = open(dir.path(), KEEP_NOTHING);
     assert_eq!(sink.item("J", "keeper").unwrap().as_ref(), Some(&keeper));
+    let err = sink.rebuild_projection().await.unwrap_err();
+    assert!(
+        matches!(&err, SinkError::Rejected(m) if m.contains("would lose them")),
+        "{err}"
+    );
+    // A later failure of the item kept whole grows it, through a restart too.
+    append_published(&sink, dead_letter("keeper", "3")).await;
+    let grown = sink.item("J", "keeper").unwrap().unwrap();
+    assert_eq!(grown.item.failure_history.len(), 3);
+    assert_eq!(grown.created_seq, keeper.created_seq);
+    sink.close().await.unwrap();
+    drop(sink);
+    let sink = open(dir.path(), KEEP_NOTHING);
+    assert_eq!(sink.item("J", "keeper").unwrap().as_ref(), Some(&grown));
+    append_published(&sink, resolve("keeper")).await;
+    assert_eq!(sink.item("J", "keeper").unwrap(), None);
+    sink.close().await.unwrap();
+}
+
+/// With the default retention nothing is deleted yet, and items stay pointers: the same
+/// workload reads the same, and a rebuild from the log gives the same projection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_point_into_the_log_while_retention_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = open(dir.path(), LogRetention::default());
+    append_published(&sink, dead_letter("keeper", "1")).await;
+    for n in 0..8 {
+        append_published(&sink, dead_letter(&format!("i{n}"), "1")).await;
+    }
+    append_published(&sink, dead_letter("keeper", "2")).await;
+    let before = segment_firsts(dir.path());
+    sink.close().await.unwrap();
+    drop(sink);
+    assert_eq!(segment_firsts(dir.path()), before);
+    let sink = open(dir.path(), LogRetention::default());
     let live = sink.projection_snapshot().unwrap();
     sink.rebuild_projection().await.unwrap();
     assert_eq!(live, sink.projection_snapshot().unwrap());
-
-    // Once the item is resolved, its segments go too.
-    append_published(&sink, resolve("keeper")).await;
+    let keeper = sink.item("J", "keeper").unwrap().unwrap();
+    assert_eq!(keeper.item.failure_history.len(), 2);
     sink.close().await.unwrap();
-    drop(sink);
-    let last = segment_firsts(dir.path());
-    assert!(
-        last.first().is_some_and(|&f| f > first),
-        "the resolved item's segments are deleted: {last:?}"
-    );
 }
 
 /// Rewrites the stored item `id` of job J as projection format 2 kept it: the whole item as

@@ -3,15 +3,17 @@
 //! The log already holds every event with the whole item in it; keeping the item in sled too
 //! put it on disk twice, and made every sled batch copy kilobytes per item. Now an item's value
 //! is a **pointer record**: the sequences of its events, oldest first. Reading the item reads
-//! those events from the log and folds them ([`crate::domain::projection::apply`]); the log's
-//! retention keeps every segment a live item points into (`super::log_retention`).
+//! those events from the log and folds them ([`crate::domain::projection::apply`]). Before the
+//! log's retention deletes a segment, the live items created in it are rewritten whole
+//! (`super::inline_items`).
 //!
 //! ```text
 //! record = 0x01 | varint(first seq) | varint(seq - previous seq)*
 //! ```
 //!
 //! A value that starts with `{` is an item kept whole as JSON: projection format 2 stored every
-//! item that way, and such items stay whole (their first events may be gone from the log).
+//! item that way, and so does `super::inline_items` for items older than the log; such items
+//! stay whole (their first events may be gone from the log).
 //! Pure code: no I/O.
 
 use thiserror::Error;
@@ -26,7 +28,7 @@ const INLINE: u8 = b'{';
 pub(crate) enum ItemRecord {
     /// The item is the fold of these logged events, ascending.
     Events(Vec<u64>),
-    /// The item itself, as JSON (carried over from projection format 2).
+    /// The item itself, as JSON (from projection format 2, or older than the log).
     Inline(Vec<u8>),
 }
 

@@ -52,6 +52,9 @@ pub const CURRENT_SINK_FORMAT: u64 = 3;
 pub const APPLIED_THROUGH: &[u8] = b"m/applied_through";
 /// The publish watermark and the events published above it ([`super::publish_state`]).
 pub const PUBLISHED: &[u8] = b"m/published";
+/// Every item created at or below this sequence is kept whole in sled, not as a pointer into
+/// the log (`super::inline_items`); absent: 0.
+pub const INLINED_THROUGH: &[u8] = b"m/inlined_through";
 
 /// Every projection prefix: what a rebuild clears and replays.
 pub const PROJECTION_PREFIXES: [&[u8]; 6] =

@@ -4,8 +4,8 @@
 //! the stream. A segment whose events are all done is deleted, oldest first, once it is older
 //! than [`LogRetention::max_age`] (by its file's modification time: when its last event was
 //! written) or while the log is larger than [`LogRetention::max_bytes`]. The segment being
-//! appended to always stays, and so does every segment a live item points into (the writer
-//! caps what is done at the oldest item's `created_seq`, see `super::item_record`).
+//! appended to always stays. Live items created in a segment about to go are first kept whole
+//! in sled (`super::inline_items`), so no item pins the log.
 
 use std::time::{Duration, SystemTime};
 

@@ -11,14 +11,15 @@
 //!   changed, [`SinkConfig::checkpoint_every`], on close, around a rebuild). Opening applies
 //!   the log from the mark on, so the projection always catches up with the log.
 //! * **An item in sled points into the log** ([`item_record`]): its value is the sequences of
-//!   its events, and reading it folds them. No segment a live item points into is deleted.
+//!   its events, and reading it folds them. Before retention deletes a segment, the live items
+//!   created in it are rewritten whole in sled ([`inline_items`]), durably, so none pins the log.
 //! * **Publishing** is a watermark plus exceptions ([`publish_state`]), saved at checkpoints;
 //!   the reconciler reads unpublished events from the log, never past its durable mark. After
 //!   a crash an event may be published again, with the same `event_id`, which JetStream and
 //!   consumers both drop. Duplicates are allowed; loss is not.
 //! * A log segment is deleted only when every event in it is applied, checkpointed, published
-//!   (or parked events are elsewhere), no live item points into it, and it is past the log
-//!   retention ([`LogRetention`]).
+//!   (or parked events are elsewhere), every live item created in it is kept whole, and it is
+//!   past the log retention ([`LogRetention`]).
 //!
 //! # Group commit
 //!
@@ -49,6 +50,7 @@ mod counters;
 mod epoch;
 mod fault_fs;
 pub mod faults;
+mod inline_items;
 mod item_record;
 mod journal;
 mod journal_record;

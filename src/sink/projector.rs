@@ -85,6 +85,7 @@ pub(crate) fn clear(tree: &sled::Tree) -> Result<(), SinkError> {
         tree.apply_batch(batch)?;
     }
     tree.remove(keys::APPLIED_THROUGH)?;
+    tree.remove(keys::INLINED_THROUGH)?;
     Ok(())
 }
 

@@ -81,6 +81,11 @@ impl TreeView<'_> {
     /// The lowest `created_seq` of any item (the first entry of each job's FIFO index): every
     /// event a live item points at is at or above it. `None` when there are no items.
     pub(crate) fn oldest_created_seq(&self) -> Result<Option<u64>, SinkError> {
+        self.oldest_created_seq_above(0)
+    }
+
+    /// The lowest `created_seq` above `floor` of any item; `None` when there is none.
+    pub(crate) fn oldest_created_seq_above(&self, floor: u64) -> Result<Option<u64>, SinkError> {
         let mut oldest: Option<u64> = None;
         // Jobs by their counter keys alone: an older layout's counter values may not decode.
         for entry in self.tree.scan_prefix(keys::JOB_COUNT) {
@@ -90,17 +95,21 @@ impl TreeView<'_> {
                 reason: "malformed job key".into(),
             })?;
             let prefix = keys::fifo_of_job(&job);
-            if let Some(entry) = self.tree.scan_prefix(&prefix).next() {
-                let (key, _) = entry?;
-                let seq = key
-                    .get(prefix.len()..prefix.len() + 8)
-                    .and_then(keys::decode_u64)
-                    .ok_or_else(|| SinkError::Corrupt {
-                        key: show_key(&key),
-                        reason: "malformed FIFO index key".into(),
-                    })?;
-                oldest = Some(oldest.map_or(seq, |o| o.min(seq)));
+            let from = keys::fifo(&job, floor.saturating_add(1), "");
+            let mut walk = self.tree.range(from..);
+            let Some(entry) = walk.next() else { continue };
+            let (key, _) = entry?;
+            if !key.starts_with(&prefix) {
+                continue;
             }
+            let seq = key
+                .get(prefix.len()..prefix.len() + 8)
+                .and_then(keys::decode_u64)
+                .ok_or_else(|| SinkError::Corrupt {
+                    key: show_key(&key),
+                    reason: "malformed FIFO index key".into(),
+                })?;
+            oldest = Some(oldest.map_or(seq, |o| o.min(seq)));
         }
         Ok(oldest)
     }

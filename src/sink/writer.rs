@@ -39,6 +39,7 @@ use super::applier::{Applied, Job, Jobs};
 use super::checkpoint::SledFlusher;
 use super::epoch::Epoch;
 use super::fault_fs::FaultFs;
+use super::inline_items;
 use super::log::LogWriter;
 use super::log_retention::Retention;
 use super::projector;
@@ -377,6 +378,18 @@ impl Writer {
         self.tree
             .insert(keys::PUBLISHED, published)
             .map_err(|err| err.to_string())?;
+        let done_through = keep_from.saturating_sub(1).min(self.applied.through());
+        // Items created in the segments about to go are kept whole first, durably with them.
+        let removable = self.retention.removable_through(&self.log, done_through);
+        let reader = self.log.reader();
+        let view = TreeView {
+            tree: &self.tree,
+            log: &reader,
+        };
+        let inlined = match removable {
+            0 => Ok(0),
+            through => inline_items::inline_through(&view, through),
+        };
         if let Err(reason) = self.flusher.flush() {
             if let Ok(mut state) = self.publish.lock() {
                 state.mark_dirty();
@@ -384,17 +397,15 @@ impl Writer {
             return Err(reason);
         }
         self.changed = false;
-        let done_through = keep_from.saturating_sub(1).min(self.applied.through());
-        // Items point at their events in the log: no segment goes while a live item may.
-        let reader = self.log.reader();
-        let view = TreeView {
-            tree: &self.tree,
-            log: &reader,
-        };
-        let done_through = match view.oldest_created_seq() {
-            Ok(Some(oldest)) => done_through.min(oldest.saturating_sub(1)),
-            Ok(None) => done_through,
-            Err(err) => {
+        // No segment goes while a live item may point into it.
+        let done_through = match (inlined, inline_items::oldest_pointer_seq(&view)) {
+            (Err(err), _) => {
+                warn!(error = %err, "cannot keep items whole before deleting the log segments they were created in; none is deleted, the next checkpoint retries");
+                0
+            }
+            (Ok(_), Ok(Some(oldest))) => done_through.min(oldest.saturating_sub(1)),
+            (Ok(_), Ok(None)) => done_through,
+            (Ok(_), Err(err)) => {
                 warn!(error = %err, "cannot tell which log segments live items point into; none is deleted");
                 0
             }
