@@ -110,8 +110,20 @@ fn remove_through_deletes_whole_old_segments_only() {
     let through = segments[2] + 1; // inside the third segment
     assert_eq!(writer.remove_through(through).unwrap(), 2);
     assert_eq!(writer.segments(), &segments[2..]);
-    let on_disk = std::fs::read_dir(&dir).unwrap().count();
-    assert_eq!(on_disk, segments.len() - 2);
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let segment_files = names.iter().filter(|n| n.ends_with(".seg")).count();
+    assert_eq!(segment_files, segments.len() - 2);
+    // A sealed segment's sidecar index goes with it; the active one has none yet.
+    let mut sidecars: Vec<&String> = names.iter().filter(|n| n.ends_with(".idx")).collect();
+    sidecars.sort();
+    let expected: Vec<String> = segments[2..segments.len() - 1]
+        .iter()
+        .map(|&first| format!("{first:020}.idx"))
+        .collect();
+    assert_eq!(sidecars, expected.iter().collect::<Vec<_>>(), "{names:?}");
     assert_eq!(writer.records(0).next().unwrap().unwrap().seq, segments[2]);
     drop(writer);
     let writer = open(&dir).unwrap();

@@ -71,6 +71,10 @@ macro_rules! on_backend {
 }
 
 impl LogFs for FaultFs {
+    fn sidecar_dir(&self) -> Option<&Path> {
+        self.dir()
+    }
+
     type File = FaultFile;
 
     fn create(&self, name: &str) -> io::Result<FaultFile> {

@@ -40,6 +40,22 @@ impl SegmentIndex {
         }
     }
 
+    /// A scanned segment from its frames' offsets and where the last one ends (as its
+    /// sidecar file keeps them, `super::sidecar`).
+    pub(super) fn from_parts(first_seq: u64, starts: Vec<u32>, end: u64) -> Self {
+        Self {
+            first_seq,
+            starts,
+            end,
+            scanned: true,
+        }
+    }
+
+    /// Its frames' offsets and where the last one ends.
+    pub(super) fn parts(&self) -> (&[u32], u64) {
+        (&self.starts, self.end)
+    }
+
     /// Whether its frames were read.
     pub fn is_scanned(&self) -> bool {
         self.scanned

@@ -33,6 +33,11 @@ pub trait LogFs {
     fn sync_dir(&self) -> io::Result<()>;
     /// Makes the data of an existing file durable (`fdatasync`), for files found at open.
     fn sync_file(&self, name: &str) -> io::Result<()>;
+    /// The directory on the real disk where sealed segments' sidecar indexes are kept
+    /// (`super::sidecar`); `None`: none are kept.
+    fn sidecar_dir(&self) -> Option<&Path> {
+        None
+    }
 }
 
 /// A file open for appending.
@@ -74,6 +79,10 @@ impl RealFs {
 }
 
 impl LogFs for RealFs {
+    fn sidecar_dir(&self) -> Option<&Path> {
+        Some(&self.dir)
+    }
+
     type File = RealFile;
 
     fn create(&self, name: &str) -> io::Result<RealFile> {

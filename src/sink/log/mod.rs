@@ -92,6 +92,7 @@ mod index;
 pub mod io;
 mod reader;
 pub mod segment;
+mod sidecar;
 pub mod sim;
 mod writer;
 

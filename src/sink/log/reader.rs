@@ -8,6 +8,7 @@ use super::frame::{self, FrameError};
 use super::index::{LogIndex, SegmentIndex, SharedIndex};
 use super::io::LogFs;
 use super::segment::{self, Damage, Kind};
+use super::sidecar;
 
 /// What opening found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,7 +250,19 @@ impl<F: LogFs + Clone> LogReader<F> {
     fn scan_unscanned(&self, from: u64, to: u64) -> Result<(), LogError> {
         let wanted = self.index().unscanned_from(from);
         for first_seq in wanted.into_iter().filter(|&first| first <= to) {
-            let (scanned, _) = scan_segment(&self.fs, first_seq)?;
+            let dir = self.fs.sidecar_dir();
+            let kept = dir.and_then(|dir| sidecar::load(dir, first_seq));
+            let scanned = match kept {
+                Some(index) => index,
+                None => {
+                    // An unscanned segment is an old, sealed one: its sidecar stays valid.
+                    let (scanned, _) = scan_segment(&self.fs, first_seq)?;
+                    if let Some(dir) = dir {
+                        sidecar::store(dir, &scanned);
+                    }
+                    scanned
+                }
+            };
             let next = self.index().next_segment(first_seq);
             if let (Some(next), Some(last)) = (next, scanned.last_seq()) {
                 if last >= next {

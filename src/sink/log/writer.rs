@@ -10,6 +10,7 @@ use super::index::{LogIndex, SegmentIndex, SharedIndex};
 use super::io::{LogFs, SegmentFile};
 use super::reader::{self, LogReader, Records, Recovery};
 use super::segment;
+use super::sidecar;
 
 /// How the log is run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,6 +186,9 @@ impl<F: LogFs> LogWriter<F> {
             .active
             .as_ref()
             .is_some_and(|active| active.len >= self.config.segment_bytes);
+        if full {
+            self.store_sidecar();
+        }
         if full || self.active.is_none() {
             self.active = None;
             self.start_segment(first)?;
@@ -208,6 +212,20 @@ impl<F: LogFs> LogWriter<F> {
         // Only a durable group counts: a failed one is cut back to this length.
         active.len += self.buf.len() as u64;
         Ok(())
+    }
+
+    /// Keeps the frame offsets of the full active segment beside it (`super::sidecar`).
+    fn store_sidecar(&self) {
+        let Some(dir) = self.fs.sidecar_dir() else {
+            return;
+        };
+        let index = self
+            .index
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(sealed) = index.segments().last() {
+            sidecar::store(dir, sealed);
+        }
     }
 
     /// Creates the segment starting at `first`: header written and synced under a temporary
@@ -319,6 +337,9 @@ impl<F: LogFs> LogWriter<F> {
                 Ok(()) => {}
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
                 Err(source) => return Err(LogError::Remove { file, source }),
+            }
+            if let Some(dir) = self.fs.sidecar_dir() {
+                sidecar::remove(dir, first);
             }
             self.index_mut().drop_front(1);
             self.dir_dirty = true;
