@@ -150,15 +150,7 @@ impl SledSink {
 
     /// Every item of every job, in key order (job, then item id).
     pub fn items(&self) -> impl Iterator<Item = Result<StoredItem, SinkError>> + '_ {
-        let view = self.view();
-        view.tree.scan_prefix(keys::ITEM).filter_map(move |entry| {
-            let loaded = entry
-                .map_err(SinkError::from)
-                .and_then(|(key, value)| view.load_live(&key, &value));
-            loaded
-                .transpose()
-                .map(|entry| entry.map(|(stored, _)| stored))
-        })
+        self.items_under(keys::ITEM.to_vec())
     }
 
     /// The items of one job, in item-id order: a seek to the job's key prefix, so the items of
@@ -167,17 +159,24 @@ impl SledSink {
         &self,
         job_id: &str,
     ) -> impl Iterator<Item = Result<StoredItem, SinkError>> + '_ {
+        self.items_under(keys::items_of_job(job_id))
+    }
+
+    /// The items whose keys start with `prefix`; an item removed while the scan runs is
+    /// skipped.
+    fn items_under(
+        &self,
+        prefix: Vec<u8>,
+    ) -> impl Iterator<Item = Result<StoredItem, SinkError>> + '_ {
         let view = self.view();
-        view.tree
-            .scan_prefix(keys::items_of_job(job_id))
-            .filter_map(move |entry| {
-                let loaded = entry
-                    .map_err(SinkError::from)
-                    .and_then(|(key, value)| view.load_live(&key, &value));
-                loaded
-                    .transpose()
-                    .map(|entry| entry.map(|(stored, _)| stored))
-            })
+        view.tree.scan_prefix(prefix).filter_map(move |entry| {
+            let loaded = entry
+                .map_err(SinkError::from)
+                .and_then(|(key, value)| view.load_live(&key, &value));
+            loaded
+                .transpose()
+                .map(|entry| entry.map(|(stored, _)| stored))
+        })
     }
 
     /// The stored event at `seq`.
