@@ -45,12 +45,8 @@ pub(crate) fn inline_through(view: &TreeView<'_>, through: u64) -> Result<u64, S
     }
     let mut batch = sled::Batch::default();
     let (mut in_batch, mut rewritten) = (0usize, 0u64);
-    for entry in view.tree.scan_prefix(keys::JOB_COUNT) {
-        let (key, _) = entry?;
-        let job = keys::job_of_count(&key).ok_or_else(|| SinkError::Corrupt {
-            key: show_key(&key),
-            reason: "malformed job key".into(),
-        })?;
+    for job in view.job_ids() {
+        let job = job?;
         let prefix_len = keys::fifo_of_job(&job).len();
         let range = keys::fifo(&job, mark.saturating_add(1), "")
             ..keys::fifo(&job, through.saturating_add(1), "");

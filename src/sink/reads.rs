@@ -87,13 +87,8 @@ impl TreeView<'_> {
     /// The lowest `created_seq` above `floor` of any item; `None` when there is none.
     pub(crate) fn oldest_created_seq_above(&self, floor: u64) -> Result<Option<u64>, SinkError> {
         let mut oldest: Option<u64> = None;
-        // Jobs by their counter keys alone: an older layout's counter values may not decode.
-        for entry in self.tree.scan_prefix(keys::JOB_COUNT) {
-            let (key, _) = entry?;
-            let job = keys::job_of_count(&key).ok_or_else(|| SinkError::Corrupt {
-                key: show_key(&key),
-                reason: "malformed job key".into(),
-            })?;
+        for job in self.job_ids() {
+            let job = job?;
             let prefix = keys::fifo_of_job(&job);
             let from = keys::fifo(&job, floor.saturating_add(1), "");
             let mut walk = self.tree.range(from..);
@@ -145,6 +140,18 @@ impl TreeView<'_> {
             let counters =
                 JobCounters::decode(&value).ok_or_else(|| corrupt("malformed job counters"))?;
             Ok((job, counters))
+        })
+    }
+
+    /// Every job holding at least one item, in job-id order, by its counter key alone (an
+    /// older layout's counter values may not decode).
+    pub(crate) fn job_ids(&self) -> impl Iterator<Item = Result<String, SinkError>> + '_ {
+        self.tree.scan_prefix(keys::JOB_COUNT).map(|entry| {
+            let (key, _) = entry?;
+            keys::job_of_count(&key).ok_or_else(|| SinkError::Corrupt {
+                key: show_key(&key),
+                reason: "malformed job key".into(),
+            })
         })
     }
 

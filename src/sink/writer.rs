@@ -410,7 +410,8 @@ impl Writer {
                 0
             }
         };
-        let removable = self.retention.removable_through(&self.log, done_through);
+        // Segments are deleted whole: capping the retention's answer is all it takes.
+        let removable = removable.min(done_through);
         if removable > 0 {
             if let Err(err) = self.log.remove_through(removable) {
                 warn!(error = %err, "cannot delete old log segments; the next checkpoint retries");
