@@ -184,10 +184,10 @@ fn breakdown(data: &Path) -> BTreeMap<u8, (u64, u64, u64)> {
 
 fn prefix_name(prefix: u8) -> &'static str {
     let named = [
-        (keys::LOG, "event log (l)"),
+        (keys::LOG, "event log of sink format 2 (l)"),
         (keys::UNPUBLISHED, "unpublished markers (u)"),
         (keys::ITEM, "items (i)"),
-        (keys::BY_SIGNATURE, "signature index (s)"),
+        (keys::BY_SIGNATURE, "signature index of formats 2-3 (s)"),
         (keys::BY_AGE, "age index (a)"),
         (keys::BY_RECENCY, "recency index (r)"),
         (keys::FIFO, "FIFO index (f)"),

@@ -1,7 +1,8 @@
-//! Items in sled point at their events in the log (projection format 3): before retention
+//! Items in sled point at their events in the log (projection formats 3 and 4): before retention
 //! deletes a segment, the live items created in it are kept whole; items kept whole by an older
 //! dlq (projection format 2) stay readable and keep growing; a rebuild that would lose such
-//! items is refused. Real sled and the real log on disk.
+//! items is refused; format 3's signature index is deleted when it is taken over. Real sled
+//! and the real log on disk.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
@@ -221,4 +222,99 @@ async fn a_rebuild_that_would_lose_items_kept_whole_is_refused() {
         "nothing changed"
     );
     sink.close().await.unwrap();
+}
+
+/// Adds what projection format 3 kept beside the items, a signature index (`s` + signature +
+/// NUL + job + NUL + item), and sets the format key to 3, as a dlq of that format left it.
+fn make_format_3(dir: &Path, items: &[dlq::domain::projection::StoredItem]) -> usize {
+    let db = sled::Config::new()
+        .path(dir)
+        .segment_size(dlq::sink::test_support::SLED_SEGMENT_SIZE)
+        .open()
+        .unwrap();
+    for stored in items {
+        let item = &stored.item;
+        let key = format!(
+            "s{}\0{}\0{}",
+            item.error_signature, item.job_id, item.item_id
+        );
+        db.insert(key, b"").unwrap();
+    }
+    db.insert(b"m/projection_format", &3u64.to_be_bytes())
+        .unwrap();
+    db.flush().unwrap();
+    db.scan_prefix(b"s").count()
+}
+
+/// sled's I/O threads may hold the lock of a just-closed database for a moment: retried.
+fn signature_keys_and_format(dir: &Path) -> (usize, Option<Vec<u8>>) {
+    let config = sled::Config::new()
+        .path(dir)
+        .segment_size(dlq::sink::test_support::SLED_SEGMENT_SIZE);
+    let mut tries = 0;
+    let db = loop {
+        match config.open() {
+            Ok(db) => break db,
+            Err(err) if tries < 50 && err.to_string().contains("could not acquire lock") => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(err) => panic!("{}: {err}", dir.display()),
+        }
+    };
+    let format = db.get(b"m/projection_format").unwrap();
+    (db.scan_prefix(b"s").count(), format.map(|f| f.to_vec()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn format_3_is_taken_over_without_its_signature_index_and_nothing_else_changes() {
+    let (old, fresh) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sink = open(old.path(), LogRetention::default());
+    let control = open(fresh.path(), LogRetention::default());
+    let commands = [
+        dead_letter("a", "1"),
+        dead_letter("b", "1"),
+        dead_letter("a", "2"),
+        dead_letter("c", "1"),
+        resolve("b"),
+    ];
+    for s in [&sink, &control] {
+        for command in &commands {
+            s.append(command.clone()).await.unwrap();
+        }
+    }
+    let items: Vec<_> = sink.items().collect::<Result<_, _>>().unwrap();
+    assert_eq!(items.len(), 2);
+    sink.close().await.unwrap();
+    drop(sink);
+    assert_eq!(make_format_3(old.path(), &items), 2);
+
+    let sink = open(old.path(), LogRetention::default());
+    let taken_over = sink.projection_snapshot().unwrap();
+    assert_eq!(taken_over, control.projection_snapshot().unwrap());
+    let later = [dead_letter("a", "3"), resolve("c")];
+    for s in [&sink, &control] {
+        for command in &later {
+            s.append(command.clone()).await.unwrap();
+        }
+    }
+    assert_eq!(
+        sink.projection_snapshot().unwrap(),
+        control.projection_snapshot().unwrap()
+    );
+    sink.rebuild_projection().await.unwrap();
+    assert_eq!(
+        sink.projection_snapshot().unwrap(),
+        control.projection_snapshot().unwrap()
+    );
+    sink.close().await.unwrap();
+    drop(sink);
+    control.close().await.unwrap();
+    drop(control);
+    let current = 4u64.to_be_bytes().to_vec();
+    assert_eq!(
+        signature_keys_and_format(old.path()),
+        (0, Some(current.clone()))
+    );
+    assert_eq!(signature_keys_and_format(fresh.path()), (0, Some(current)));
 }

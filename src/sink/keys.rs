@@ -22,7 +22,8 @@ pub const UNPUBLISHED: &[u8] = b"u";
 pub const PARKED: &[u8] = b"p";
 /// Prefix of items: `i` + job + NUL + item → stored item JSON.
 pub const ITEM: &[u8] = b"i";
-/// Prefix of the signature index: `s` + signature + NUL + job + NUL + item → empty.
+/// Prefix of the signature index of projection formats 2 and 3 (`s` + signature + NUL + job +
+/// NUL + item → empty). Nothing read it; format 4 drops it ([`super::projection_format`]).
 pub const BY_SIGNATURE: &[u8] = b"s";
 /// Prefix of the age index: `a` + job + NUL + first-failure ms + item → empty.
 pub const BY_AGE: &[u8] = b"a";
@@ -37,11 +38,13 @@ pub const NODE_ID: &[u8] = b"m/node_id";
 /// The projection layout version this database's projection was built with.
 pub const PROJECTION_FORMAT: &[u8] = b"m/projection_format";
 /// The current projection layout: items are pointer records into the log
-/// (`super::item_record`). A database built with another is rebuilt from its log, except
-/// [`INLINE_ITEMS_PROJECTION_FORMAT`].
-pub const CURRENT_PROJECTION_FORMAT: u64 = 3;
-/// The layout before: the same keys, every item kept whole as JSON. Such items stay readable
-/// as they are, so a database of this layout is taken over without a rebuild.
+/// (`super::item_record`), indexed by age, recency and FIFO order; no signature index. A
+/// database of an older layout is taken over or rebuilt ([`super::projection_format`]).
+pub const CURRENT_PROJECTION_FORMAT: u64 = 4;
+/// The layout before: pointer items, plus a signature index ([`BY_SIGNATURE`]).
+pub const POINTER_ITEMS_PROJECTION_FORMAT: u64 = 3;
+/// The layout before that: the same keys as format 3, every item kept whole as JSON. Such
+/// items stay readable as they are.
 pub const INLINE_ITEMS_PROJECTION_FORMAT: u64 = 2;
 /// Where the event log is: absent in format 2 (the log in sled, `l/` keys, plus a journal),
 /// [`CURRENT_SINK_FORMAT`] once it is in segment files.
@@ -56,7 +59,8 @@ pub const PUBLISHED: &[u8] = b"m/published";
 /// the log (`super::inline_items`); absent: 0.
 pub const INLINED_THROUGH: &[u8] = b"m/inlined_through";
 
-/// Every projection prefix: what a rebuild clears and replays.
+/// Every projection prefix: what a rebuild clears and replays (with [`BY_SIGNATURE`], so a
+/// rebuild also drops what an older format left).
 pub const PROJECTION_PREFIXES: [&[u8]; 6] =
     [ITEM, BY_SIGNATURE, BY_AGE, BY_RECENCY, FIFO, JOB_COUNT];
 
@@ -91,18 +95,6 @@ pub fn item(job_id: &str, item_id: &str) -> Vec<u8> {
 /// Prefix of every item of one job.
 pub fn items_of_job(job_id: &str) -> Vec<u8> {
     join(&[ITEM, job_id.as_bytes(), b"\0"])
-}
-
-/// `s` + signature + NUL + job + NUL + item.
-pub fn by_signature(signature: &str, job_id: &str, item_id: &str) -> Vec<u8> {
-    join(&[
-        BY_SIGNATURE,
-        signature.as_bytes(),
-        b"\0",
-        job_id.as_bytes(),
-        b"\0",
-        item_id.as_bytes(),
-    ])
 }
 
 /// `a` + job + NUL + first-failure ms + item. Negative times (before 1970) sort as 0.

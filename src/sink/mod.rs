@@ -38,8 +38,9 @@
 //!
 //! # Formats
 //!
-//! Format 3 is this one (its projection format 3 keeps items as pointer records; the items of
-//! projection format 2, kept whole, are read and grown as they are). A directory of format 2 (the log in sled as `l/seq` keys, with a
+//! Format 3 is this one (its projection format 4 keeps items as pointer records and indexes
+//! them by age, recency and FIFO order; projections of formats 2 and 3 are taken over when
+//! opened, [`projection_format`]). A directory of format 2 (the log in sled as `l/seq` keys, with a
 //! journal) is migrated when opened ([`migrate`]). A projection built with another layout is
 //! rebuilt from the log when opened; [`SledSink::rebuild_projection`] (`dlq rebuild`) rebuilds
 //! it on demand.
@@ -61,6 +62,7 @@ mod log_retention;
 mod migrate;
 mod open;
 mod parked;
+mod projection_format;
 mod projector;
 mod publish_state;
 mod reads;

@@ -13,6 +13,7 @@ use super::epoch::Epoch;
 use super::fault_fs::{Backend, FaultFs};
 use super::log::{io::RealFs, LogConfig, LogWriter};
 use super::migrate::{self, LOG_DIR};
+use super::projection_format::{self, Takeover};
 use super::publish_state::PublishState;
 use super::seq_floor::SeqFloor;
 use super::sled_sink::{
@@ -92,18 +93,15 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
     let format = tree
         .get(keys::PROJECTION_FORMAT)?
         .and_then(|bytes| keys::decode_u64(&bytes));
-    // A projection of another layout is rebuilt from the log; items kept whole (format 2)
-    // stay readable as they are.
-    if format == Some(keys::INLINE_ITEMS_PROJECTION_FORMAT) {
-        tree.insert(
-            keys::PROJECTION_FORMAT,
-            &keys::CURRENT_PROJECTION_FORMAT.to_be_bytes(),
-        )?;
+    // A projection of another layout is rebuilt from the log; formats 2 and 3 are taken over.
+    let (takeover, dropped) = projection_format::take_over(&tree, format)?;
+    if dropped > 0 {
+        info!(
+            keys = dropped,
+            "deleted the signature index of an older projection format (nothing reads it)"
+        );
     }
-    let rebuild = !matches!(
-        format,
-        Some(keys::CURRENT_PROJECTION_FORMAT | keys::INLINE_ITEMS_PROJECTION_FORMAT)
-    );
+    let rebuild = takeover == Takeover::Rebuild;
     if applied > log.durable_through() {
         return Err(log_behind(&config, applied, log.durable_through()));
     }

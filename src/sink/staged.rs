@@ -274,10 +274,6 @@ fn index(writes: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, stored: &StoredItem) {
     let item = &stored.item;
     let (job, id) = (&item.job_id, &item.item_id);
     let ms = item.first_attempt.timestamp_millis();
-    writes.insert(
-        keys::by_signature(&item.error_signature, job, id),
-        Some(Vec::new()),
-    );
     writes.insert(keys::by_age(job, ms, id), Some(Vec::new()));
     writes.insert(
         keys::by_recency(job, item.last_attempt, id),
@@ -290,7 +286,6 @@ fn unindex(writes: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, stored: &StoredItem)
     let item = &stored.item;
     let (job, id) = (&item.job_id, &item.item_id);
     let ms = item.first_attempt.timestamp_millis();
-    writes.insert(keys::by_signature(&item.error_signature, job, id), None);
     writes.insert(keys::by_age(job, ms, id), None);
     writes.insert(keys::by_recency(job, item.last_attempt, id), None);
     writes.insert(keys::fifo(job, stored.created_seq, id), None);
