@@ -38,13 +38,18 @@ impl LogRetention {
     /// `done_through` is done (0: none).
     pub(crate) fn removable_through(&self, log: &LogWriter<FaultFs>, done_through: u64) -> u64 {
         let segments = log.segments();
-        let Some(dir) = log.fs().dir() else {
-            return 0; // a simulated log (crash tests) keeps everything
-        };
+        // Retention zero deletes every done segment whatever its size and age; other
+        // retentions need them, which a simulated log (crash tests) does not have.
+        let keep_nothing = self.max_age.is_zero() && self.max_bytes == 0;
+        let dir = log.fs().dir();
+        if dir.is_none() && !keep_nothing {
+            return 0;
+        }
         let sizes: Vec<(u64, Option<SystemTime>)> = segments
             .iter()
             .map(|&first| {
-                let meta = std::fs::metadata(dir.join(segment::name(first))).ok();
+                let path = dir.map(|dir| dir.join(segment::name(first)));
+                let meta = path.and_then(|path| std::fs::metadata(path).ok());
                 let len = meta.as_ref().map_or(0, |m| m.len());
                 (len, meta.and_then(|m| m.modified().ok()))
             })
@@ -61,7 +66,7 @@ impl LogRetention {
             let old = modified
                 .and_then(|time| now.duration_since(time).ok())
                 .is_some_and(|age| age > self.max_age);
-            if !(old || total > self.max_bytes) {
+            if !(keep_nothing || old || total > self.max_bytes) {
                 break;
             }
             removable = last_seq;
