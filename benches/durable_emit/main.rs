@@ -5,13 +5,16 @@
 //!
 //! Measures (1) this disk's fsync and group-commit limits, (2) `dead_letter` with a real
 //! nats-server up and (3) killed, at K = 1, 8, 64, 256 concurrent emitters with ~1 KiB and
-//! 64 KiB of `item_data`, and (4) the reconciler draining backlogs. It reports and never
+//! 64 KiB of `item_data`, (2b) the durable-only `store` with the bus up at K = 64 and 256
+//! (publishing in the background, its catch-up timed apart), and (4) the reconciler draining
+//! backlogs. It reports and never
 //! asserts; see `benches/README.md`.
 
 mod drain;
 mod emit;
 mod limit;
 mod run;
+mod store;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -233,6 +236,10 @@ fn main() {
             eprintln!("2/4 durable emit, bus up ...");
             for payload in &payloads {
                 emit::emit_scenarios(dir, &server.url(), true, payload, &limits, &mut rows).await;
+            }
+            eprintln!("2b/4 durable-only store, bus up ...");
+            for payload in &payloads {
+                store::store_scenarios(dir, &server.url(), payload, &limits, &mut rows).await;
             }
             server.kill();
             eprintln!("3/4 durable emit, bus down ...");

@@ -1,0 +1,97 @@
+//! 2b. The durable-only promise with the bus up: `Emitter::store` (the job runner's call)
+//! returns once the event is durable and publishes it in the background. Measures the calls
+//! (durable events/s, latency) and, apart, how long publishing took to catch up after them.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use dlq::emitter::reconciler::ReconcilerConfig;
+use dlq::emitter::{EmitterBuilder, TopicPolicies};
+use dlq::sink::Sink;
+use dlq_testkit::items::template_item_sized;
+
+use crate::emit::Payload;
+use crate::limit::{kb, Limits};
+use crate::run::{connect_bus, next_item, open_sink, run_concurrent};
+use crate::run::{wait_healthy, Row, PUBLISH_TIMEOUT};
+
+/// How long publishing may take to catch up after the last call before the row says so.
+const CATCH_UP_LIMIT: Duration = Duration::from_secs(60);
+
+/// One scenario per K: a fresh sink and emitter, a warm-up, then `payload.emits` calls.
+pub async fn store_scenarios(
+    base: &Path,
+    url: &str,
+    payload: &Payload,
+    limits: &Limits,
+    rows: &mut Vec<Row>,
+) {
+    let mut policies = TopicPolicies::default();
+    policies.default.retry_attempts = 1;
+    let total = payload.emits;
+    for &k in payload.ks.iter().filter(|&&k| k >= 64) {
+        let dir = base.join(format!("store-{}-k{k}", payload.blob));
+        let sink = open_sink(&dir);
+        let emitter = EmitterBuilder::new(sink, connect_bus(url.into(), true).await)
+            .policies(policies.clone())
+            .publish_timeout(PUBLISH_TIMEOUT)
+            .reconciler(Some(ReconcilerConfig::default()))
+            .build();
+        wait_healthy(emitter.bus()).await;
+        let (handle, template) = (emitter.clone(), template_item_sized(payload.blob));
+        let call = move |task, i| {
+            let (emitter, item) = (handle.clone(), next_item(&template, task + i));
+            async move {
+                let receipt = emitter.store(crate::run::TOPIC, item).await;
+                receipt.map(|_| true).map_err(|e| e.to_string())
+            }
+        };
+        run_concurrent(k, (total / 10).clamp(k, 500), call.clone()).await; // warm-up
+        let caught_up = |sink: &dlq::sink::SledSink| sink.backlog().is_ok_and(|b| b.count == 0);
+        wait_until(|| caught_up(emitter.sink())).await;
+        let started = Instant::now();
+        let run = run_concurrent(k, total, call).await;
+        let done = wait_until(|| caught_up(emitter.sink())).await;
+        let published_secs = started.elapsed().as_secs_f64();
+        let backlog = emitter.sink().backlog().map_or(0, |b| b.count);
+        emitter.shutdown().await.expect("shutdown");
+        std::fs::remove_dir_all(&dir).expect("remove sink dir");
+        let rate = total as f64 / run.secs;
+        let name = format!("store (durable only), {}, K={k}", payload.name);
+        let mut row = Row::new("2b bus up", name, total).latency(&run.hist);
+        row = row.rates(Some(rate), Some(rate));
+        let (limit, record) = limits
+            .get(&(payload.blob, k.min(256)))
+            .copied()
+            .unwrap_or_default();
+        let against = format!("plain file, batch {}, {} records", k.min(256), kb(record));
+        row.limit = Some((limit, against));
+        let published = if done {
+            format!("all published {published_secs:.2} s after the first call ({:.0} events/s end to end)", total as f64 / published_secs)
+        } else {
+            format!("backlog {backlog} still unpublished {CATCH_UP_LIMIT:?} after the calls")
+        };
+        let note = format!(
+            "the call returns once durable; {published}; errors {}",
+            run.errors.len()
+        );
+        eprintln!(
+            "  store {} K={k}: {rate:.0} events/s durable, p99 {} us",
+            payload.name,
+            run.hist.value_at_quantile(0.99)
+        );
+        rows.push(row.note(note));
+    }
+}
+
+/// Polls `done` every millisecond; false when it is still not true after [`CATCH_UP_LIMIT`].
+async fn wait_until(done: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + CATCH_UP_LIMIT;
+    while !done() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    true
+}
