@@ -312,6 +312,8 @@ impl Writer {
             return Err("injected flush fault".into());
         }
         let range = self.log.append(payloads).map_err(|err| err.to_string())?;
+        // Counted by the benchmarks (`dlq_testkit::group_commits`): one per fdatasync'd group.
+        debug!(events = payloads.len(), "sink group made durable");
         self.epoch.started = true;
         self.changed = true;
         let through = range.end.saturating_sub(1);

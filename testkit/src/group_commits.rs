@@ -39,10 +39,12 @@ impl<S: tracing::Subscriber> Layer<S> for Counter {
     }
 }
 
-/// Installs the counter as the process's tracing subscriber (only the writer's debug events
-/// reach it; every other callsite stays disabled).
+/// Installs the counter as the process's tracing subscriber (only the writer's and the
+/// checkpoint's debug events reach it; every other callsite stays disabled).
 pub fn install() {
-    let only_writer = Targets::new().with_target("dlq::sink::writer", tracing::Level::DEBUG);
+    let only_writer = Targets::new()
+        .with_target("dlq::sink::writer", tracing::Level::DEBUG)
+        .with_target("dlq::sink::checkpoint", tracing::Level::DEBUG);
     tracing_subscriber::registry()
         .with(Counter.with_filter(only_writer))
         .init();
