@@ -318,3 +318,31 @@ async fn format_3_is_taken_over_without_its_signature_index_and_nothing_else_cha
     );
     assert_eq!(signature_keys_and_format(fresh.path()), (0, Some(current)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_open_does_not_take_format_3_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = open(dir.path(), LogRetention::default());
+    for id in ["a", "b"] {
+        sink.append(dead_letter(id, "1")).await.unwrap();
+    }
+    let items: Vec<_> = sink.items().collect::<Result<_, _>>().unwrap();
+    sink.close().await.unwrap();
+    drop(sink);
+    assert_eq!(make_format_3(dir.path(), &items), 2);
+    // An empty log/ in place of the real one: the projection holds events the log does not,
+    // so opening is refused.
+    let log = dir.path().join(dlq::sink::test_support::LOG_DIR);
+    std::fs::rename(&log, dir.path().join("log.aside")).unwrap();
+    std::fs::create_dir(&log).unwrap();
+
+    let mut config = SinkConfig::new(dir.path());
+    config.node_id = Some("n1".into());
+    let err = SledSink::open(config).map(|_| ()).unwrap_err();
+    assert!(err.to_string().contains("log/ was removed"), "{err}");
+    assert_eq!(
+        signature_keys_and_format(dir.path()),
+        (2, Some(3u64.to_be_bytes().to_vec())),
+        "the refused open changed the projection"
+    );
+}

@@ -93,7 +93,11 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
     let format = tree
         .get(keys::PROJECTION_FORMAT)?
         .and_then(|bytes| keys::decode_u64(&bytes));
-    // A projection of another layout is rebuilt from the log; formats 2 and 3 are taken over.
+    if applied > log.durable_through() {
+        return Err(log_behind(&config, applied, log.durable_through()));
+    }
+    // A projection of another layout is rebuilt from the log; formats 2 and 3 are taken over
+    // (only once the open is not refused: a refused open changes nothing).
     let (takeover, dropped) = projection_format::take_over(&tree, format)?;
     if dropped > 0 {
         info!(
@@ -102,9 +106,6 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
         );
     }
     let rebuild = takeover == Takeover::Rebuild;
-    if applied > log.durable_through() {
-        return Err(log_behind(&config, applied, log.durable_through()));
-    }
     let (applied, caught_up) = if rebuild {
         (0, 0)
     } else {
