@@ -64,6 +64,8 @@ fn config(dir: &Path, sim: Option<SimFs>, skip_fdatasync: bool, keep: Keep) -> S
     config.log_sim = sim;
     config.unsafe_skip_log_fdatasync = skip_fdatasync;
     if let Keep::Nothing = keep {
+        // A segment per group or two: each checkpoint deletes several.
+        config.segment_bytes = 2048;
         config.log_retention = LogRetention {
             max_age: Duration::ZERO,
             max_bytes: 0,

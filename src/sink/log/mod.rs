@@ -25,9 +25,11 @@
 //! * A new segment is created as `*.seg.tmp`, its header written and `fdatasync`ed, renamed to
 //!   its final name, and the directory fsynced, before any group is written to it: an
 //!   acknowledged event is never in a file whose name a crash can lose.
-//! * [`LogWriter::remove_through`] unlinks whole old segments and fsyncs the directory once.
-//!   A crash may bring a deleted segment back (its events are then read again: duplicates,
-//!   never loss).
+//! * [`LogWriter::remove_through`] unlinks whole old segments, oldest first, and fsyncs the
+//!   directory after each one. A crash may bring the last deleted segments back (their events
+//!   are then read again: duplicates, never loss), but never a hole: an older segment back
+//!   while a newer one is gone (the crash states of `tests/sink_crash_states.rs` found one
+//!   when the directory was fsynced once for all).
 //! * [`LogWriter::durable_through`] is the highest acknowledged sequence; readers
 //!   ([`LogWriter::records`]) never go past it, so nothing unsynced is ever published.
 //!

@@ -322,8 +322,8 @@ impl<F: LogFs + Clone> LogWriter<F> {
 
 impl<F: LogFs> LogWriter<F> {
     /// Deletes, oldest first, every segment whose events are all at or below `seq` (and
-    /// durable); the newest segment always stays. The directory is fsynced once after the
-    /// deletions. Returns how many segments were deleted. Which events may go (applied,
+    /// durable); the newest segment always stays. The directory is fsynced after each
+    /// deletion, so a crash keeps a prefix of them and the log never has a hole. Returns how many segments were deleted. Which events may go (applied,
     /// checkpointed, published, past retention) is the caller's decision.
     pub fn remove_through(&mut self, seq: u64) -> Result<usize, LogError> {
         let limit = seq.min(self.durable_through);
@@ -342,8 +342,11 @@ impl<F: LogFs> LogWriter<F> {
                 sidecar::remove(dir, first);
             }
             self.index_mut().drop_front(1);
-            self.dir_dirty = true;
             removed += 1;
+            // One directory fsync per segment: a crash keeps a prefix of the deletions, so the
+            // log never has a hole (a later segment gone, an earlier one still there).
+            self.dir_dirty = true;
+            self.sync_dir()?;
         }
         if self.dir_dirty {
             self.sync_dir()?;
