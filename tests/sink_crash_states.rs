@@ -326,9 +326,16 @@ fn comparable(sink: &SledSink) -> (Vec<KeyValue>, Vec<StoredItem>) {
     (keys, items)
 }
 
+/// What [`check`] found: states checked, violations, segments the workload deleted.
+struct Checked {
+    states: u64,
+    violations: Vec<String>,
+    removed_segments: usize,
+}
+
 /// Checks up to `budget` crash states spread over the whole trace (every one when the trace has
 /// fewer); returns (states checked, violations).
-async fn check(skip_fdatasync: bool, rounds: u64, budget: u64, keep: Keep) -> (u64, Vec<String>) {
+async fn check(skip_fdatasync: bool, rounds: u64, budget: u64, keep: Keep) -> Checked {
     let (sim, snapshots, promises) = workload(skip_fdatasync, rounds, keep).await;
     let trace = sim.trace();
     let empty = SimFs::new().disk();
@@ -347,7 +354,15 @@ async fn check(skip_fdatasync: bool, rounds: u64, budget: u64, keep: Keep) -> (u
     for (p, files) in &picked {
         violations.extend(check_state(*p, files, &snapshots, &promises).await);
     }
-    (picked.len() as u64, violations)
+    let removed_segments = trace
+        .iter()
+        .filter(|op| matches!(op, crash::Op::Remove { .. }))
+        .count();
+    Checked {
+        states: picked.len() as u64,
+        violations,
+        removed_segments,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -355,7 +370,9 @@ async fn every_crash_state_of_the_sink_keeps_its_promises() {
     let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
     let rounds = env("DLQ_SINK_CRASH_ROUNDS").unwrap_or(8);
     let budget = env("DLQ_SINK_CRASH_STATES").unwrap_or(u64::MAX);
-    let (states, violations) = check(false, rounds, budget, Keep::Default).await;
+    let Checked {
+        states, violations, ..
+    } = check(false, rounds, budget, Keep::Default).await;
     eprintln!("checked {states} crash states of the sink");
     assert!(states >= budget.min(1_000), "only {states} states");
     assert!(
@@ -370,7 +387,7 @@ async fn every_crash_state_of_the_sink_keeps_its_promises() {
 /// some crash state (or the whole log cannot be opened), and it says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_fdatasync_the_sink_harness_reports_lost_events() {
-    let (_, violations) = check(true, 8, 150, Keep::Default).await;
+    let violations = check(true, 8, 150, Keep::Default).await.violations;
     assert!(
         violations
             .iter()
@@ -386,14 +403,15 @@ async fn without_fdatasync_the_sink_harness_reports_lost_events() {
 async fn every_crash_state_around_retention_keeps_items_and_unpublished_events() {
     let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
     let budget = env("DLQ_SINK_CRASH_STATES").unwrap_or(600);
-    let (sim, _, _) = workload(false, 9, Keep::Nothing).await;
-    let removes = sim
-        .trace()
-        .iter()
-        .filter(|op| matches!(op, crash::Op::Remove { .. }))
-        .count();
-    assert!(removes >= 2, "retention deleted {removes} segments");
-    let (states, violations) = check(false, 9, budget, Keep::Nothing).await;
+    let Checked {
+        states,
+        violations,
+        removed_segments,
+    } = check(false, 9, budget, Keep::Nothing).await;
+    assert!(
+        removed_segments >= 2,
+        "retention deleted {removed_segments} segments"
+    );
     eprintln!("checked {states} crash states of the sink around retention");
     assert!(states >= budget.min(300), "only {states} states");
     assert!(
