@@ -365,22 +365,30 @@ async fn check(skip_fdatasync: bool, rounds: u64, budget: u64, keep: Keep) -> Ch
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_crash_state_of_the_sink_keeps_its_promises() {
-    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
-    let rounds = env("DLQ_SINK_CRASH_ROUNDS").unwrap_or(8);
-    let budget = env("DLQ_SINK_CRASH_STATES").unwrap_or(u64::MAX);
-    let Checked {
-        states, violations, ..
-    } = check(false, rounds, budget, Keep::Default).await;
-    eprintln!("checked {states} crash states of the sink");
-    assert!(states >= budget.min(1_000), "only {states} states");
+/// A number from the environment (a longer run than CI's), if set and valid.
+fn env_number<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+fn assert_no_violations(violations: &[String]) {
     assert!(
         violations.is_empty(),
         "{} violations:\n{}",
         violations.len(),
         violations.join("\n")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_crash_state_of_the_sink_keeps_its_promises() {
+    let rounds = env_number("DLQ_SINK_CRASH_ROUNDS").unwrap_or(8);
+    let budget = env_number("DLQ_SINK_CRASH_STATES").unwrap_or(u64::MAX);
+    let Checked {
+        states, violations, ..
+    } = check(false, rounds, budget, Keep::Default).await;
+    eprintln!("checked {states} crash states of the sink");
+    assert!(states >= budget.min(1_000), "only {states} states");
+    assert_no_violations(&violations);
 }
 
 /// The harness has teeth: with the log's fdatasync skipped, acknowledged events are lost in
@@ -401,8 +409,7 @@ async fn without_fdatasync_the_sink_harness_reports_lost_events() {
 /// unpublished event, or an acknowledged event retention had no right to delete yet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_crash_state_around_retention_keeps_items_and_unpublished_events() {
-    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
-    let budget = env("DLQ_SINK_CRASH_STATES").unwrap_or(600);
+    let budget = env_number("DLQ_SINK_CRASH_STATES").unwrap_or(600);
     let Checked {
         states,
         violations,
@@ -414,10 +421,5 @@ async fn every_crash_state_around_retention_keeps_items_and_unpublished_events()
     );
     eprintln!("checked {states} crash states of the sink around retention");
     assert!(states >= budget.min(300), "only {states} states");
-    assert!(
-        violations.is_empty(),
-        "{} violations:\n{}",
-        violations.len(),
-        violations.join("\n")
-    );
+    assert_no_violations(&violations);
 }

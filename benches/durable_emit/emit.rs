@@ -2,14 +2,12 @@
 
 use std::path::Path;
 
-use dlq::emitter::reconciler::ReconcilerConfig;
-use dlq::emitter::{EmitterBuilder, TopicPolicies};
+use dlq::emitter::TopicPolicies;
 use dlq::sink::Sink;
 use dlq_testkit::items::template_item_sized;
 
-use crate::limit::{event_bytes, kb, Limits};
-use crate::run::{connect_bus, disk_bytes_written, next_item, open_sink, run_concurrent};
-use crate::run::{wait_healthy, Row, PUBLISH_TIMEOUT};
+use crate::limit::{event_bytes, limit_for, Limits};
+use crate::run::{bench_emitter, disk_bytes_written, next_item, run_concurrent, Row};
 use dlq_testkit::group_commits as flushes;
 
 /// A payload size: its name, the `blob` letters in `item_data`, the K measured, emits per K.
@@ -50,15 +48,7 @@ pub async fn emit_scenarios(
     let total = payload.emits;
     for &k in payload.ks {
         let dir = base.join(format!("emit-{}-{}-k{k}", payload.blob, bus_up));
-        let sink = open_sink(&dir);
-        let emitter = EmitterBuilder::new(sink, connect_bus(url.into(), bus_up).await)
-            .policies(policies.clone())
-            .publish_timeout(PUBLISH_TIMEOUT)
-            .reconciler(Some(ReconcilerConfig::default()))
-            .build();
-        if bus_up {
-            wait_healthy(emitter.bus()).await;
-        }
+        let emitter = bench_emitter(&dir, url, bus_up, policies.clone()).await;
         let (handle, template) = (emitter.clone(), template_item_sized(payload.blob));
         let call = move |task, i| {
             let (emitter, item) = (handle.clone(), next_item(&template, task + i));
@@ -85,12 +75,7 @@ pub async fn emit_scenarios(
         let name = format!("durable emit, {}, K={k}", payload.name);
         let mut row = Row::new(section, name, total).latency(&hist);
         row = row.rates(Some(total as f64 / secs), Some(rate));
-        let (limit, record) = limits
-            .get(&(payload.blob, k.min(256)))
-            .copied()
-            .unwrap_or_default();
-        let against = format!("plain file, batch {}, {} records", k.min(256), kb(record));
-        row.limit = Some((limit, against));
+        row.limit = Some(limit_for(limits, payload.blob, k));
         let mut note = format!("event {bytes} B, {kib:.1} KiB to disk per event; ");
         note += &format!("{per_flush:.1} events per group commit; {checkpoints} checkpoints; ");
         note += &format!("published {published}/{total}; backlog after {backlog}");

@@ -220,3 +220,14 @@ pub fn physical_limit(
 const FSYNC_NOTE: &str = "calls/s = implied max fsyncs/s (1 / p50)";
 const SFR_NOTE: &str = "sled 0.34's own sync: no disk-cache flush, no file size; not durable alone";
 const SLED_NOTE: &str = "sink-like commands (~3.6 KiB, 8 keys), one apply_batch per batch";
+
+/// What a row of `blob`-sized events at K concurrent callers is read against: the plain-file
+/// group-commit limit at batch K (at most 256) and its description.
+pub fn limit_for(limits: &Limits, blob: usize, k: usize) -> (f64, String) {
+    let batch = k.min(256);
+    let (limit, record) = limits.get(&(blob, batch)).copied().unwrap_or_default();
+    (
+        limit,
+        format!("plain file, batch {batch}, {} records", kb(record)),
+    )
+}

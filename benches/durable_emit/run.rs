@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::domain::model::DeadLetteredItem;
+use dlq::emitter::reconciler::ReconcilerConfig;
+use dlq::emitter::{Emitter, EmitterBuilder, TopicPolicies};
 use dlq::sink::{SinkConfig, SledSink};
 use hdrhistogram::Histogram;
 
@@ -117,4 +119,23 @@ pub async fn wait_healthy<B: Bus>(bus: &B) {
         assert!(Instant::now() < deadline, "bus not connected within 20 s");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A fresh sink in `dir` and an emitter on it with a reconciler, connected to `url`; with the
+/// bus `up`, once the connection is healthy.
+pub async fn bench_emitter(
+    dir: &Path,
+    url: &str,
+    up: bool,
+    policies: TopicPolicies,
+) -> Emitter<SledSink, NatsBus> {
+    let emitter = EmitterBuilder::new(open_sink(dir), connect_bus(url.into(), up).await)
+        .policies(policies)
+        .publish_timeout(PUBLISH_TIMEOUT)
+        .reconciler(Some(ReconcilerConfig::default()))
+        .build();
+    if up {
+        wait_healthy(emitter.bus()).await;
+    }
+    emitter
 }

@@ -5,15 +5,13 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use dlq::emitter::reconciler::ReconcilerConfig;
-use dlq::emitter::{EmitterBuilder, TopicPolicies};
+use dlq::emitter::TopicPolicies;
 use dlq::sink::Sink;
 use dlq_testkit::items::template_item_sized;
 
 use crate::emit::Payload;
-use crate::limit::{kb, Limits};
-use crate::run::{connect_bus, next_item, open_sink, run_concurrent};
-use crate::run::{wait_healthy, Row, PUBLISH_TIMEOUT};
+use crate::limit::{limit_for, Limits};
+use crate::run::{bench_emitter, next_item, run_concurrent, Row};
 
 /// How long publishing may take to catch up after the last call before the row says so.
 const CATCH_UP_LIMIT: Duration = Duration::from_secs(60);
@@ -31,13 +29,7 @@ pub async fn store_scenarios(
     let total = payload.emits;
     for &k in payload.ks.iter().filter(|&&k| k >= 64) {
         let dir = base.join(format!("store-{}-k{k}", payload.blob));
-        let sink = open_sink(&dir);
-        let emitter = EmitterBuilder::new(sink, connect_bus(url.into(), true).await)
-            .policies(policies.clone())
-            .publish_timeout(PUBLISH_TIMEOUT)
-            .reconciler(Some(ReconcilerConfig::default()))
-            .build();
-        wait_healthy(emitter.bus()).await;
+        let emitter = bench_emitter(&dir, url, true, policies.clone()).await;
         let (handle, template) = (emitter.clone(), template_item_sized(payload.blob));
         let call = move |task, i| {
             let (emitter, item) = (handle.clone(), next_item(&template, task + i));
@@ -60,12 +52,7 @@ pub async fn store_scenarios(
         let name = format!("store (durable only), {}, K={k}", payload.name);
         let mut row = Row::new("2b bus up", name, total).latency(&run.hist);
         row = row.rates(Some(rate), Some(rate));
-        let (limit, record) = limits
-            .get(&(payload.blob, k.min(256)))
-            .copied()
-            .unwrap_or_default();
-        let against = format!("plain file, batch {}, {} records", k.min(256), kb(record));
-        row.limit = Some((limit, against));
+        row.limit = Some(limit_for(limits, payload.blob, k));
         let published = if done {
             format!("all published {published_secs:.2} s after the first call ({:.0} events/s end to end)", total as f64 / published_secs)
         } else {
