@@ -5,7 +5,7 @@
 //!
 //! Measures (1) this disk's fsync and group-commit limits, (2) `dead_letter` with a real
 //! nats-server up and (3) killed, at K = 1, 8, 64, 256 concurrent emitters with ~1 KiB and
-//! 64 KiB of `item_data`, (2b) the durable-only `store` with the bus up at K = 64 and 256
+//! 64 KiB of `item_data`, (2b) the durable-only `store` with the bus up at K = 1, 64 and 256
 //! (publishing in the background, its catch-up timed apart), and (4) the reconciler draining
 //! backlogs. It reports and never
 //! asserts; see `benches/README.md`.

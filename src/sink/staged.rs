@@ -12,6 +12,7 @@
 //! take the layer's value (the same as what reached the tree), and index scans skip tree entries
 //! a layer changed and drop items counted twice.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -52,6 +53,10 @@ pub(crate) struct Staged<'a> {
     /// The first sequence not applied to the tree when staging began: items with a
     /// `created_seq` at or above it may have no entries in the tree's indexes yet.
     first_seq: u64,
+    /// Items read from the tree during this group, so deciding a command and staging its
+    /// events read each once. Only the base layers change the tree while the group is staged,
+    /// and they are consulted first, so a value read here stays what the tree holds.
+    tree_reads: RefCell<HashMap<ItemKey, Option<Entry>>>,
 }
 
 impl<'a> Staged<'a> {
@@ -74,6 +79,7 @@ impl<'a> Staged<'a> {
             base,
             group: Layer::default(),
             first_seq,
+            tree_reads: RefCell::default(),
         }
     }
 
@@ -126,7 +132,14 @@ impl<'a> Staged<'a> {
         if let Some(item) = staged.or_else(|| self.base_item(key)) {
             return Ok(item.clone());
         }
-        self.view.entry(&key.0, &key.1)
+        if let Some(read) = self.tree_reads.borrow().get(key) {
+            return Ok(read.clone());
+        }
+        let read = self.view.entry(&key.0, &key.1)?;
+        self.tree_reads
+            .borrow_mut()
+            .insert(key.clone(), read.clone());
+        Ok(read)
     }
 
     fn count(&self, layer: &Layer, job_id: &str) -> Result<JobCounters, SinkError> {
@@ -306,6 +319,10 @@ impl StateView for Staged<'_> {
     }
 
     fn oldest_in_job(&self, job_id: &str, limit: usize) -> Result<Vec<String>, SinkError> {
+        if limit == 0 {
+            // The common case (the job is below its capacity): no index walk at all.
+            return Ok(Vec::new());
+        }
         let prefix = keys::fifo_of_job(job_id);
         let mut ids = Vec::new();
         for entry in self.view.tree.scan_prefix(&prefix) {

@@ -198,10 +198,11 @@ impl Writer {
                         Ok(()) => self.stage(&mut staged, first, &mut seq, &command),
                         Err(reason) => Err(SinkError::Io(reason.clone())),
                     };
-                    if let Ok((_, json)) = &result {
-                        payloads.extend(json.iter().cloned());
-                    }
-                    answers.push((reply, result.map(|(events, _)| events)));
+                    let result = result.map(|(events, json)| {
+                        payloads.extend(json);
+                        events
+                    });
+                    answers.push((reply, result));
                 }
                 Request::Rebuild { reply } => rebuilds.push(reply),
                 Request::Tick => ticked = true,
