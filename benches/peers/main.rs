@@ -89,7 +89,7 @@ async fn main() {
             run: Ok(contenders::plain_file(work.path(), &event, mode.events)),
         },
         Outcome {
-            name: "dlq: dead_letter, bus up (sled sink, JetStream PubAck)",
+            name: "dlq: dead_letter, bus up (segment log + fdatasync, JetStream PubAck)",
             run: Ok(contenders::dlq(work.path(), mode.events).await),
         },
         Outcome {
