@@ -59,13 +59,13 @@ struct State {
 /// Longest a query waits for the applier before it reads what is there.
 const QUERY_WAIT: Duration = Duration::from_secs(10);
 
-/// How long the applier waits after a lone group arrives (none queued behind it), for more to
-/// apply with it, unless someone waits for the projection. Each sled batch makes sled write its I/O buffer; at one
-/// emit at a time that was a sled write per event beside every `fdatasync` of the log
-/// (15.6 KiB to disk per 1.9 KB event). Lingering 1 ms cut the disk written per event to
-/// 9.2 KiB and one-at-a-time `Sink::append` latency p50 from 0.35–0.38 to 0.23–0.24 ms, with
-/// no change at 64 in flight (docs/benchmarks.md, "Applier linger").
-pub(crate) const APPLY_LINGER: Duration = Duration::from_millis(1);
+/// How long the applier waits after a lone small group arrives (none queued behind it) for
+/// more to apply with it, unless someone waits for the projection. Each sled batch makes sled
+/// write its I/O buffer: at one emit at a time that was a sled write beside every `fdatasync`
+/// of the log (15.6 KiB written per 1.9 KB event). Lingering 1 ms cut that to 9.2 KiB and the
+/// p50 of one-at-a-time `Sink::append` from 0.33–0.37 to 0.21–0.25 ms (docs/benchmarks.md,
+/// "The writer, the applier and one emit at a time").
+const APPLY_LINGER: Duration = Duration::from_millis(1);
 /// The applier lingers only after a lone group of at most this many events: larger groups
 /// already share sled's writes, and lingering then cost 15 % at 64 in flight.
 const LINGER_MAX_EVENTS: u64 = 2;
