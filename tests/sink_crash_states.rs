@@ -334,7 +334,7 @@ struct Checked {
 }
 
 /// Checks up to `budget` crash states spread over the whole trace (every one when the trace has
-/// fewer); returns (states checked, violations).
+/// fewer).
 async fn check(skip_fdatasync: bool, rounds: u64, budget: u64, keep: Keep) -> Checked {
     let (sim, snapshots, promises) = workload(skip_fdatasync, rounds, keep).await;
     let trace = sim.trace();

@@ -216,22 +216,13 @@ pub(crate) fn spawn(
 fn run(tree: &sled::Tree, applied: &Applied, jobs: &Receiver<Job>, faults: &Faults) {
     while let Ok(first) = jobs.recv() {
         faults.wait_while_applier_paused();
-        let mut writes = first.writes;
-        let mut through = first.through;
-        let mut more = false;
-        while let Ok(next) = jobs.try_recv() {
-            (more, through) = (true, next.through);
-            writes.extend(next.writes);
-        }
-        let events = through.saturating_sub(applied.through());
-        if !more && events <= LINGER_MAX_EVENTS {
+        let (mut writes, mut through) = (first.writes, first.through);
+        let more = take_waiting(jobs, &mut writes, &mut through);
+        if !more && through.saturating_sub(applied.through()) <= LINGER_MAX_EVENTS {
             // A lone small group (one emit at a time, or nearly): give the next ones a moment
             // to join it.
             applied.linger(APPLY_LINGER);
-            while let Ok(next) = jobs.try_recv() {
-                writes.extend(next.writes);
-                through = next.through;
-            }
+            take_waiting(jobs, &mut writes, &mut through);
         }
         if applied.failure().is_some() {
             // Stopped: the writer applies the log from sled's mark once it sees the failure.
@@ -246,6 +237,16 @@ fn run(tree: &sled::Tree, applied: &Applied, jobs: &Receiver<Job>, faults: &Faul
             }
         }
     }
+}
+
+/// Adds every group already waiting to `writes` and `through`; true when there was one.
+fn take_waiting(jobs: &Receiver<Job>, writes: &mut Vec<Write>, through: &mut u64) -> bool {
+    let mut took = false;
+    while let Ok(next) = jobs.try_recv() {
+        writes.extend(next.writes);
+        (took, *through) = (true, next.through);
+    }
+    took
 }
 
 /// The writer's end of the applier.
