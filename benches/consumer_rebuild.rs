@@ -13,6 +13,10 @@
 //! (`dlq_testkit::bench::suite`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+/// The allocator the `dlq` binary ships with (src/main.rs), so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::time::{Duration, Instant};
 
 use chrono::Utc;

@@ -18,6 +18,10 @@
 //! server is running).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+/// The allocator the `dlq` binary ships with (src/main.rs), so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

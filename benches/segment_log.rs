@@ -11,6 +11,10 @@
 //! `cargo test` (no `--bench`) it is a smoke run: a few groups, nothing written to the docs.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+/// The allocator the `dlq` binary ships with (src/main.rs), so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::fs::OpenOptions;
 use std::io::Write as _;
 use std::path::Path;

@@ -16,6 +16,10 @@
 //! `--bench` (under `cargo test --all-targets`) it is a seconds-long smoke run (2,000 items).
 //! It reports and never asserts a figure.
 
+/// The allocator the `dlq` binary ships with (src/main.rs), so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

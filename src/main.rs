@@ -5,6 +5,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc instead of glibc's malloc: the sink's writer and applier threads allocate and free
+/// a lot across threads (docs/benchmarks.md, "The allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()

@@ -13,6 +13,10 @@
 //! It reports and never asserts a timing; see `benches/README.md`, "baselines". `--json PATH`
 //! also writes the lines in the suite's shape (`dlq_testkit::bench::suite`).
 
+/// The allocator the `dlq` binary ships with (src/main.rs), so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod publish;
 mod reference;
 mod run;

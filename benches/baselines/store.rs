@@ -126,6 +126,13 @@ async fn ours_at(base: &Path, items: &Arc<Items>, size: usize, mode: &Mode) -> O
         if size > window {
             let fill = append_items(&sink, items, FILL_IN_FLIGHT, 0, size - window).await;
             assert!(fill.errors.is_empty(), "pre-fill failed");
+            // The pre-fill's work ends before the clock starts, as the legacy layout's does
+            // (its files written, its index regenerated): everything applied to the
+            // projection (a query waits for that) and checkpointed.
+            assert_eq!(sink.job_len(JOB).expect("job len"), (size - window) as u64);
+            sink.checkpoint()
+                .await
+                .expect("checkpoint after the pre-fill");
         }
         let run = append_items(&sink, items, k, size - window, size).await;
         assert!(run.errors.is_empty(), "adds failed");

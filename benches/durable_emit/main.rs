@@ -10,6 +10,10 @@
 //! backlogs. It reports and never
 //! asserts; see `benches/README.md`.
 
+/// The allocator the `dlq` binary ships with (src/main.rs), so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod drain;
 mod emit;
 mod limit;

@@ -17,6 +17,10 @@
 //! `benches/results/peers.md` (`peers-quick.md` with `--quick`). Without `--bench` (under
 //! `cargo test --all-targets`) it is a smoke run of a few seconds that writes no file.
 
+/// The allocator the `dlq` binary ships with (src/main.rs), so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod contenders;
 mod rabbit;
 mod redis;

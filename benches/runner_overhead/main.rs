@@ -25,6 +25,10 @@
 //! `--json PATH` also writes the figures in the suite's shape (`dlq_testkit::bench::suite`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+/// The allocator the `dlq` binary ships with (src/main.rs), so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod report;
 mod runs;
 
