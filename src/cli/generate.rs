@@ -46,48 +46,53 @@ pub async fn run(cli: &Cli, args: &GenerateArgs) -> Result<u8, CliError> {
     let now = Utc::now();
     let spread = args.spread_hours.max(1);
     let started = std::time::Instant::now();
-    let appends = futures::stream::iter(0..args.items)
-        .filter_map(|n| {
-            let job = format!("bench-{}", n % jobs);
-            let mut item = sample_item(&job, n / jobs);
-            if let Some(item) = item.as_mut() {
-                // Spread times deterministically: minutes ago in [0, spread hours).
-                let minutes = (n.wrapping_mul(7919) % (spread * 60)) as i64;
-                let at = now - Duration::minutes(minutes);
-                item.first_attempt = at;
-                item.last_attempt = at;
-                for failure in &mut item.failure_history {
-                    failure.timestamp = at;
+    let (written, failure) = {
+        let appends = futures::stream::iter(0..args.items)
+            .filter_map(|n| {
+                let job = format!("bench-{}", n % jobs);
+                let mut item = sample_item(&job, n / jobs);
+                if let Some(item) = item.as_mut() {
+                    // Spread times deterministically: minutes ago in [0, spread hours).
+                    let minutes = (n.wrapping_mul(7919) % (spread * 60)) as i64;
+                    let at = now - Duration::minutes(minutes);
+                    item.first_attempt = at;
+                    item.last_attempt = at;
+                    for failure in &mut item.failure_history {
+                        failure.timestamp = at;
+                    }
                 }
-            }
-            std::future::ready(item)
-        })
-        .map(|item| {
-            let sink = &sink;
-            async move {
-                let topic = "generate".to_owned();
-                let item = Box::new(item);
-                let events = sink.append(Command::DeadLetter { topic, item }).await?;
-                for event in &events {
-                    sink.mark_published(event.seq)?;
+                std::future::ready(item)
+            })
+            .map(|item| {
+                let sink = &sink;
+                async move {
+                    let topic = "generate".to_owned();
+                    let item = Box::new(item);
+                    let events = sink.append(Command::DeadLetter { topic, item }).await?;
+                    for event in &events {
+                        sink.mark_published(event.seq)?;
+                    }
+                    Ok::<u64, CliError>(1)
                 }
-                Ok::<u64, CliError>(1)
-            }
-        })
-        .buffer_unordered(CONCURRENCY);
-    futures::pin_mut!(appends);
-    let mut written = 0u64;
-    let mut failure = None;
-    while let Some(result) = appends.next().await {
-        match result {
-            Ok(n) => written += n,
-            Err(err) => {
-                failure = Some(err);
-                break;
+            })
+            .buffer_unordered(CONCURRENCY);
+        futures::pin_mut!(appends);
+        let mut written = 0u64;
+        let mut failure = None;
+        while let Some(result) = appends.next().await {
+            match result {
+                Ok(n) => written += n,
+                Err(err) => {
+                    failure = Some(err);
+                    break;
+                }
             }
         }
-    }
+        (written, failure)
+    };
     sink.close().await?;
+    drop(sink);
+    open::refresh_snapshot(cli, &config).await;
     if let Some(err) = failure {
         return Err(err);
     }

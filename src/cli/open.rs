@@ -108,6 +108,20 @@ pub async fn sink(cli: &Cli, config: &Config) -> Result<SledSink, CliError> {
     }
 }
 
+/// At the end of a command that wrote much (`generate`, `run`, `serve`), once its sink is
+/// closed and dropped: makes sled's snapshot current, so the next command's open does not
+/// replay what this one wrote ([`crate::sink::refresh_snapshot`]).
+pub async fn refresh_snapshot(cli: &Cli, config: &Config) {
+    let sink_config = config.sink_config(&cli.data_dir);
+    let refreshed = tokio::task::spawn_blocking(move || {
+        crate::sink::refresh_snapshot_or_log(&sink_config);
+    })
+    .await;
+    if refreshed.is_err() {
+        tracing::warn!("making sled's snapshot current stopped unexpectedly; the next open replays what this process wrote");
+    }
+}
+
 /// Opens the sink of the data directory once: `None` when another process holds it.
 pub fn try_sink(cli: &Cli, config: &Config) -> Result<Option<SledSink>, CliError> {
     match SledSink::open(config.sink_config(&cli.data_dir)) {

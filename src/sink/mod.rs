@@ -9,7 +9,9 @@
 //!   made the group durable, as one sled batch that also carries the `applied_through` mark
 //!   ([`projector`]). sled is made durable at **checkpoints** (once a second when anything
 //!   changed, [`SinkConfig::checkpoint_every`], on close, around a rebuild). Opening applies
-//!   the log from the mark on, so the projection always catches up with the log.
+//!   the log from the mark on, so the projection always catches up with the log. sled writes
+//!   its own snapshot only while opening; a process that wrote much makes it current when it
+//!   is done ([`refresh_snapshot`]), so the next open does not replay those writes.
 //! * **An item in sled points into the log** ([`item_record`]): its value is the sequences of
 //!   its events, and reading it folds them. Before retention deletes a segment, the live items
 //!   created in it are rewritten whole in sled ([`inline_items`]), durably, so none pins the log.
@@ -70,6 +72,7 @@ mod remove;
 mod scan;
 mod seq_floor;
 mod sled_sink;
+mod snapshot;
 mod staged;
 mod writer;
 
@@ -111,6 +114,7 @@ pub use parked::Parked;
 pub use remove::{clear, purge, remove_in_chunks, REMOVE_CHUNK};
 pub(crate) use sled_sink::MAX_VALUE_BYTES;
 pub use sled_sink::{KeyValue, SinkConfig, SledSink};
+pub use snapshot::{refresh_snapshot, refresh_snapshot_or_log};
 
 /// The backlog of events the bus has not acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1,0 +1,34 @@
+//! Making sled's snapshot current when a process that wrote is done with the data directory.
+//!
+//! sled 0.34 writes its snapshot (its page table) only while opening (`advance_snapshot`, from
+//! `PageCache::start`): the first open after a process that wrote replays everything that
+//! process wrote since its own open, 3.7–8.4 s after generating 1M items (docs/benchmarks.md,
+//! "What opens sled"). [`refresh_snapshot`] opens the database once more at the end of such a
+//! process, so the replay happens there and the next command opens from a current snapshot.
+
+use tracing::{debug, warn};
+
+use super::sled_sink::open_db;
+use super::{SinkConfig, SinkError};
+
+/// Opens the sink's sled database once more and closes it, so that sled writes a current
+/// snapshot. Call it after every handle of the sink in this process is dropped (the sink
+/// closed, its emitter shut down); it costs what the next open would otherwise pay. A
+/// directory without a database is left alone.
+pub fn refresh_snapshot(config: &SinkConfig) -> Result<(), SinkError> {
+    if !config.path.join("db").exists() {
+        return Ok(());
+    }
+    let db = open_db(config)?;
+    drop(db);
+    debug!(path = %config.path.display(), "sled's snapshot made current");
+    Ok(())
+}
+
+/// [`refresh_snapshot`] for the end of a command: a failure only means the next open replays
+/// what this process wrote, so it is logged, never returned.
+pub fn refresh_snapshot_or_log(config: &SinkConfig) {
+    if let Err(err) = refresh_snapshot(config) {
+        warn!(error = %err, "could not make sled's snapshot current; the next open of the data directory replays what this process wrote (slower, nothing lost)");
+    }
+}
