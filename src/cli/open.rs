@@ -108,18 +108,20 @@ pub async fn sink(cli: &Cli, config: &Config) -> Result<SledSink, CliError> {
     }
 }
 
-/// At the end of a command that wrote much (`generate`, `run`, `serve`), once its sink is
-/// closed and dropped: makes sled's snapshot current, so the next command's open does not
-/// replay what this one wrote ([`crate::sink::refresh_snapshot`]).
+/// At the end of a command that wrote much (`generate`), once its sink is closed and dropped:
+/// makes sled's snapshot current, so the next command's open does not replay what this one
+/// wrote ([`crate::sink::refresh_snapshot`]). A failure only costs the next open that replay,
+/// so it is logged, never returned.
 pub async fn refresh_snapshot(cli: &Cli, config: &Config) {
     let sink_config = config.sink_config(&cli.data_dir);
-    let refreshed = tokio::task::spawn_blocking(move || {
-        crate::sink::refresh_snapshot_or_log(&sink_config);
-    })
-    .await;
-    if refreshed.is_err() {
-        tracing::warn!("making sled's snapshot current stopped unexpectedly; the next open replays what this process wrote");
-    }
+    let refreshed =
+        tokio::task::spawn_blocking(move || crate::sink::refresh_snapshot(&sink_config)).await;
+    let reason = match refreshed {
+        Ok(Ok(())) => return,
+        Ok(Err(err)) => err.to_string(),
+        Err(err) => err.to_string(),
+    };
+    tracing::warn!(%reason, "could not make sled's snapshot current; the next open of the data directory replays what this process wrote (slower, nothing lost)");
 }
 
 /// Opens the sink of the data directory once: `None` when another process holds it.

@@ -114,7 +114,7 @@ pub use parked::Parked;
 pub use remove::{clear, purge, remove_in_chunks, REMOVE_CHUNK};
 pub(crate) use sled_sink::MAX_VALUE_BYTES;
 pub use sled_sink::{KeyValue, SinkConfig, SledSink};
-pub use snapshot::{refresh_snapshot, refresh_snapshot_or_log};
+pub use snapshot::refresh_snapshot;
 
 /// The backlog of events the bus has not acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -6,7 +6,7 @@
 //! "What opens sled"). [`refresh_snapshot`] opens the database once more at the end of such a
 //! process, so the replay happens there and the next command opens from a current snapshot.
 
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::sled_sink::open_db;
 use super::{SinkConfig, SinkError};
@@ -23,12 +23,4 @@ pub fn refresh_snapshot(config: &SinkConfig) -> Result<(), SinkError> {
     drop(db);
     debug!(path = %config.path.display(), "sled's snapshot made current");
     Ok(())
-}
-
-/// [`refresh_snapshot`] for the end of a command: a failure only means the next open replays
-/// what this process wrote, so it is logged, never returned.
-pub fn refresh_snapshot_or_log(config: &SinkConfig) {
-    if let Err(err) = refresh_snapshot(config) {
-        warn!(error = %err, "could not make sled's snapshot current; the next open of the data directory replays what this process wrote (slower, nothing lost)");
-    }
 }
