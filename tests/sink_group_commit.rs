@@ -1,13 +1,12 @@
 //! Group commit decides each command on the state the commands before it in the same group
 //! left, exactly as if they had run one by one.
 //!
-//! Random commands are appended concurrently while the writer is stalled, so they land in large
+//! Random commands are appended concurrently while the writer is paused, so they land in large
 //! groups. Replaying them in the order of their sequence numbers through `decide` on an
 //! in-memory projection must give exactly the events the sink wrote, and the sink's items must
 //! equal that projection and a rebuild from the log. The writer's own count of group commits
 //! shows that groups did form, and the only refusals are removals of items that were gone.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 
 use chrono::{TimeDelta, Utc};
 use dlq::domain::command::{decide, Command, Limits};
