@@ -13,7 +13,7 @@ use serde_json::json;
 use super::demo::sample_item;
 use super::{open, Cli, CliError, Format, EXIT_OK};
 use crate::domain::command::Command;
-use crate::sink::Sink;
+use crate::sink::{Sink, SledSink};
 
 /// Appends in flight while generating.
 const CONCURRENCY: usize = 64;
@@ -43,53 +43,8 @@ pub async fn run(cli: &Cli, args: &GenerateArgs) -> Result<u8, CliError> {
         )));
     }
     let sink = open::sink(cli, &config).await?;
-    let now = Utc::now();
-    let spread = args.spread_hours.max(1);
     let started = std::time::Instant::now();
-    let (written, failure) = {
-        let appends = futures::stream::iter(0..args.items)
-            .filter_map(|n| {
-                let job = format!("bench-{}", n % jobs);
-                let mut item = sample_item(&job, n / jobs);
-                if let Some(item) = item.as_mut() {
-                    // Spread times deterministically: minutes ago in [0, spread hours).
-                    let minutes = (n.wrapping_mul(7919) % (spread * 60)) as i64;
-                    let at = now - Duration::minutes(minutes);
-                    item.first_attempt = at;
-                    item.last_attempt = at;
-                    for failure in &mut item.failure_history {
-                        failure.timestamp = at;
-                    }
-                }
-                std::future::ready(item)
-            })
-            .map(|item| {
-                let sink = &sink;
-                async move {
-                    let topic = "generate".to_owned();
-                    let item = Box::new(item);
-                    let events = sink.append(Command::DeadLetter { topic, item }).await?;
-                    for event in &events {
-                        sink.mark_published(event.seq)?;
-                    }
-                    Ok::<u64, CliError>(1)
-                }
-            })
-            .buffer_unordered(CONCURRENCY);
-        futures::pin_mut!(appends);
-        let mut written = 0u64;
-        let mut failure = None;
-        while let Some(result) = appends.next().await {
-            match result {
-                Ok(n) => written += n,
-                Err(err) => {
-                    failure = Some(err);
-                    break;
-                }
-            }
-        }
-        (written, failure)
-    };
+    let (written, failure) = append_generated(&sink, args.items, jobs, args.spread_hours).await;
     sink.close().await?;
     drop(sink);
     open::refresh_snapshot(cli, &config).await;
@@ -103,4 +58,55 @@ pub async fn run(cli: &Cli, args: &GenerateArgs) -> Result<u8, CliError> {
         _ => println!("{report}"),
     }
     Ok(EXIT_OK)
+}
+
+/// Appends `items` generated items over `jobs` jobs, `CONCURRENCY` in flight, each marked
+/// published; returns how many were written and the first failure, which stops the rest.
+async fn append_generated(
+    sink: &SledSink,
+    items: u64,
+    jobs: u64,
+    spread_hours: u64,
+) -> (u64, Option<CliError>) {
+    let now = Utc::now();
+    let spread = spread_hours.max(1);
+    let appends = futures::stream::iter(0..items)
+        .filter_map(|n| {
+            let job = format!("bench-{}", n % jobs);
+            let mut item = sample_item(&job, n / jobs);
+            if let Some(item) = item.as_mut() {
+                // Spread times deterministically: minutes ago in [0, spread hours).
+                let minutes = (n.wrapping_mul(7919) % (spread * 60)) as i64;
+                let at = now - Duration::minutes(minutes);
+                item.first_attempt = at;
+                item.last_attempt = at;
+                for failure in &mut item.failure_history {
+                    failure.timestamp = at;
+                }
+            }
+            std::future::ready(item)
+        })
+        .map(|item| async move {
+            let topic = "generate".to_owned();
+            let item = Box::new(item);
+            let events = sink.append(Command::DeadLetter { topic, item }).await?;
+            for event in &events {
+                sink.mark_published(event.seq)?;
+            }
+            Ok::<u64, CliError>(1)
+        })
+        .buffer_unordered(CONCURRENCY);
+    futures::pin_mut!(appends);
+    let mut written = 0u64;
+    let mut failure = None;
+    while let Some(result) = appends.next().await {
+        match result {
+            Ok(n) => written += n,
+            Err(err) => {
+                failure = Some(err);
+                break;
+            }
+        }
+    }
+    (written, failure)
 }
