@@ -224,23 +224,49 @@ async fn a_rebuild_that_would_lose_items_kept_whole_is_refused() {
     sink.close().await.unwrap();
 }
 
-/// Adds what projection format 3 kept beside the items, a signature index (`s` + signature +
-/// NUL + job + NUL + item), and sets the format key to 3, as a dlq of that format left it.
-fn make_format_3(dir: &Path, items: &[dlq::domain::projection::StoredItem]) -> usize {
+/// The logical index keys (age `a`, recency `r`, FIFO `f`) of a projection snapshot.
+fn index_keys(snapshot: &[dlq::sink::KeyValue]) -> Vec<Vec<u8>> {
+    snapshot
+        .iter()
+        .filter(|(key, _)| matches!(key.first(), Some(b'a' | b'r' | b'f')))
+        .map(|(key, _)| key.clone())
+        .collect()
+}
+
+/// Rewrites a current projection as projection format `format` (3 or 4) left it: every index
+/// entry its own key (`index`: the logical keys, from [`index_keys`]) instead of the runs
+/// (`A`, `R`, `F`), and for format 3 a signature index (`s` + signature + NUL + job + NUL +
+/// item); sets the format key. Returns how many signature keys there are.
+fn make_old_format(
+    dir: &Path,
+    items: &[dlq::domain::projection::StoredItem],
+    index: &[Vec<u8>],
+    format: u64,
+) -> usize {
     let db = sled::Config::new()
         .path(dir)
         .segment_size(dlq::sink::test_support::SLED_SEGMENT_SIZE)
         .open()
         .unwrap();
-    for stored in items {
-        let item = &stored.item;
-        let key = format!(
-            "s{}\0{}\0{}",
-            item.error_signature, item.job_id, item.item_id
-        );
+    for prefix in [b"A", b"R", b"F"] {
+        for key in db.scan_prefix(prefix).keys() {
+            db.remove(key.unwrap()).unwrap();
+        }
+    }
+    for key in index {
         db.insert(key, b"").unwrap();
     }
-    db.insert(b"m/projection_format", &3u64.to_be_bytes())
+    if format == 3 {
+        for stored in items {
+            let item = &stored.item;
+            let key = format!(
+                "s{}\0{}\0{}",
+                item.error_signature, item.job_id, item.item_id
+            );
+            db.insert(key, b"").unwrap();
+        }
+    }
+    db.insert(b"m/projection_format", &format.to_be_bytes())
         .unwrap();
     db.flush().unwrap();
     db.scan_prefix(b"s").count()
@@ -267,7 +293,15 @@ fn signature_keys_and_format(dir: &Path) -> (usize, Option<Vec<u8>>) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn format_3_is_taken_over_without_its_signature_index_and_nothing_else_changes() {
+async fn formats_3_and_4_are_taken_over_and_nothing_else_changes() {
+    for format in [3, 4] {
+        take_over_and_compare(format).await;
+    }
+}
+
+/// Format 3 loses its signature index; both move their index entries into runs; the
+/// projection then equals one built by the current format.
+async fn take_over_and_compare(format: u64) {
     let (old, fresh) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let sink = open(old.path(), LogRetention::default());
     let control = open(fresh.path(), LogRetention::default());
@@ -285,9 +319,15 @@ async fn format_3_is_taken_over_without_its_signature_index_and_nothing_else_cha
     }
     let items: Vec<_> = sink.items().collect::<Result<_, _>>().unwrap();
     assert_eq!(items.len(), 2);
+    let index = index_keys(&sink.projection_snapshot().unwrap());
+    assert_eq!(index.len(), 3 * items.len());
     sink.close().await.unwrap();
     drop(sink);
-    assert_eq!(make_format_3(old.path(), &items), 2);
+    let signatures = if format == 3 { 2 } else { 0 };
+    assert_eq!(
+        make_old_format(old.path(), &items, &index, format),
+        signatures
+    );
 
     let sink = open(old.path(), LogRetention::default());
     let taken_over = sink.projection_snapshot().unwrap();
@@ -311,7 +351,7 @@ async fn format_3_is_taken_over_without_its_signature_index_and_nothing_else_cha
     drop(sink);
     control.close().await.unwrap();
     drop(control);
-    let current = 4u64.to_be_bytes().to_vec();
+    let current = 5u64.to_be_bytes().to_vec();
     assert_eq!(
         signature_keys_and_format(old.path()),
         (0, Some(current.clone()))
@@ -327,9 +367,10 @@ async fn a_refused_open_does_not_take_format_3_over() {
         sink.append(dead_letter(id, "1")).await.unwrap();
     }
     let items: Vec<_> = sink.items().collect::<Result<_, _>>().unwrap();
+    let index = index_keys(&sink.projection_snapshot().unwrap());
     sink.close().await.unwrap();
     drop(sink);
-    assert_eq!(make_format_3(dir.path(), &items), 2);
+    assert_eq!(make_old_format(dir.path(), &items, &index, 3), 2);
     // An empty log/ in place of the real one: the projection holds events the log does not,
     // so opening is refused.
     let log = dir.path().join(dlq::sink::test_support::LOG_DIR);

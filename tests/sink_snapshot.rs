@@ -1,15 +1,23 @@
 //! sled writes its snapshot only while opening, so the first open after a process that wrote
-//! replays all it wrote. `refresh_snapshot` (and `dlq generate`, which calls it at its end)
-//! leaves a current snapshot: the next open has nothing to replay and keeps the snapshot as it
-//! found it. Real sled on disk, the real `dlq` binary.
+//! replays all it wrote. `refresh_snapshot` (and `dlq generate`, `dlq run` and `dlq serve`,
+//! which call it at their end) leaves a current snapshot: the next open has nothing to replay
+//! and keeps the snapshot as it found it. Real sled on disk, the real `dlq` binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
-use std::process::Command as Process;
+use std::process::{Command as Process, Stdio};
+use std::time::Duration;
 
 use dlq::domain::command::Command;
 use dlq::sink::{refresh_snapshot, Sink, SinkConfig, SledSink};
+use dlq_testkit::cli::Env;
+use dlq_testkit::flow::{self, counts, Flow};
 use dlq_testkit::items::template_item;
+use dlq_testkit::serve::FAIL_UNTIL_FIXED;
+use dlq_testkit::{free_port, http_get, poll_until, spawn_tied, DEAD_BUS_URL};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::json;
 
 const DLQ: &str = env!("CARGO_BIN_EXE_dlq");
 
@@ -33,6 +41,18 @@ fn config(dir: &Path) -> SinkConfig {
 /// What the next command does first: open the sink (sled writes its snapshot here), close it.
 async fn next_open(config: SinkConfig) {
     SledSink::open(config).unwrap().close().await.unwrap();
+}
+
+/// Asserts that the first open of `data` after `command` exited keeps sled's snapshot as the
+/// command left it: there was nothing to replay.
+async fn assert_snapshot_current(data: &Path, command: &str) {
+    let left = snapshots(data);
+    next_open(SinkConfig::new(data)).await;
+    assert_eq!(
+        snapshots(data),
+        left,
+        "the first open after `{command}` had to replay what it wrote"
+    );
 }
 
 async fn write_items(dir: &Path, n: usize) {
@@ -100,11 +120,56 @@ async fn dlq_generate_leaves_a_current_snapshot() {
         .output()
         .unwrap();
     assert!(out.status.success(), "dlq generate failed: {out:?}");
-    let generated = snapshots(&data);
-    next_open(SinkConfig::new(&data)).await;
-    assert_eq!(
-        snapshots(&data),
-        generated,
-        "the first open after `dlq generate` had to replay what it wrote"
-    );
+    assert_snapshot_current(&data, "dlq generate").await;
+}
+
+#[tokio::test]
+async fn dlq_run_leaves_a_current_snapshot() {
+    // Every item fails its one attempt: the job dead-letters all 20.
+    let flow = Flow::new(DLQ, DEAD_BUS_URL);
+    let items: Vec<_> = (0..20)
+        .map(|n| json!({"id": format!("item-{n}"), "msg": "exploded"}))
+        .collect();
+    flow.items(&items);
+    let workflow = flow.write("flow.yml", FAIL_UNTIL_FIXED);
+    let out = flow.env.run(&[
+        "run",
+        workflow.to_str().unwrap(),
+        "--job-id",
+        "j",
+        "--progress",
+        "quiet",
+        "--drain-timeout",
+        "0s",
+    ]);
+    let (code, report) = flow::report(&out);
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(counts(&report), (0, 20, 0, 0));
+    assert_snapshot_current(&flow.env.data, "dlq run").await;
+}
+
+#[tokio::test]
+async fn dlq_serve_stopped_with_sigterm_leaves_a_current_snapshot() {
+    let env = Env::new(DLQ, DEAD_BUS_URL);
+    env.demo("j", 20);
+    let port = free_port(0);
+    let listen = format!("127.0.0.1:{port}");
+    let log = env.path("serve.log");
+    let mut cmd = env.command(&["serve", "--listen", &listen]);
+    cmd.env_remove("DLQ_API_TOKEN")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let mut server = spawn_tied(cmd).unwrap();
+    let log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let up = poll_until(Duration::from_secs(60), || {
+        http_get(port, "/healthz").filter(|(status, _)| *status == 200)
+    });
+    assert!(up.is_some(), "dlq serve never answered: {}", log());
+    // The server writes (the removals), through a connection that held its state.
+    let cleared = env.json(&["clear", "j", "--yes", "--drain-timeout", "0s"]);
+    assert_eq!(cleared["removed"], 20, "{}", log());
+    kill(Pid::from_raw(server.id() as i32), Signal::SIGTERM).unwrap();
+    let status = server.wait().unwrap();
+    assert!(status.success(), "dlq serve exited {status}: {}", log());
+    assert_snapshot_current(&env.data, "dlq serve").await;
 }

@@ -108,10 +108,11 @@ pub async fn sink(cli: &Cli, config: &Config) -> Result<SledSink, CliError> {
     }
 }
 
-/// At the end of a command that wrote much (`generate`), once its sink is closed and dropped:
-/// makes sled's snapshot current, so the next command's open does not replay what this one
-/// wrote ([`crate::sink::refresh_snapshot`]). A failure only costs the next open that replay,
-/// so it is logged, never returned.
+/// At the end of a command that writes (`generate`, `run` and `resume`, `serve`), once every
+/// handle of its sink is gone (the sink closed and dropped, or the emitter shut down and
+/// dropped with no clone left in a task): makes sled's snapshot current, so the next
+/// command's open does not replay what this one wrote ([`crate::sink::refresh_snapshot`]). A
+/// failure only costs the next open that replay, so it is logged, never returned.
 pub async fn refresh_snapshot(cli: &Cli, config: &Config) {
     let sink_config = config.sink_config(&cli.data_dir);
     let refreshed =

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::open::{self, NodeEmitter};
 use super::{Cli, CliError, Format, EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK};
+use crate::config::Config;
 use crate::render::table::{cut, write_table};
 use crate::runner::DEFAULT_AGENT_COMMAND;
 use crate::runner::{self, list_jobs, JobReport, JobStore, ProgressMode, RunError, RunOptions};
@@ -83,8 +84,8 @@ pub struct EventsArgs {
 
 /// The emitter of a job, and the admin API it serves while the job runs (on a free loopback
 /// port, announced in `serve.json`), so `dlq list` and the other operator commands work on the
-/// data directory the job holds. The returned token stops the API.
-async fn open_with_api(cli: &Cli) -> Result<(NodeEmitter, JobApi), CliError> {
+/// data directory the job holds; and the configuration they were opened with.
+async fn open_with_api(cli: &Cli) -> Result<(NodeEmitter, JobApi, Config), CliError> {
     use crate::serve::client::token::token_text;
     use crate::serve::AppState;
     use crate::serve::Token;
@@ -100,7 +101,7 @@ async fn open_with_api(cli: &Cli) -> Result<(NodeEmitter, JobApi), CliError> {
         Ok(listener) => listener,
         Err(err) => {
             tracing::warn!(error = %err, "no admin API during this job: other commands cannot reach the data directory");
-            return Ok((emitter, JobApi { stop, task: None }));
+            return Ok((emitter, JobApi { stop, task: None }, config));
         }
     };
     let state = AppState {
@@ -123,10 +124,12 @@ async fn open_with_api(cli: &Cli) -> Result<(NodeEmitter, JobApi), CliError> {
             stop,
             task: Some(task),
         },
+        config,
     ))
 }
 
-/// The admin API a job serves; [`JobApi::stop`] ends it and removes `serve.json`.
+/// The admin API a job serves; [`JobApi::stop`] ends it, removes `serve.json`, and returns
+/// once none of its connections or queries holds the emitter (see `crate::serve::serve`).
 struct JobApi {
     stop: CancellationToken,
     task: Option<tokio::task::JoinHandle<()>>,
@@ -173,22 +176,26 @@ pub async fn resume_job(cli: &Cli, args: &ResumeArgs) -> Result<u8, CliError> {
 
 /// One runner session: open the emitter and the job's API, run `job` until it ends or a
 /// signal cancels it, stop the API, drain and report.
+///
+/// Every other handle of the emitter is gone before [`finish`] shuts it down: `job`'s ended
+/// with it (the runner joins every task it spawned before returning), and the API's with
+/// [`JobApi::stop`].
 async fn session<F, Fut>(cli: &Cli, runner: &RunnerArgs, job: F) -> Result<u8, CliError>
 where
     F: FnOnce(NodeEmitter, RunOptions, CancellationToken, ProgressMode) -> Fut,
     Fut: std::future::Future<Output = Result<JobReport, RunError>>,
 {
     let (options, mode) = runner_options(cli, runner)?;
-    let (emitter, api) = open_with_api(cli).await?;
+    let (emitter, api, config) = open_with_api(cli).await?;
     let cancel = super::signals::cancel_on_signal();
     let result = job(emitter.clone(), options, cancel, mode).await;
     api.stop().await;
-    finish(cli, &emitter, runner, result).await
+    finish(cli, &config, emitter, runner, result).await
 }
 
 /// Run options for a server (`dlq serve`): the agent command of `DLQ_AGENT_COMMAND`, else of
 /// the config file, else the default.
-pub(crate) fn server_run_options(cli: &Cli, config: &crate::config::Config) -> RunOptions {
+pub(crate) fn server_run_options(cli: &Cli, config: &Config) -> RunOptions {
     let command = std::env::var("DLQ_AGENT_COMMAND")
         .ok()
         .or_else(|| config.agent_command.clone())
@@ -224,15 +231,20 @@ pub(super) fn runner_options(
     Ok((options, mode))
 }
 
+/// Drains, shuts the emitter (the last handle, see [`session`]) down and drops it, makes sled's
+/// snapshot current, and reports.
 async fn finish(
     cli: &Cli,
-    emitter: &NodeEmitter,
+    config: &Config,
+    emitter: NodeEmitter,
     args: &RunnerArgs,
     result: Result<JobReport, RunError>,
 ) -> Result<u8, CliError> {
-    let drained = crate::removal::wait_for_drain(emitter, args.drain_timeout).await;
+    let drained = crate::removal::wait_for_drain(&emitter, args.drain_timeout).await;
     let unpublished = emitter.sink().backlog().map(|b| b.count).unwrap_or(0);
     emitter.shutdown().await?;
+    drop(emitter);
+    open::refresh_snapshot(cli, config).await;
     let report = result.map_err(CliError::from)?;
     drained?;
     let mut out = BufWriter::new(std::io::stdout().lock());

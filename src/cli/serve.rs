@@ -89,7 +89,13 @@ pub async fn run_serve(cli: &Cli, args: &ServeArgs) -> Result<u8, CliError> {
         stop_signal(),
     )
     .await;
+    // `serve` returned once no connection or query held the state; the shutdown waits for the
+    // emitter's own tasks and closes the sink. This emitter is then the last handle.
     let closed = emitter.shutdown().await;
+    drop(emitter);
+    if closed.is_ok() {
+        open::refresh_snapshot(cli, &config).await;
+    }
     served?;
     closed?;
     Ok(EXIT_OK)

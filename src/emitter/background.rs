@@ -149,6 +149,9 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
                     let outcome = emitter
                         .publish_all(&topic, &events, true, Waiter::Background)
                         .await;
+                    // The emitter clone goes before the slot: shutdown waits for the slots,
+                    // and a caller may open the data directory again once it returned.
+                    drop(emitter);
                     drop(slot);
                     let _ = answer.send(outcome);
                 });

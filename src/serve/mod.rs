@@ -57,6 +57,7 @@ use tokio::net::TcpListener;
 use crate::sink::SinkError;
 use crate::ErrorClass;
 use client::discovery::{Holder, ServeFile};
+use routes::Held;
 
 /// How often the Prometheus recorder drains its histograms.
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -326,8 +327,8 @@ fn url_for(addr: SocketAddr) -> String {
     SocketAddr::new(ip, addr.port()).to_string()
 }
 
-/// The router of the API.
-pub fn router(state: Arc<AppState>, token: Option<Token>) -> Router {
+/// The router of the API, sharing `state` (see [`serve`]).
+fn router(state: Arc<Held>, token: Option<Token>) -> Router {
     Router::new()
         .route("/metrics", get(routes::metrics))
         .route("/v1/items", get(routes::list_items))
@@ -359,7 +360,9 @@ pub fn router(state: Arc<AppState>, token: Option<Token>) -> Router {
 }
 
 /// Announces the server in `data_dir/serve.json`, serves until `shutdown` resolves (then lets
-/// requests in flight finish), and removes the announcement. The caller shuts the emitter down.
+/// requests in flight finish), and removes the announcement. Returns once no connection or
+/// query holds `state` any more, so that the caller's emitter is then its last handle: the
+/// caller shuts it down, drops it, and may open the data directory again.
 pub async fn serve(
     listener: Listener,
     state: AppState,
@@ -377,7 +380,8 @@ pub async fn serve(
         source,
     };
     file.write(data_dir).map_err(state_file)?;
-    let app = router(Arc::new(state), token).into_make_service_with_connect_info::<tls::Peer>();
+    let (state, released) = Held::new(state);
+    let app = router(state, token).into_make_service_with_connect_info::<tls::Peer>();
     let served = match &listener.tls {
         None => {
             axum::serve(listener.listener, app)
@@ -390,6 +394,10 @@ pub async fn serve(
         }
     };
     let removed = ServeFile::remove(data_dir);
+    // axum returns once every connection task let go of its close signal, a moment before the
+    // task drops its copy of the router; and a query whose client went away runs on to its end
+    // on its blocking thread. Wait for both to drop the state.
+    let _ = released.await;
     served.map_err(ServeError::Server)?;
     removed.map_err(state_file)
 }

@@ -6,6 +6,7 @@
 //! Errors are JSON `{"error": "...", "code": "..."}`: `bad_request` (400; the CLI exits 2),
 //! `not_found` (404; exit 3), `unauthorized` (401), `internal` (500; exit 1).
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use axum::Json;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 use serde_json::json;
+use tokio::sync::oneshot;
 
 use super::client::params::{list_args, Params};
 use crate::emitter::NodeEmitter;
@@ -41,8 +43,38 @@ pub struct AppState {
     pub run: crate::runner::RunOptions,
 }
 
+/// [`AppState`] as the router shares it with every connection and query. Its channel closes
+/// once the last of them has dropped it, emitter clone first (fields drop in order): what
+/// `serve` waits for, so that no task it started still holds the data directory when it
+/// returns.
+pub struct Held {
+    state: AppState,
+    _released: oneshot::Sender<()>,
+}
+
+impl Held {
+    /// `state` to share, and a receiver that resolves (with an error: nothing is ever sent)
+    /// once every holder has dropped it.
+    pub(super) fn new(state: AppState) -> (Arc<Held>, oneshot::Receiver<()>) {
+        let (released, on_release) = oneshot::channel();
+        let held = Held {
+            state,
+            _released: released,
+        };
+        (Arc::new(held), on_release)
+    }
+}
+
+impl Deref for Held {
+    type Target = AppState;
+
+    fn deref(&self) -> &AppState {
+        &self.state
+    }
+}
+
 /// The shared state as handlers receive it.
-pub type Shared = State<Arc<AppState>>;
+pub type Shared = State<Arc<Held>>;
 
 /// An error answer.
 #[derive(Debug)]
@@ -192,13 +224,15 @@ impl From<ApiError> for Response {
 pub(crate) type Answer = Result<Response, ApiError>;
 pub(crate) type Pairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
 
-/// Runs `f` on the sink on a blocking thread (queries scan the whole queue).
+/// Runs `f` on the sink on a blocking thread (queries scan the whole queue). The thread holds
+/// the shared state, not only the emitter: a query whose client went away runs on to its end,
+/// and `serve` waits for it.
 async fn blocking<T: Send + 'static>(
-    state: &AppState,
+    state: &Arc<Held>,
     f: impl FnOnce(&SledSink) -> Result<T, RequestError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    let emitter = state.emitter.clone();
-    tokio::task::spawn_blocking(move || f(emitter.sink()))
+    let state = state.clone();
+    tokio::task::spawn_blocking(move || f(state.emitter.sink()))
         .await
         .map_err(|err| ApiError::internal(format!("the query task failed: {err}")))?
         .map_err(ApiError::from)

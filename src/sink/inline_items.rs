@@ -15,6 +15,7 @@
 
 use tracing::info;
 
+use super::index_runs;
 use super::item_record::ItemRecord;
 use super::reads::TreeView;
 use super::{keys, show_key, SinkError};
@@ -48,10 +49,10 @@ pub(crate) fn inline_through(view: &TreeView<'_>, through: u64) -> Result<u64, S
     for job in view.job_ids() {
         let job = job?;
         let prefix_len = keys::fifo_of_job(&job).len();
-        let range = keys::fifo(&job, mark.saturating_add(1), "")
-            ..keys::fifo(&job, through.saturating_add(1), "");
-        for entry in view.tree.range(range) {
-            let (fifo_key, _) = entry?;
+        let from = keys::fifo(&job, mark.saturating_add(1), "");
+        let to = keys::fifo(&job, through.saturating_add(1), "");
+        for fifo_key in index_runs::range(view.tree, &from, Some(&to)) {
+            let fifo_key = fifo_key?;
             let item_id =
                 keys::item_of_fifo(&fifo_key, prefix_len).ok_or_else(|| SinkError::Corrupt {
                     key: show_key(&fifo_key),

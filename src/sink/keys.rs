@@ -31,6 +31,16 @@ pub const BY_AGE: &[u8] = b"a";
 pub const BY_RECENCY: &[u8] = b"r";
 /// Prefix of the FIFO index: `f` + job + NUL + created seq + item → empty.
 pub const FIFO: &[u8] = b"f";
+/// The three indexes' logical prefixes, in the order of [`INDEX_RUNS`].
+pub const INDEX_KINDS: [&[u8]; 3] = [BY_AGE, BY_RECENCY, FIFO];
+/// Prefix of the age index's runs (projection format 5, [`super::index_runs`]).
+pub const AGE_RUNS: &[u8] = b"A";
+/// Prefix of the recency index's runs.
+pub const RECENCY_RUNS: &[u8] = b"R";
+/// Prefix of the FIFO index's runs.
+pub const FIFO_RUNS: &[u8] = b"F";
+/// Where each of [`INDEX_KINDS`] is stored in projection format 5.
+pub const INDEX_RUNS: [&[u8]; 3] = [AGE_RUNS, RECENCY_RUNS, FIFO_RUNS];
 /// Prefix of per-job counters: `c` + job → [`super::counters::JobCounters`].
 pub const JOB_COUNT: &[u8] = b"c";
 /// The node id this database belongs to.
@@ -38,12 +48,17 @@ pub const NODE_ID: &[u8] = b"m/node_id";
 /// The projection layout version this database's projection was built with.
 pub const PROJECTION_FORMAT: &[u8] = b"m/projection_format";
 /// The current projection layout: items are pointer records into the log
-/// (`super::item_record`), indexed by age, recency and FIFO order; no signature index. A
-/// database of an older layout is taken over or rebuilt ([`super::projection_format`]).
-pub const CURRENT_PROJECTION_FORMAT: u64 = 4;
-/// The layout before: pointer items, plus a signature index ([`BY_SIGNATURE`]).
+/// (`super::item_record`), indexed by age, recency and FIFO order in sorted runs of entries
+/// (`super::index_runs`); no signature index. A database of an older layout is taken over or
+/// rebuilt ([`super::projection_format`]).
+pub const CURRENT_PROJECTION_FORMAT: u64 = 5;
+/// The layout before: the same, with one sled key per index entry ([`BY_AGE`], [`BY_RECENCY`],
+/// [`FIFO`]).
+pub const KEYED_INDEXES_PROJECTION_FORMAT: u64 = 4;
+/// The layout before that: pointer items, keyed indexes, plus a signature index
+/// ([`BY_SIGNATURE`]).
 pub const POINTER_ITEMS_PROJECTION_FORMAT: u64 = 3;
-/// The layout before that: the same keys as format 3, every item kept whole as JSON. Such
+/// The oldest taken over: the same keys as format 3, every item kept whole as JSON. Such
 /// items stay readable as they are.
 pub const INLINE_ITEMS_PROJECTION_FORMAT: u64 = 2;
 /// Where the event log is: absent in format 2 (the log in sled, `l/` keys, plus a journal),
@@ -59,10 +74,19 @@ pub const PUBLISHED: &[u8] = b"m/published";
 /// the log (`super::inline_items`); absent: 0.
 pub const INLINED_THROUGH: &[u8] = b"m/inlined_through";
 
-/// Every projection prefix: what a rebuild clears and replays (with [`BY_SIGNATURE`], so a
-/// rebuild also drops what an older format left).
-pub const PROJECTION_PREFIXES: [&[u8]; 6] =
-    [ITEM, BY_SIGNATURE, BY_AGE, BY_RECENCY, FIFO, JOB_COUNT];
+/// Every projection prefix: what a rebuild clears and replays (with [`BY_SIGNATURE`] and the
+/// keyed indexes, so a rebuild also drops what an older format left).
+pub const PROJECTION_PREFIXES: [&[u8]; 9] = [
+    ITEM,
+    BY_SIGNATURE,
+    BY_AGE,
+    BY_RECENCY,
+    FIFO,
+    AGE_RUNS,
+    RECENCY_RUNS,
+    FIFO_RUNS,
+    JOB_COUNT,
+];
 
 fn join(parts: &[&[u8]]) -> Vec<u8> {
     let mut key = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
@@ -201,6 +225,19 @@ pub fn fifo(job_id: &str, created_seq: u64, item_id: &str) -> Vec<u8> {
 /// Prefix of one job's FIFO index.
 pub fn fifo_of_job(job_id: &str) -> Vec<u8> {
     join(&[FIFO, job_id.as_bytes(), b"\0"])
+}
+
+/// The first key after every key that starts with `prefix` (which ends below `0xff`, as every
+/// job prefix here ends in NUL).
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while end.last() == Some(&0xff) {
+        end.pop();
+    }
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    end
 }
 
 /// `c` + job.

@@ -40,9 +40,10 @@
 //!
 //! # Formats
 //!
-//! Format 3 is this one (its projection format 4 keeps items as pointer records and indexes
-//! them by age, recency and FIFO order; projections of formats 2 and 3 are taken over when
-//! opened, [`projection_format`]). A directory of format 2 (the log in sled as `l/seq` keys, with a
+//! Format 3 is this one (its projection format 5 keeps items as pointer records and indexes
+//! them by age, recency and FIFO order in sorted runs of entries, a sled key per run, not per
+//! entry, [`index_runs`]; projections of formats 2 to 4 are taken over when opened,
+//! [`projection_format`]). A directory of format 2 (the log in sled as `l/seq` keys, with a
 //! journal) is migrated when opened ([`migrate`]). A projection built with another layout is
 //! rebuilt from the log when opened; [`SledSink::rebuild_projection`] (`dlq rebuild`) rebuilds
 //! it on demand.
@@ -53,6 +54,7 @@ mod counters;
 mod epoch;
 mod fault_fs;
 pub mod faults;
+mod index_runs;
 mod inline_items;
 mod item_record;
 mod journal;
@@ -87,7 +89,8 @@ pub mod test_support {
     /// The key prefixes of the sled tree, for footprint measurements.
     pub mod key_prefixes {
         pub use super::super::keys::{
-            BY_AGE, BY_RECENCY, BY_SIGNATURE, FIFO, ITEM, JOB_COUNT, LOG, PARKED, UNPUBLISHED,
+            AGE_RUNS, BY_AGE, BY_RECENCY, BY_SIGNATURE, FIFO, FIFO_RUNS, ITEM, JOB_COUNT, LOG,
+            PARKED, RECENCY_RUNS, UNPUBLISHED,
         };
     }
 }

@@ -96,13 +96,19 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
     if applied > log.durable_through() {
         return Err(log_behind(&config, applied, log.durable_through()));
     }
-    // A projection of another layout is rebuilt from the log; formats 2 and 3 are taken over
+    // A projection of another layout is rebuilt from the log; formats 2 to 4 are taken over
     // (only once the open is not refused: a refused open changes nothing).
-    let (takeover, dropped) = projection_format::take_over(&tree, format)?;
-    if dropped > 0 {
+    let (takeover, taken_over) = projection_format::take_over(&tree, format)?;
+    if taken_over.signature_keys > 0 {
         info!(
-            keys = dropped,
+            keys = taken_over.signature_keys,
             "deleted the signature index of an older projection format (nothing reads it)"
+        );
+    }
+    if taken_over.index_entries > 0 {
+        info!(
+            entries = taken_over.index_entries,
+            "moved the index entries of an older projection format into sorted runs"
         );
     }
     let rebuild = takeover == Takeover::Rebuild;

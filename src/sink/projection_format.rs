@@ -1,17 +1,22 @@
 //! Which projection layouts (`m/projection_format`) a sink takes over as they are, and the
 //! one change it makes to them when it does.
 //!
-//! - 4, current: pointer items, age / recency / FIFO indexes.
-//! - 3: the same plus a signature index that nothing read. Taken over: the index is deleted.
+//! - 5, current: pointer items, age / recency / FIFO indexes in sorted runs
+//!   (`super::index_runs`).
+//! - 4: the same indexes with one sled key per entry. Taken over: the entries move into runs.
+//! - 3: format 4 plus a signature index that nothing read. Taken over: the index is deleted,
+//!   then as 4.
 //! - 2: items kept whole as JSON, plus the signature index. Such items stay readable as they
 //!   are (`super::item_record`); taken over like 3.
 //! - anything else (or none): the projection is rebuilt from the log.
 //!
-//! Taking over is repeatable: the index is deleted in batches and the format key is written
-//! after the last one, so a crash part-way leaves format 2 or 3 and the next open deletes the
-//! rest. sled recovers a prefix of its operations, never the format key without the deletes
-//! before it.
+//! Taking over is repeatable: keys are deleted (or moved into runs, the deletes in the same
+//! batch as the runs that receive the entries) in batches, and the format key is written after
+//! the last one, so a crash part-way leaves the old format and the next open does the rest.
+//! sled recovers a prefix of its operations, never the format key without the batches before
+//! it.
 
+use super::index_runs::RunEdits;
 use super::{keys, SinkError};
 
 /// Keys deleted per sled batch while dropping an old index.
@@ -26,23 +31,60 @@ pub(crate) enum Takeover {
     Rebuild,
 }
 
-/// Brings a projection of format 2 or 3 to the current format; says which projections must be
-/// rebuilt. Returns how many keys of the dropped signature index were deleted, for the log.
+/// What taking over changed, for the log.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct TakenOver {
+    /// Keys of the dropped signature index deleted.
+    pub(crate) signature_keys: usize,
+    /// Index entries moved from their own keys into runs.
+    pub(crate) index_entries: usize,
+}
+
+/// Brings a projection of format 2, 3 or 4 to the current format; says which projections must
+/// be rebuilt.
 pub(crate) fn take_over(
     tree: &sled::Tree,
     format: Option<u64>,
-) -> Result<(Takeover, usize), SinkError> {
+) -> Result<(Takeover, TakenOver), SinkError> {
+    let mut done = TakenOver::default();
     match format {
-        Some(keys::CURRENT_PROJECTION_FORMAT) => Ok((Takeover::Current, 0)),
+        Some(keys::CURRENT_PROJECTION_FORMAT) => return Ok((Takeover::Current, done)),
         Some(keys::POINTER_ITEMS_PROJECTION_FORMAT | keys::INLINE_ITEMS_PROJECTION_FORMAT) => {
-            let deleted = delete_prefix(tree, keys::BY_SIGNATURE)?;
-            tree.insert(
-                keys::PROJECTION_FORMAT,
-                &keys::CURRENT_PROJECTION_FORMAT.to_be_bytes(),
-            )?;
-            Ok((Takeover::Current, deleted))
+            done.signature_keys = delete_prefix(tree, keys::BY_SIGNATURE)?;
         }
-        _ => Ok((Takeover::Rebuild, 0)),
+        Some(keys::KEYED_INDEXES_PROJECTION_FORMAT) => {}
+        _ => return Ok((Takeover::Rebuild, done)),
+    }
+    for kind in keys::INDEX_KINDS {
+        done.index_entries += move_into_runs(tree, kind)?;
+    }
+    tree.insert(
+        keys::PROJECTION_FORMAT,
+        &keys::CURRENT_PROJECTION_FORMAT.to_be_bytes(),
+    )?;
+    Ok((Takeover::Current, done))
+}
+
+/// Moves every index entry kept as its own key under `prefix` into the runs,
+/// [`DELETE_BATCH`] entries per sled batch (each batch deletes the keys it moves).
+fn move_into_runs(tree: &sled::Tree, prefix: &[u8]) -> Result<usize, SinkError> {
+    let mut moved = 0;
+    loop {
+        let mut batch = sled::Batch::default();
+        let mut runs = RunEdits::new(tree);
+        let mut in_batch = 0;
+        for entry in tree.scan_prefix(prefix).take(DELETE_BATCH) {
+            let (key, _) = entry?;
+            runs.set(&key, true)?;
+            batch.remove(key);
+            in_batch += 1;
+        }
+        if in_batch == 0 {
+            return Ok(moved);
+        }
+        runs.write_into(&mut batch);
+        tree.apply_batch(batch)?;
+        moved += in_batch;
     }
 }
 
@@ -67,8 +109,9 @@ fn delete_prefix(tree: &sled::Tree, prefix: &[u8]) -> Result<usize, SinkError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sink::index_runs;
 
-    fn tree_with(format: Option<u64>, signature_keys: usize) -> sled::Tree {
+    fn tree_with(format: Option<u64>, signature_keys: usize, index_keys: usize) -> sled::Tree {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let tree: sled::Tree = (*db).clone();
         if let Some(format) = format {
@@ -79,8 +122,14 @@ mod tests {
             tree.insert(format!("ssig-{}\0job\0item-{n}", n % 7), b"")
                 .unwrap();
         }
+        for n in 0..index_keys {
+            let job = format!("job-{}", n % 3);
+            let item = format!("item-{n}");
+            tree.insert(keys::by_age(&job, n as i64, &item), b"")
+                .unwrap();
+            tree.insert(keys::fifo(&job, n as u64, &item), b"").unwrap();
+        }
         tree.insert(b"ijob\0item-1", b"\x01\x05").unwrap();
-        tree.insert(b"rjob\0x", b"").unwrap();
         tree
     }
 
@@ -90,31 +139,78 @@ mod tests {
             .and_then(|bytes| keys::decode_u64(&bytes))
     }
 
+    fn index(tree: &sled::Tree, kind: &[u8]) -> Vec<Vec<u8>> {
+        index_runs::range(tree, kind, None)
+            .map(Result::unwrap)
+            .collect()
+    }
+
     #[test]
-    fn formats_2_and_3_lose_the_signature_index_and_nothing_else() {
+    fn formats_2_and_3_lose_the_signature_index_and_keep_their_entries_in_runs() {
         for format in [2, 3] {
-            let tree = tree_with(Some(format), DELETE_BATCH * 2 + 3);
-            let before = tree.len();
-            let (takeover, deleted) = take_over(&tree, Some(format)).unwrap();
+            let tree = tree_with(Some(format), DELETE_BATCH * 2 + 3, 10);
+            let ages: Vec<Vec<u8>> = tree
+                .scan_prefix(keys::BY_AGE)
+                .keys()
+                .map(|k| k.unwrap().to_vec())
+                .collect();
+            let (takeover, done) = take_over(&tree, Some(format)).unwrap();
             assert_eq!(takeover, Takeover::Current);
-            assert_eq!(deleted, DELETE_BATCH * 2 + 3);
+            assert_eq!(done.signature_keys, DELETE_BATCH * 2 + 3);
+            assert_eq!(done.index_entries, 20);
             assert_eq!(tree.scan_prefix(keys::BY_SIGNATURE).count(), 0);
-            assert_eq!(tree.len(), before - deleted);
+            assert_eq!(index(&tree, keys::BY_AGE), ages);
             assert!(tree.get(b"ijob\0item-1").unwrap().is_some());
-            assert!(tree.get(b"rjob\0x").unwrap().is_some());
             assert_eq!(format_of(&tree), Some(keys::CURRENT_PROJECTION_FORMAT));
         }
     }
 
     #[test]
+    fn format_4_moves_every_entry_into_runs() {
+        let tree = tree_with(
+            Some(keys::KEYED_INDEXES_PROJECTION_FORMAT),
+            0,
+            DELETE_BATCH + 5,
+        );
+        let ages: Vec<Vec<u8>> = tree
+            .scan_prefix(keys::BY_AGE)
+            .keys()
+            .map(|k| k.unwrap().to_vec())
+            .collect();
+        let fifo: Vec<Vec<u8>> = tree
+            .scan_prefix(keys::FIFO)
+            .keys()
+            .map(|k| k.unwrap().to_vec())
+            .collect();
+        let (takeover, done) = take_over(&tree, Some(4)).unwrap();
+        assert_eq!(takeover, Takeover::Current);
+        assert_eq!(done.index_entries, 2 * (DELETE_BATCH + 5));
+        assert_eq!(tree.scan_prefix(keys::BY_AGE).count(), 0);
+        assert_eq!(tree.scan_prefix(keys::FIFO).count(), 0);
+        assert_eq!(index(&tree, keys::BY_AGE), ages);
+        assert_eq!(index(&tree, keys::FIFO), fifo);
+        assert!(index(&tree, keys::BY_RECENCY).is_empty());
+        assert_eq!(format_of(&tree), Some(keys::CURRENT_PROJECTION_FORMAT));
+        // Less than a key per entry.
+        assert!(tree.scan_prefix(keys::AGE_RUNS).count() < ages.len() / 32);
+    }
+
+    #[test]
     fn the_current_format_is_left_alone_and_others_are_rebuilt() {
-        let tree = tree_with(Some(keys::CURRENT_PROJECTION_FORMAT), 3);
-        assert_eq!(take_over(&tree, Some(4)).unwrap(), (Takeover::Current, 0));
+        let tree = tree_with(Some(keys::CURRENT_PROJECTION_FORMAT), 3, 0);
+        assert_eq!(
+            take_over(&tree, Some(keys::CURRENT_PROJECTION_FORMAT)).unwrap(),
+            (Takeover::Current, TakenOver::default())
+        );
         assert_eq!(tree.scan_prefix(keys::BY_SIGNATURE).count(), 3);
-        for format in [None, Some(1), Some(5)] {
-            let tree = tree_with(format, 3);
-            assert_eq!(take_over(&tree, format).unwrap(), (Takeover::Rebuild, 0));
+        for format in [None, Some(1), Some(keys::CURRENT_PROJECTION_FORMAT + 1)] {
+            let tree = tree_with(format, 3, 3);
+            assert_eq!(
+                take_over(&tree, format).unwrap(),
+                (Takeover::Rebuild, TakenOver::default())
+            );
             assert_eq!(tree.scan_prefix(keys::BY_SIGNATURE).count(), 3);
+            assert_eq!(tree.scan_prefix(keys::BY_AGE).count(), 3);
             assert_eq!(format_of(&tree), format);
         }
     }

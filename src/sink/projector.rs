@@ -9,6 +9,7 @@
 use tracing::warn;
 
 use super::fault_fs::FaultFs;
+use super::index_runs::RunEdits;
 use super::journal_record::Write;
 use super::log::LogReader;
 use super::staged::Staged;
@@ -22,15 +23,20 @@ pub(crate) type Reader = LogReader<FaultFs>;
 const CHUNK: usize = 10_000;
 
 /// Applies `writes` (the projection changes of events up to `through`) and the mark, as one
-/// sled batch.
+/// sled batch. Index keys among them change the index runs they fall in ([`super::index_runs`]).
 pub(crate) fn apply(tree: &sled::Tree, writes: Vec<Write>, through: u64) -> Result<(), SinkError> {
     let mut batch = sled::Batch::default();
+    let mut runs = RunEdits::new(tree);
     for (key, value) in writes {
+        if runs.set(&key, value.is_some())? {
+            continue;
+        }
         match value {
             Some(value) => batch.insert(key, value),
             None => batch.remove(key),
         }
     }
+    runs.write_into(&mut batch);
     batch.insert(keys::APPLIED_THROUGH, &through.to_be_bytes());
     tree.apply_batch(batch)?;
     Ok(())

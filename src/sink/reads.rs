@@ -6,6 +6,7 @@
 //! the log ([`ItemRecord`]): reading it reads them and folds them.
 
 use super::counters::JobCounters;
+use super::index_runs;
 use super::item_record::ItemRecord;
 use super::projector::Reader;
 use super::{keys, show_key, SinkError};
@@ -91,12 +92,11 @@ impl TreeView<'_> {
             let job = job?;
             let prefix = keys::fifo_of_job(&job);
             let from = keys::fifo(&job, floor.saturating_add(1), "");
-            let mut walk = self.tree.range(from..);
-            let Some(entry) = walk.next() else { continue };
-            let (key, _) = entry?;
-            if !key.starts_with(&prefix) {
+            let end = keys::prefix_end(&prefix);
+            let Some(key) = index_runs::range(self.tree, &from, Some(&end)).next() else {
                 continue;
-            }
+            };
+            let key = key?;
             let seq = key
                 .get(prefix.len()..prefix.len() + 8)
                 .and_then(keys::decode_u64)

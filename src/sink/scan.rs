@@ -10,6 +10,7 @@ use std::collections::BinaryHeap;
 
 use chrono::{DateTime, Utc};
 
+use super::index_runs::{self, RunRange};
 use super::{keys, show_key, SinkError, SledSink};
 use crate::domain::projection::StoredItem;
 
@@ -28,13 +29,13 @@ pub struct Recent {
 struct JobWalk {
     prefix_len: usize,
     job_id: String,
-    iter: sled::Iter,
+    iter: RunRange,
 }
 
 impl JobWalk {
     fn next(&mut self) -> Option<Result<Recent, SinkError>> {
         let entry = self.iter.next()?;
-        Some(entry.map_err(SinkError::from).and_then(|(key, _)| {
+        Some(entry.and_then(|key| {
             let (time, item_id) =
                 keys::time_item_of_recency(&key, self.prefix_len).ok_or_else(|| {
                     SinkError::Corrupt {
@@ -124,7 +125,7 @@ impl SledSink {
                 };
                 JobWalk {
                     prefix_len: keys::recency_of_job(&job).len(),
-                    iter: self.tree().range(start..keys::recency_end(&job)),
+                    iter: index_runs::range(self.tree(), &start, Some(&keys::recency_end(&job))),
                     job_id: job,
                 }
             })
@@ -146,8 +147,9 @@ impl SledSink {
         let prefix = keys::ages_of_job(job_id);
         let mut bucket: Option<i64> = None;
         let mut best: Option<(DateTime<Utc>, String)> = None;
-        for entry in self.tree().scan_prefix(&prefix) {
-            let (key, _) = entry?;
+        let end = keys::prefix_end(&prefix);
+        for key in index_runs::range(self.tree(), &prefix, Some(&end)) {
+            let key = key?;
             let (ms, item_id) =
                 keys::ms_item_of_age(&key, prefix.len()).ok_or_else(|| SinkError::Corrupt {
                     key: show_key(&key),

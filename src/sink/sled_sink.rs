@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
 
 use super::counters::JobCounters;
+use super::index_runs;
 use super::parked::ParkedSet;
 use super::projector::Reader;
 use super::publish_state::{PendingKey, PublishState};
@@ -215,15 +216,27 @@ impl SledSink {
         answer.await.map_err(|_| SinkError::Closed)?
     }
 
-    /// Every projection key and value, for comparing projections byte for byte.
+    /// Every projection key and value, for comparing projections byte for byte: the index
+    /// runs as the logical keys they hold (empty values), so two projections with the same
+    /// entries compare equal however their runs were split.
     pub fn projection_snapshot(&self) -> Result<Vec<KeyValue>, SinkError> {
+        let tree = self.tree();
         let mut all = Vec::new();
         for prefix in keys::PROJECTION_PREFIXES {
-            for entry in self.tree().scan_prefix(prefix) {
+            if keys::INDEX_RUNS.contains(&prefix) {
+                continue;
+            }
+            for entry in tree.scan_prefix(prefix) {
                 let (key, value) = entry?;
                 all.push((key.to_vec(), value.to_vec()));
             }
         }
+        for kind in keys::INDEX_KINDS {
+            for key in index_runs::range(tree, kind, None) {
+                all.push((key?, Vec::new()));
+            }
+        }
+        all.sort();
         Ok(all)
     }
 

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::counters::JobCounters;
+use super::index_runs;
 use super::item_record::ItemRecord;
 use super::journal_record::Write;
 use super::projector::Reader;
@@ -324,12 +325,13 @@ impl StateView for Staged<'_> {
             return Ok(Vec::new());
         }
         let prefix = keys::fifo_of_job(job_id);
+        let end = keys::prefix_end(&prefix);
         let mut ids = Vec::new();
-        for entry in self.view.tree.scan_prefix(&prefix) {
+        for key in index_runs::range(self.view.tree, &prefix, Some(&end)) {
             if ids.len() >= limit {
                 return Ok(ids);
             }
-            let (key, _) = entry?;
+            let key = key?;
             let corrupt = || SinkError::Corrupt {
                 key: super::show_key(&key),
                 reason: "malformed FIFO index key".into(),
@@ -380,15 +382,12 @@ impl StateView for Staged<'_> {
             // Each job's first `limit` hits: the `limit` overall are among them.
             let prefix = keys::ages_of_job(&job);
             let mut taken = 0;
-            for entry in self
-                .view
-                .tree
-                .range(prefix.clone()..keys::age_bound(&job, cutoff_ms))
-            {
+            let bound = keys::age_bound(&job, cutoff_ms);
+            for key in index_runs::range(self.view.tree, &prefix, Some(&bound)) {
                 if taken >= limit {
                     break;
                 }
-                let (key, _) = entry?;
+                let key = key?;
                 let (ms, item) =
                     keys::ms_item_of_age(&key, prefix.len()).ok_or_else(|| SinkError::Corrupt {
                         key: super::show_key(&key),

@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-use super::routes::AppState;
+use super::routes::Held;
 
 /// The policy of every page answer: only this server's scripts, styles and API.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
@@ -45,7 +45,7 @@ const JS: &str = "text/javascript; charset=utf-8";
 const INDEX: &str = include_str!("assets/index.html");
 
 /// The page's routes: `GET /` and `GET /ui/{file}`, outside the token check.
-pub fn router() -> Router<Arc<AppState>> {
+pub fn router() -> Router<Arc<Held>> {
     Router::new()
         .route("/", get(index))
         .route("/ui/{file}", get(asset))

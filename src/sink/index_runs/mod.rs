@@ -1,0 +1,52 @@
+//! The age, recency and FIFO indexes, stored as sorted **runs** of entries in few sled keys.
+//!
+//! Logically an index is the set of keys [`keys::by_age`], [`keys::by_recency`] and
+//! [`keys::fifo`] build (kind byte, job, NUL, sort key, item): the projection stages them as
+//! such, and readers walk them in order ([`range`]). Physically, projection format 5 keeps
+//! each kind as runs: one sled key per run of up to [`RUN_MAX`] entries, whose key is the
+//! run's kind ([`keys::INDEX_RUNS`]) followed by an entry at or below all of its entries, and
+//! whose value is the entries front-coded ([`codec`]). One sled key per item (its record)
+//! plus a few per run, instead of four per item: sled opens a 1M-item projection in a
+//! fraction of the time (docs/benchmarks.md).
+//!
+//! Invariants, for each kind: run keys are distinct; every entry of a run sorts at or after
+//! the run's key and before the next run's key; the kind byte alone (the **sentinel**) keys
+//! the first run whenever an entry sorts before every other run. An entry therefore lives in
+//! the last run whose key is at or below it, and only a split moves entries, always forward to
+//! a new key, so a reader that walks runs while the applier rewrites them sees every entry
+//! (once: it drops entries at or below the last one it returned).
+
+mod codec;
+mod edits;
+mod range;
+
+pub(crate) use edits::RunEdits;
+pub(crate) use range::{range, RunRange};
+
+use super::keys;
+
+/// Most entries a run holds after a batch; a longer run is split evenly into runs of at most
+/// as many.
+pub(crate) const RUN_MAX: usize = 128;
+
+/// The run kind (`A`, `R`, `F`) of a logical index key (`a`, `r`, `f` first), or `None` for any
+/// other key.
+pub(crate) fn run_kind(logical_key: &[u8]) -> Option<u8> {
+    let kind = *logical_key.first()?;
+    keys::INDEX_KINDS
+        .iter()
+        .zip(keys::INDEX_RUNS)
+        .find(|(logical, _)| logical.first() == Some(&kind))
+        .and_then(|(_, runs)| runs.first().copied())
+}
+
+/// The logical key of the entry `entry` of a run of kind `run_kind`.
+fn logical_key(run_kind: u8, entry: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(entry.len() + 1);
+    key.push(run_kind.to_ascii_lowercase());
+    key.extend_from_slice(entry);
+    key
+}
+
+#[cfg(test)]
+mod tests;

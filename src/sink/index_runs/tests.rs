@@ -1,0 +1,155 @@
+//! The runs against a model: a sorted set of logical keys, edited in random batches.
+
+use std::collections::BTreeSet;
+
+use proptest::prelude::*;
+
+use super::{codec, range, RunEdits, RUN_MAX};
+use crate::sink::keys;
+
+fn tree() -> sled::Tree {
+    let db = sled::Config::new().temporary(true).open().unwrap();
+    (*db).clone()
+}
+
+/// Applies `ops` (key, present) as one batch, as the projector does.
+fn apply(tree: &sled::Tree, ops: &[(Vec<u8>, bool)]) {
+    let mut edits = RunEdits::new(tree);
+    let mut batch = sled::Batch::default();
+    for (key, present) in ops {
+        assert!(edits.set(key, *present).unwrap());
+    }
+    edits.write_into(&mut batch);
+    tree.apply_batch(batch).unwrap();
+}
+
+fn entries(tree: &sled::Tree, from: &[u8], to: Option<&[u8]>) -> Vec<Vec<u8>> {
+    range(tree, from, to).map(Result::unwrap).collect()
+}
+
+/// Every run is non-empty, at most `RUN_MAX` long, and holds only entries between its key
+/// and the next run's key.
+fn check_runs(tree: &sled::Tree, run_prefix: &[u8]) {
+    let runs: Vec<(Vec<u8>, Vec<Vec<u8>>)> = tree
+        .scan_prefix(run_prefix)
+        .map(|entry| {
+            let (key, value) = entry.unwrap();
+            (key.to_vec(), codec::decode(&value).unwrap())
+        })
+        .collect();
+    for (n, (key, run)) in runs.iter().enumerate() {
+        assert!(
+            !run.is_empty() && run.len() <= RUN_MAX,
+            "run of {}",
+            run.len()
+        );
+        assert!(run[0].as_slice() >= &key[1..]);
+        if let Some((next, _)) = runs.get(n + 1) {
+            assert!(run.last().unwrap().as_slice() < &next[1..]);
+        }
+    }
+}
+
+fn age_key(job: u8, ms: u16, item: u16) -> Vec<u8> {
+    keys::by_age(
+        &format!("job-{job}"),
+        i64::from(ms),
+        &format!("item-{item}"),
+    )
+}
+
+#[test]
+fn a_job_filled_in_order_splits_into_runs_and_reads_back() {
+    let tree = tree();
+    let keys: Vec<Vec<u8>> = (0..1000).map(|n| age_key(1, n, n)).collect();
+    for chunk in keys.chunks(7) {
+        let ops: Vec<_> = chunk.iter().map(|k| (k.clone(), true)).collect();
+        apply(&tree, &ops);
+    }
+    check_runs(&tree, keys::AGE_RUNS);
+    let runs = tree.scan_prefix(keys::AGE_RUNS).count();
+    assert!(
+        (1000 / RUN_MAX..=1000 / (RUN_MAX / 2) + 1).contains(&runs),
+        "{runs} runs"
+    );
+    assert_eq!(entries(&tree, keys::BY_AGE, None), keys);
+    let job = keys::ages_of_job("job-1");
+    let bound = keys::age_bound("job-1", 500);
+    assert_eq!(entries(&tree, &job, Some(&bound)), keys[..500].to_vec());
+    // Other indexes are untouched and empty.
+    assert!(entries(&tree, keys::FIFO, None).is_empty());
+}
+
+#[test]
+fn emptied_runs_are_deleted() {
+    let tree = tree();
+    let keys: Vec<Vec<u8>> = (0..300).map(|n| age_key(2, n, n)).collect();
+    apply(
+        &tree,
+        &keys.iter().map(|k| (k.clone(), true)).collect::<Vec<_>>(),
+    );
+    apply(
+        &tree,
+        &keys.iter().map(|k| (k.clone(), false)).collect::<Vec<_>>(),
+    );
+    assert_eq!(tree.scan_prefix(keys::AGE_RUNS).count(), 0);
+    assert!(entries(&tree, keys::BY_AGE, None).is_empty());
+}
+
+#[test]
+fn a_malformed_run_is_reported_with_its_key() {
+    let tree = tree();
+    tree.insert(keys::AGE_RUNS, &[0x80][..]).unwrap();
+    let err = range(&tree, keys::BY_AGE, None)
+        .next()
+        .unwrap()
+        .unwrap_err();
+    assert!(err.to_string().contains("malformed index run"), "{err}");
+    let mut edits = RunEdits::new(&tree);
+    assert!(edits.set(&age_key(1, 1, 1), true).is_err());
+}
+
+#[test]
+fn other_keys_are_not_index_keys() {
+    let tree = tree();
+    let mut edits = RunEdits::new(&tree);
+    assert!(!edits.set(&keys::item("job", "item"), true).unwrap());
+    assert!(!edits.set(keys::APPLIED_THROUGH, true).unwrap());
+    assert!(range(&tree, b"i", None).next().is_none());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// Random batches of inserts and removes over three jobs: the runs always hold exactly
+    /// the model's keys, in order, and any range reads what the model's range holds.
+    #[test]
+    fn runs_hold_exactly_the_model(
+        batches in prop::collection::vec(
+            prop::collection::vec((0u8..3, 0u16..400, any::<bool>()), 1..200),
+            1..12,
+        ),
+        lo in (0u8..3, 0u16..400),
+        hi in (0u8..4, 0u16..400),
+    ) {
+        let tree = tree();
+        let mut model: BTreeSet<Vec<u8>> = BTreeSet::new();
+        for batch in batches {
+            let mut ops: Vec<(Vec<u8>, bool)> = Vec::new();
+            let mut last: std::collections::BTreeMap<Vec<u8>, bool> = Default::default();
+            for (job, n, present) in batch {
+                last.insert(age_key(job, n, n % 17), present);
+            }
+            for (key, present) in last {
+                if present { model.insert(key.clone()); } else { model.remove(&key); }
+                ops.push((key, present));
+            }
+            apply(&tree, &ops);
+            check_runs(&tree, keys::AGE_RUNS);
+            let all: Vec<Vec<u8>> = model.iter().cloned().collect();
+            prop_assert_eq!(entries(&tree, keys::BY_AGE, None), all);
+        }
+        let (from, to) = (age_key(lo.0, lo.1, 0), age_key(hi.0, hi.1, 0));
+        let expected: Vec<Vec<u8>> = model.iter().filter(|k| **k >= from && **k < to).cloned().collect();
+        prop_assert_eq!(entries(&tree, &from, Some(&to)), expected);
+    }
+}
