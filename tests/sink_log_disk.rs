@@ -212,3 +212,48 @@ fn many_events_read_at_once_and_damage_names_its_event() {
     assert_eq!(read[2].1.as_ref().unwrap().as_ref(), Some(&all[2]));
     drop(writer);
 }
+
+#[test]
+fn a_clean_close_spares_the_next_open_its_scan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let one_segment = || LogConfig {
+        segment_bytes: 1 << 20,
+        ..LogConfig::default()
+    };
+    let open = || LogWriter::open(RealFs::open(&dir).unwrap(), one_segment()).unwrap();
+    let all = events(40);
+    let (mut writer, recovery) = open();
+    assert_eq!(recovery.from_sidecars, 0);
+    for group in all[..30].chunks(3) {
+        writer.append(group).unwrap();
+    }
+    writer.store_active_sidecar();
+    drop(writer);
+
+    let (mut writer, recovery) = open();
+    assert_eq!(
+        recovery.from_sidecars, 1,
+        "the clean close's sidecar was not used"
+    );
+    assert_eq!(read_all(&writer).len(), 30);
+    // A reopened log appends to a new segment; this one ends without a clean close.
+    for group in all[30..].chunks(3) {
+        writer.append(group).unwrap();
+    }
+    let before = read_all(&writer);
+    drop(writer);
+
+    let (mut writer, recovery) = open();
+    assert_eq!(recovery.segments.len(), 2);
+    assert_eq!(
+        recovery.from_sidecars, 1,
+        "only the first segment has a sidecar"
+    );
+    assert_eq!(read_all(&writer), before);
+    assert_eq!(
+        before.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(),
+        all
+    );
+    assert_eq!(writer.append(&events(1)).unwrap(), 41..42);
+}

@@ -140,6 +140,7 @@ impl Writer {
                 }
             }
             if self.handle_group(group) {
+                self.log.store_active_sidecar();
                 return;
             }
         }
@@ -147,6 +148,7 @@ impl Writer {
         if let Err(err) = self.checkpoint() {
             warn!(error = %err, "final checkpoint of the sink failed");
         }
+        self.log.store_active_sidecar();
     }
 
     /// Lets the applier finish what it was given, and joins it.

@@ -24,6 +24,8 @@ pub struct Recovery {
     pub torn: Vec<(String, usize, FrameError)>,
     /// Segments whose creation never finished (`*.seg.tmp`), to be deleted.
     pub unfinished: Vec<String>,
+    /// Segments whose frames were taken from a sidecar that fits them instead of a scan.
+    pub from_sidecars: usize,
     /// Where every intact frame is.
     pub index: LogIndex,
 }
@@ -61,6 +63,7 @@ pub fn recover<F: LogFs>(fs: &F, lazy_through: u64) -> Result<Recovery, LogError
         .find(|&i| bound(i) > lazy_through)
         .unwrap_or(segments.len().saturating_sub(1));
     let mut torn = Vec::new();
+    let mut from_sidecars = 0;
     loop {
         let mut previous_last = 0;
         for (i, &first_seq) in segments.iter().enumerate().skip(start) {
@@ -73,11 +76,24 @@ pub fn recover<F: LogFs>(fs: &F, lazy_through: u64) -> Result<Recovery, LogError
                 });
             }
             if let Some(index) = indexes.get_mut(i).filter(|index| !index.is_scanned()) {
-                let (scanned, tail) = scan_segment(fs, first_seq)?;
-                if let Some(reason) = tail {
-                    torn.push((file, scanned_len(&scanned), reason));
-                }
-                *index = scanned;
+                // A sidecar that fits the segment's length as it is now (a sealed segment's,
+                // or the active one's as the last clean close left it) saves the scan.
+                let kept = fs
+                    .sidecar_dir()
+                    .and_then(|dir| sidecar::load(dir, first_seq));
+                *index = match kept {
+                    Some(kept) => {
+                        from_sidecars += 1;
+                        kept
+                    }
+                    None => {
+                        let (scanned, tail) = scan_segment(fs, first_seq)?;
+                        if let Some(reason) = tail {
+                            torn.push((file, scanned_len(&scanned), reason));
+                        }
+                        scanned
+                    }
+                };
             }
             previous_last = indexes
                 .get(i)
@@ -101,6 +117,7 @@ pub fn recover<F: LogFs>(fs: &F, lazy_through: u64) -> Result<Recovery, LogError
         next_seq: last_seq.max(reserved).saturating_add(1),
         torn,
         unfinished,
+        from_sidecars,
         index: LogIndex::new(indexes, last_seq),
     })
 }

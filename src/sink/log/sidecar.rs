@@ -1,5 +1,6 @@
 //! A sealed segment's frame offsets in a file beside it, so that reading one event of an old
-//! segment takes one read instead of a scan of the whole segment.
+//! segment takes one read instead of a scan of the whole segment; and the active segment's,
+//! written at a clean close, so that the next open does not scan it either.
 //!
 //! ```text
 //! {first_seq:020}.idx = MAGIC | first_seq u64 | end u64 | count u32 | start u32 * count | crc u32

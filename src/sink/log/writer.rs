@@ -214,6 +214,16 @@ impl<F: LogFs> LogWriter<F> {
         Ok(())
     }
 
+    /// At a clean close: keeps the active segment's frame offsets beside it, so the next open
+    /// reads them instead of scanning the segment (up to 64 MiB). Nothing writes to the
+    /// segment afterwards (a reopened log starts a new one), and the next open uses them only
+    /// while the segment's length is what they describe.
+    pub fn store_active_sidecar(&mut self) {
+        if self.uncut.is_none() {
+            self.store_sidecar();
+        }
+    }
+
     /// Keeps the frame offsets of the full active segment beside it (`super::sidecar`).
     fn store_sidecar(&self) {
         let Some(dir) = self.fs.sidecar_dir() else {
