@@ -149,6 +149,37 @@ async fn dlq_run_leaves_a_current_snapshot() {
 }
 
 #[tokio::test]
+async fn dlq_retry_leaves_a_current_snapshot() {
+    let flow = Flow::new(DLQ, DEAD_BUS_URL);
+    let items: Vec<_> = (0..10)
+        .map(|n| json!({"id": format!("item-{n}"), "msg": "exploded"}))
+        .collect();
+    flow.items(&items);
+    let workflow = flow.write("flow.yml", FAIL_UNTIL_FIXED);
+    let run = [
+        "run",
+        workflow.to_str().unwrap(),
+        "--job-id",
+        "j",
+        "--progress",
+        "quiet",
+        "--drain-timeout",
+        "0s",
+    ];
+    let out = flow.env.run(&run);
+    assert_eq!(counts(&flow::report(&out).1), (0, 10, 0, 0));
+    // Every item fails again: the retry writes a failure for each.
+    let out = flow
+        .env
+        .run(&["retry", "j", "--progress", "quiet", "--drain-timeout", "0s"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|err| panic!("no retry report ({err}): {stderr}"));
+    assert_eq!(report["failed_again"], 10, "{report}\n{stderr}");
+    assert_snapshot_current(&flow.env.data, "dlq retry").await;
+}
+
+#[tokio::test]
 async fn dlq_serve_stopped_with_sigterm_leaves_a_current_snapshot() {
     let env = Env::new(DLQ, DEAD_BUS_URL);
     env.demo("j", 20);

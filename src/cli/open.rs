@@ -108,9 +108,9 @@ pub async fn sink(cli: &Cli, config: &Config) -> Result<SledSink, CliError> {
     }
 }
 
-/// At the end of a command that writes (`generate`, `run` and `resume`, `serve`), once every
-/// handle of its sink is gone (the sink closed and dropped, or the emitter shut down and
-/// dropped with no clone left in a task): makes sled's snapshot current, so the next
+/// At the end of a command that writes (`generate`, `run` and `resume`, `retry`, `serve`),
+/// once every handle of its sink is gone (the sink closed and dropped, or the emitter shut
+/// down and dropped with no clone left in a task): makes sled's snapshot current, so the next
 /// command's open does not replay what this one wrote ([`crate::sink::refresh_snapshot`]). A
 /// failure only costs the next open that replay, so it is logged, never returned.
 pub async fn refresh_snapshot(cli: &Cli, config: &Config) {

@@ -103,6 +103,9 @@ pub async fn run_retry(cli: &Cli, args: &RetryArgs) -> Result<u8, CliError> {
             .await;
             let drained = crate::removal::wait_for_drain(&emitter, args.runner.drain_timeout).await;
             emitter.shutdown().await?;
+            // The retry joined every task it started: this emitter is the last handle.
+            drop(emitter);
+            open::refresh_snapshot(cli, &config).await;
             let report = result.map_err(CliError::from)?;
             drained?;
             report

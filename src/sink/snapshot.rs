@@ -5,8 +5,8 @@
 //! process wrote since its own open, 3.7–8.4 s after generating 1M items (docs/benchmarks.md,
 //! "What opens sled"). [`refresh_snapshot`] opens the database once more at the end of such a
 //! process, so the replay happens there and the next command opens from a current snapshot.
-//! The CLI calls it at the end of `dlq generate`, `dlq run` / `resume` and `dlq serve`
-//! (`cli::open::refresh_snapshot`), once the process holds no handle of the sink.
+//! The CLI calls it at the end of `dlq generate`, `dlq run` / `resume`, `dlq retry` and
+//! `dlq serve` (`cli::open::refresh_snapshot`), once the process holds no handle of the sink.
 
 use tracing::debug;
 
