@@ -123,11 +123,11 @@ async fn dlq_generate_leaves_a_current_snapshot() {
     assert_snapshot_current(&data, "dlq generate").await;
 }
 
-#[tokio::test]
-async fn dlq_run_leaves_a_current_snapshot() {
-    // Every item fails its one attempt: the job dead-letters all 20.
+/// Runs job `j` of `n` items with the real `dlq run`, the bus down: every item fails its one
+/// attempt, so the job dead-letters all of them.
+fn dead_letter_job(n: u64) -> Flow {
     let flow = Flow::new(DLQ, DEAD_BUS_URL);
-    let items: Vec<_> = (0..20)
+    let items: Vec<_> = (0..n)
         .map(|n| json!({"id": format!("item-{n}"), "msg": "exploded"}))
         .collect();
     flow.items(&items);
@@ -144,30 +144,19 @@ async fn dlq_run_leaves_a_current_snapshot() {
     ]);
     let (code, report) = flow::report(&out);
     assert_eq!(code, 0, "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(counts(&report), (0, 20, 0, 0));
+    assert_eq!(counts(&report), (0, n, 0, 0));
+    flow
+}
+
+#[tokio::test]
+async fn dlq_run_leaves_a_current_snapshot() {
+    let flow = dead_letter_job(20);
     assert_snapshot_current(&flow.env.data, "dlq run").await;
 }
 
 #[tokio::test]
 async fn dlq_retry_leaves_a_current_snapshot() {
-    let flow = Flow::new(DLQ, DEAD_BUS_URL);
-    let items: Vec<_> = (0..10)
-        .map(|n| json!({"id": format!("item-{n}"), "msg": "exploded"}))
-        .collect();
-    flow.items(&items);
-    let workflow = flow.write("flow.yml", FAIL_UNTIL_FIXED);
-    let run = [
-        "run",
-        workflow.to_str().unwrap(),
-        "--job-id",
-        "j",
-        "--progress",
-        "quiet",
-        "--drain-timeout",
-        "0s",
-    ];
-    let out = flow.env.run(&run);
-    assert_eq!(counts(&flow::report(&out).1), (0, 10, 0, 0));
+    let flow = dead_letter_job(10);
     // Every item fails again: the retry writes a failure for each.
     let out = flow
         .env

@@ -188,11 +188,6 @@ pub fn recency_of_job(job_id: &str) -> Vec<u8> {
     join(&[BY_RECENCY, job_id.as_bytes(), b"\0"])
 }
 
-/// Exclusive upper bound of one job's recency index.
-pub fn recency_end(job_id: &str) -> Vec<u8> {
-    join(&[BY_RECENCY, job_id.as_bytes(), b"\x01"])
-}
-
 /// The job's recency keys from `time` on (that time included, older ones after it).
 pub fn recency_from(job_id: &str, time: DateTime<Utc>) -> Vec<u8> {
     join(&[BY_RECENCY, job_id.as_bytes(), b"\0", &newest_first(time)])

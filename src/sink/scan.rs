@@ -125,7 +125,11 @@ impl SledSink {
                 };
                 JobWalk {
                     prefix_len: keys::recency_of_job(&job).len(),
-                    iter: index_runs::range(self.tree(), &start, Some(&keys::recency_end(&job))),
+                    iter: index_runs::range(
+                        self.tree(),
+                        &start,
+                        Some(&keys::prefix_end(&keys::recency_of_job(&job))),
+                    ),
                     job_id: job,
                 }
             })

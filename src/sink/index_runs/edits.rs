@@ -41,9 +41,9 @@ impl<'t> RunEdits<'t> {
     }
 
     /// Writes every changed run into `batch`: runs longer than [`RUN_MAX`] split, empty
-    /// ones deleted.
+    /// ones deleted. A split's new keys fall strictly between the run's key and the next
+    /// run's (its entries do), so they never meet another run's key.
     pub(crate) fn write_into(self, batch: &mut sled::Batch) {
-        let mut inserts: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         for (key, entries) in self.runs {
             if entries.is_empty() {
                 batch.remove(key);
@@ -60,12 +60,8 @@ impl<'t> RunEdits<'t> {
                     0 => key.clone(),
                     _ => [&[kind][..], &piece[0]].concat(),
                 };
-                inserts.push((run_key, codec::encode(piece)));
+                batch.insert(run_key, codec::encode(piece));
             }
-        }
-        // A new run's key may be one a deleted run had: inserts come after deletes.
-        for (key, value) in inserts {
-            batch.insert(key, value);
         }
     }
 
