@@ -517,6 +517,46 @@ async fn purge_cutoff_compares_whole_milliseconds_in_both_views() {
     sink.close().await.unwrap();
 }
 
+/// `stats` names the oldest item by its exact first failure, also when several jobs' oldest
+/// items share the age index's millisecond (it reads only those jobs' items), and a job whose
+/// oldest millisecond is later never wins.
+#[tokio::test]
+async fn stats_finds_the_oldest_item_within_a_shared_millisecond() {
+    let (_dir, sink) = fresh();
+    let ms = DateTime::<Utc>::from_timestamp_millis(1_700_000_000_000).unwrap();
+    let at = |job: &str, id: &str, micros: i64| {
+        let first = ms + TimeDelta::microseconds(micros);
+        item_at(job, id, first, ErrorType::Unknown, 1)
+    };
+    // job-a's oldest is in the shared millisecond but later in it than job-b's; job-c's is a
+    // millisecond later; job-d's is in the millisecond at job-b's exact time (a tie: job-b, the
+    // first in id order, keeps it).
+    let items = [
+        at("job-a", "a1", 700),
+        at("job-a", "a2", 5_000),
+        at("job-b", "b1", 200),
+        at("job-c", "c1", 1_100),
+        at("job-d", "d1", 200),
+    ];
+    let mut scan = StatsAccumulator::default();
+    for item in items {
+        scan.add(&item);
+        sink.append(dead_letter(item)).await.unwrap();
+    }
+    let got = stats(&sink, None).unwrap();
+    let oldest = got.oldest.clone().unwrap();
+    assert_eq!(
+        (oldest.item.job_id.as_str(), oldest.item.item_id.as_str()),
+        ("job-b", "b1")
+    );
+    assert_eq!(oldest.at, ms + TimeDelta::microseconds(200));
+    let mut want = scan.finish(None);
+    want.unpublished = got.unpublished;
+    want.oldest_unpublished = got.oldest_unpublished;
+    assert_eq!(got, want);
+    sink.close().await.unwrap();
+}
+
 /// A data directory whose projection has an older layout (no recency index, plain 8-byte job
 /// counts, no format marker) is rebuilt from its log when opened: queries then answer from
 /// the new indexes exactly as before the upgrade.

@@ -134,7 +134,6 @@ pub fn stats(sink: &SledSink, job_id: Option<&str>) -> Result<Stats, QueryError>
         None => sink.jobs()?,
     };
     let mut total = JobCounters::default();
-    let mut oldest: Option<ItemAt> = None;
     let mut newest: Option<ItemAt> = None;
     let mut per_job = BTreeMap::new();
     for (job, counters) in &jobs {
@@ -147,18 +146,14 @@ pub fn stats(sink: &SledSink, job_id: Option<&str>) -> Result<Stats, QueryError>
             },
             at,
         };
-        // Jobs come in id order: a strictly older (newer) item replaces, a tie keeps the first.
-        if let Some(candidate) = sink.oldest_of_job(job)?.map(at) {
-            if oldest.as_ref().is_none_or(|o| candidate.at < o.at) {
-                oldest = Some(candidate);
-            }
-        }
+        // Jobs come in id order: a strictly newer item replaces, a tie keeps the first.
         if let Some(candidate) = sink.newest_of_job(job)?.map(at) {
             if newest.as_ref().is_none_or(|n| candidate.at > n.at) {
                 newest = Some(candidate);
             }
         }
     }
+    let oldest = oldest_item(sink, jobs.iter().map(|(job, _)| job.as_str()))?;
     let by_error_type = ErrorType::NAMES
         .iter()
         .zip(total.by_error_type)
@@ -180,6 +175,45 @@ pub fn stats(sink: &SledSink, job_id: Option<&str>) -> Result<Stats, QueryError>
         unpublished: backlog.count,
         oldest_unpublished: backlog.oldest,
     })
+}
+
+/// The item that first failed longest ago among `jobs` (given in id order; a tie keeps the
+/// first job's). The age index orders each job by millisecond, so only the jobs whose oldest
+/// item falls in the earliest millisecond need their items read for the exact time: one or two
+/// item reads, not one per job.
+fn oldest_item<'a>(
+    sink: &SledSink,
+    jobs: impl Iterator<Item = &'a str>,
+) -> Result<Option<ItemAt>, QueryError> {
+    let mut earliest: Option<i64> = None;
+    let mut in_earliest: Vec<&str> = Vec::new();
+    for job in jobs {
+        let Some(ms) = sink.oldest_ms_of_job(job)? else {
+            continue;
+        };
+        if earliest.is_none_or(|first| ms < first) {
+            earliest = Some(ms);
+            in_earliest.clear();
+        }
+        if earliest == Some(ms) {
+            in_earliest.push(job);
+        }
+    }
+    let mut oldest: Option<ItemAt> = None;
+    for job in in_earliest {
+        if let Some((at, item_id)) = sink.oldest_of_job(job)? {
+            if oldest.as_ref().is_none_or(|o| at < o.at) {
+                oldest = Some(ItemAt {
+                    item: ItemRef {
+                        job_id: job.to_owned(),
+                        item_id,
+                    },
+                    at,
+                });
+            }
+        }
+    }
+    Ok(oldest)
 }
 
 /// `failures / items` rounded to two decimals (0 when empty).

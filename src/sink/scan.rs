@@ -142,23 +142,38 @@ impl SledSink {
         })
     }
 
+    /// The job's age index in order, as `(first_attempt_ms, item_id)`: oldest first.
+    fn ages_of_job(&self, job_id: &str) -> impl Iterator<Item = Result<(i64, String), SinkError>> {
+        let prefix = keys::ages_of_job(job_id);
+        let end = keys::prefix_end(&prefix);
+        index_runs::range(self.tree(), &prefix, Some(&end)).map(move |key| {
+            let key = key?;
+            keys::ms_item_of_age(&key, prefix.len()).ok_or_else(|| SinkError::Corrupt {
+                key: show_key(&key),
+                reason: "malformed age index key".into(),
+            })
+        })
+    }
+
+    /// The millisecond in which the job's oldest item first failed, from the age index alone
+    /// (no item is read): an item of a job whose millisecond is later cannot be older.
+    pub fn oldest_ms_of_job(&self, job_id: &str) -> Result<Option<i64>, SinkError> {
+        self.ages_of_job(job_id)
+            .next()
+            .transpose()
+            .map(|first| first.map(|(ms, _)| ms))
+    }
+
     /// The job's item that first failed longest ago, as `(first_attempt, item_id)`; ties go to
     /// the smaller item id. Reads the age index's first millisecond only.
     pub fn oldest_of_job(
         &self,
         job_id: &str,
     ) -> Result<Option<(DateTime<Utc>, String)>, SinkError> {
-        let prefix = keys::ages_of_job(job_id);
         let mut bucket: Option<i64> = None;
         let mut best: Option<(DateTime<Utc>, String)> = None;
-        let end = keys::prefix_end(&prefix);
-        for key in index_runs::range(self.tree(), &prefix, Some(&end)) {
-            let key = key?;
-            let (ms, item_id) =
-                keys::ms_item_of_age(&key, prefix.len()).ok_or_else(|| SinkError::Corrupt {
-                    key: show_key(&key),
-                    reason: "malformed age index key".into(),
-                })?;
+        for entry in self.ages_of_job(job_id) {
+            let (ms, item_id) = entry?;
             if bucket.is_some_and(|first| first != ms) {
                 break;
             }
