@@ -5,9 +5,11 @@
 //! entry, then `len` bytes of its own. Index entries of one job share the job id and most of a
 //! timestamp or sequence, so a run costs a few bytes per entry.
 
+use super::run::Run;
+
 /// Encodes `entries` (ascending, distinct).
-pub(crate) fn encode(entries: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(entries.len() * 12);
+pub(crate) fn encode<'a>(entries: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
     let mut previous: &[u8] = &[];
     for entry in entries {
         let shared = previous
@@ -25,25 +27,27 @@ pub(crate) fn encode(entries: &[Vec<u8>]) -> Vec<u8> {
 
 /// Decodes a run; `None` if the bytes are not one (truncated, a shared part longer than the
 /// entry before, or entries out of order).
-pub(crate) fn decode(mut bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
-    let mut entries: Vec<Vec<u8>> = Vec::new();
+pub(crate) fn decode(mut bytes: &[u8]) -> Option<Run> {
+    // Front coding makes a run's entries longer than its bytes: twice is a fair first guess.
+    let mut run = Run::with_capacity(0, bytes.len() * 2);
     while !bytes.is_empty() {
         let shared = usize::try_from(take_varint(&mut bytes)?).ok()?;
         let len = usize::try_from(take_varint(&mut bytes)?).ok()?;
         let own = bytes.get(..len)?;
         bytes = &bytes[len..];
-        let mut entry = match entries.last() {
-            Some(previous) => previous.get(..shared)?.to_vec(),
-            None if shared == 0 => Vec::new(),
-            None => return None,
-        };
-        entry.extend_from_slice(own);
-        if entries.last().is_some_and(|previous| *previous >= entry) {
-            return None;
+        match run.is_empty() {
+            true if shared == 0 => run.push(own),
+            true => return None,
+            false => {
+                run.push_shared(shared, own)?;
+                let last = run.len() - 1;
+                if run.get(last - 1) >= run.get(last) {
+                    return None;
+                }
+            }
         }
-        entries.push(entry);
     }
-    Some(entries)
+    Some(run)
 }
 
 fn put_varint(out: &mut Vec<u8>, mut value: u64) {
@@ -71,6 +75,10 @@ fn take_varint(bytes: &mut &[u8]) -> Option<u64> {
 mod tests {
     use super::*;
 
+    fn entries_of(bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
+        decode(bytes).map(|run| run.iter().map(<[u8]>::to_vec).collect())
+    }
+
     #[test]
     fn shared_prefixes_cost_two_bytes() {
         let entries: Vec<Vec<u8>> = (0u64..100)
@@ -83,22 +91,25 @@ mod tests {
                 .concat()
             })
             .collect();
-        let bytes = encode(&entries);
+        let bytes = encode(entries.iter().map(Vec::as_slice));
         assert!(bytes.len() < 100 * 12, "{} bytes", bytes.len());
-        assert_eq!(decode(&bytes), Some(entries));
+        assert_eq!(entries_of(&bytes), Some(entries));
     }
 
     #[test]
     fn malformed_runs_are_refused() {
-        assert_eq!(decode(&[]), Some(Vec::new()));
+        assert_eq!(entries_of(&[]), Some(Vec::new()));
         // Shared bytes without an entry before.
-        assert_eq!(decode(&[1, 1, b'a']), None);
+        assert_eq!(entries_of(&[1, 1, b'a']), None);
+        // More shared bytes than the entry before has.
+        assert_eq!(entries_of(&[0, 1, b'a', 2, 1, b'b']), None);
         // Truncated.
-        assert_eq!(decode(&[0, 5, b'a']), None);
-        // Out of order.
-        assert_eq!(decode(&[0, 1, b'b', 0, 1, b'a']), None);
+        assert_eq!(entries_of(&[0, 5, b'a']), None);
+        // Out of order, and a repeat.
+        assert_eq!(entries_of(&[0, 1, b'b', 0, 1, b'a']), None);
+        assert_eq!(entries_of(&[0, 1, b'a', 1, 0]), None);
         // A varint that never ends.
-        assert_eq!(decode(&[0x80; 11]), None);
+        assert_eq!(entries_of(&[0x80; 11]), None);
     }
 
     proptest::proptest! {
@@ -107,7 +118,8 @@ mod tests {
             proptest::collection::vec(0u8..4, 0..12), 0..64,
         )) {
             let entries: Vec<Vec<u8>> = set.into_iter().collect();
-            proptest::prop_assert_eq!(decode(&encode(&entries)), Some(entries));
+            let bytes = encode(entries.iter().map(Vec::as_slice));
+            proptest::prop_assert_eq!(entries_of(&bytes), Some(entries));
         }
     }
 }

@@ -19,6 +19,7 @@
 mod codec;
 mod edits;
 mod range;
+mod run;
 
 pub(crate) use edits::RunEdits;
 pub(crate) use range::{range, RunRange};

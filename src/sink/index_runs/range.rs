@@ -1,7 +1,6 @@
 //! Walking an index in order: the logical keys of a range, read run by run.
 
-use std::collections::VecDeque;
-
+use super::run::Run;
 use super::{codec, logical_key, run_kind};
 use crate::sink::{show_key, SinkError};
 
@@ -24,7 +23,8 @@ pub(crate) fn range(tree: &sled::Tree, from: &[u8], to: Option<&[u8]>) -> RunRan
         from: from.to_vec(),
         to: to.map(<[u8]>::to_vec),
         runs: Some(tree.range(start..vec![kind + 1])),
-        pending: VecDeque::new(),
+        pending: Run::default(),
+        taken: 0,
         last: None,
         error: None,
     }
@@ -37,8 +37,9 @@ pub(crate) struct RunRange {
     to: Option<Vec<u8>>,
     /// The runs not read yet; `None` once the walk is over.
     runs: Option<sled::Iter>,
-    /// Entries of the current run not returned yet.
-    pending: VecDeque<Vec<u8>>,
+    /// The current run, and how many of its entries were returned.
+    pending: Run,
+    taken: usize,
     /// The last key returned: a run rewritten during the walk may repeat entries.
     last: Option<Vec<u8>>,
     error: Option<SinkError>,
@@ -51,7 +52,8 @@ impl RunRange {
             from: Vec::new(),
             to: None,
             runs: None,
-            pending: VecDeque::new(),
+            pending: Run::default(),
+            taken: 0,
             last: None,
             error: None,
         }
@@ -85,7 +87,7 @@ impl RunRange {
             key: show_key(&key),
             reason: "malformed index run".into(),
         })?;
-        self.pending = entries.into();
+        (self.pending, self.taken) = (entries, 0);
         Ok(true)
     }
 }
@@ -99,7 +101,7 @@ impl Iterator for RunRange {
             return Some(Err(err));
         }
         loop {
-            let Some(entry) = self.pending.pop_front() else {
+            if self.taken >= self.pending.len() {
                 match self.next_run() {
                     Ok(true) => continue,
                     Ok(false) => return None,
@@ -108,14 +110,15 @@ impl Iterator for RunRange {
                         return Some(Err(err));
                     }
                 }
-            };
-            let key = logical_key(self.kind, &entry);
+            }
+            let key = logical_key(self.kind, self.pending.get(self.taken));
+            self.taken += 1;
             if key < self.from || self.last.as_ref().is_some_and(|last| key <= *last) {
                 continue;
             }
             if self.to.as_ref().is_some_and(|to| key >= *to) {
                 self.runs = None;
-                self.pending.clear();
+                self.pending = Run::default();
                 return None;
             }
             self.last = Some(key.clone());

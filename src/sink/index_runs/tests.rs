@@ -34,7 +34,14 @@ fn check_runs(tree: &sled::Tree, run_prefix: &[u8]) {
         .scan_prefix(run_prefix)
         .map(|entry| {
             let (key, value) = entry.unwrap();
-            (key.to_vec(), codec::decode(&value).unwrap())
+            (
+                key.to_vec(),
+                codec::decode(&value)
+                    .unwrap()
+                    .iter()
+                    .map(<[u8]>::to_vec)
+                    .collect(),
+            )
         })
         .collect();
     for (n, (key, run)) in runs.iter().enumerate() {
