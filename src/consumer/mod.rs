@@ -10,6 +10,7 @@ mod cursor;
 mod durable;
 mod fold;
 mod foreign;
+mod item_log;
 #[cfg(feature = "cli")]
 pub(crate) mod repair;
 mod seqset;

@@ -5,17 +5,26 @@
 //! sled batch, and flushes. The batch is encoded on the consumer's task and written on a blocking
 //! thread while the next batch is fetched and folded ([`ConsumerStore::prepare`],
 //! [`PendingSave::commit`]); saves are written one at a time, in order, so the stored state is
-//! always the state at its stored checkpoint. The store is a cache of the stream: deleting it
-//! only costs a rebuild.
+//! always the state at its stored checkpoint. The items go in chunks of changes
+//! ([`super::item_log`]), a few sled values per save. The store is a cache of the stream:
+//! deleting it only costs a rebuild.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
 use thiserror::Error;
 
 use super::fold::{AcceptedGap, Chain, Fold, FoldStats};
+use super::item_log::{self, Change, ChangeRef, Chunks, COMPACT_SLACK};
 use crate::domain::projection::StoredItem;
 
+/// An item as one key (`i` + job + NUL + item → StoredItem JSON): how stores before the chunks
+/// kept items. Loaded, and deleted by the first save, which writes every item in chunks.
 const ITEM: &[u8] = b"i";
+/// A chunk of item changes: `c` + chunk number (8 bytes, big-endian) → [`item_log`] chunk.
+const CHUNK: &[u8] = b"c";
+/// Where the chunks are ([`Chunks`] JSON).
+const CHUNKS: &[u8] = b"m/chunks";
 /// A node's chain of events without an epoch: `n` + node → [`Chain`] JSON (before epochs, the
 /// node's whole cursor, in the same form).
 const NODE: &[u8] = b"n";
@@ -66,6 +75,14 @@ impl PendingSave {
 pub struct ConsumerStore {
     path: PathBuf,
     db: sled::Db,
+    /// The chunks as the saves prepared so far leave them (ahead of sled while one is written).
+    chunks: Mutex<Chunks>,
+    /// Stale entries tolerated before a save compacts ([`COMPACT_SLACK`]; smaller in tests).
+    slack: u64,
+}
+
+fn chunk_key(number: u64) -> Vec<u8> {
+    [CHUNK, &number.to_be_bytes()].concat()
 }
 
 fn key(prefix: &[u8], parts: &[&str]) -> Vec<u8> {
@@ -82,6 +99,10 @@ fn key(prefix: &[u8], parts: &[&str]) -> Vec<u8> {
 impl ConsumerStore {
     /// Opens (or creates) the store in `path`.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with_slack(path, COMPACT_SLACK)
+    }
+
+    fn open_with_slack(path: &Path, slack: u64) -> Result<Self, StoreError> {
         let db = sled::Config::new()
             .path(path)
             .flush_every_ms(None)
@@ -90,10 +111,28 @@ impl ConsumerStore {
                 path: path.to_owned(),
                 reason: err.to_string(),
             })?;
-        Ok(ConsumerStore {
+        let store = ConsumerStore {
             path: path.to_owned(),
             db,
-        })
+            chunks: Mutex::new(Chunks::default()),
+            slack,
+        };
+        *store.chunks()? = store.stored_chunks()?;
+        Ok(store)
+    }
+
+    fn chunks(&self) -> Result<MutexGuard<'_, Chunks>, StoreError> {
+        self.chunks
+            .lock()
+            .map_err(|_| self.io("a save panicked while preparing; reopen the store"))
+    }
+
+    /// Where the chunks are, as sled holds it.
+    fn stored_chunks(&self) -> Result<Chunks, StoreError> {
+        match self.db.get(CHUNKS).map_err(|e| self.io(e))? {
+            Some(value) => serde_json::from_slice(&value).map_err(|e| self.io(e)),
+            None => Ok(Chunks::default()),
+        }
     }
 
     fn io(&self, reason: impl ToString) -> StoreError {
@@ -114,12 +153,31 @@ impl ConsumerStore {
     /// Loads the saved fold.
     pub fn load(&self) -> Result<Fold, StoreError> {
         let mut fold = Fold::default();
+        let items = &mut fold.projection.items;
         for entry in self.db.scan_prefix(ITEM) {
             let (_, value) = entry.map_err(|e| self.io(e))?;
             let stored: StoredItem = serde_json::from_slice(&value).map_err(|e| self.io(e))?;
             let key = (stored.item.job_id.clone(), stored.item.item_id.clone());
-            fold.projection.items.insert(key, stored);
+            items.insert(key, stored);
         }
+        for entry in self.db.scan_prefix(CHUNK) {
+            let (key, chunk) = entry.map_err(|e| self.io(e))?;
+            for change in item_log::decode(&chunk) {
+                let change = change.map_err(|e| {
+                    self.io(format!("chunk {}: {e}", String::from_utf8_lossy(&key)))
+                })?;
+                match change {
+                    Change::Put(stored) => {
+                        let key = (stored.item.job_id.clone(), stored.item.item_id.clone());
+                        items.insert(key, *stored);
+                    }
+                    Change::Removed { job_id, item_id } => {
+                        items.remove(&(job_id, item_id));
+                    }
+                }
+            }
+        }
+        *self.chunks()? = self.stored_chunks()?;
         for entry in self.db.scan_prefix(NODE) {
             let (key, value) = entry.map_err(|e| self.io(e))?;
             let node = String::from_utf8_lossy(key.get(NODE.len()..).unwrap_or_default());
@@ -189,16 +247,7 @@ impl ConsumerStore {
     pub fn prepare(&self, fold: &mut Fold, checkpoint: u64) -> Result<PendingSave, StoreError> {
         let touched = fold.take_touched();
         let mut batch = sled::Batch::default();
-        for (job, item) in &touched.items {
-            let key = key(ITEM, &[job, item]);
-            match fold.projection.items.get(&(job.clone(), item.clone())) {
-                Some(stored) => {
-                    let value = serde_json::to_vec(stored).map_err(|e| self.io(e))?;
-                    batch.insert(key, value);
-                }
-                None => batch.remove(key),
-            }
-        }
+        self.save_items(&mut batch, fold, &touched.items)?;
         for node in &touched.nodes {
             let cursor = fold.nodes.get(node);
             let legacy = cursor
@@ -234,10 +283,73 @@ impl ConsumerStore {
         })
     }
 
+    /// Adds the changes of the `touched` items to `batch` as new chunks; or, when the chunks
+    /// would hold more than twice the live items (plus the slack), or items are still kept one
+    /// key each, writes every live item in new chunks and deletes the old chunks and keys.
+    fn save_items(
+        &self,
+        batch: &mut sled::Batch,
+        fold: &Fold,
+        touched: &std::collections::BTreeSet<(String, String)>,
+    ) -> Result<(), StoreError> {
+        let items = &fold.projection.items;
+        let mut chunks = self.chunks()?;
+        let legacy: Vec<sled::IVec> = self
+            .db
+            .scan_prefix(ITEM)
+            .keys()
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.io(e))?;
+        let live = items.len() as u64;
+        let compact =
+            !legacy.is_empty() || chunks.needs_compaction(touched.len() as u64, live, self.slack);
+        let (encoded, entries) = if compact {
+            (item_log::encode(items.values().map(ChangeRef::Put)), live)
+        } else {
+            let changes =
+                touched.iter().map(
+                    |(job, item)| match items.get(&(job.clone(), item.clone())) {
+                        Some(stored) => ChangeRef::Put(stored),
+                        None => ChangeRef::Removed {
+                            job_id: job,
+                            item_id: item,
+                        },
+                    },
+                );
+            (
+                item_log::encode(changes),
+                chunks.entries + touched.len() as u64,
+            )
+        };
+        let encoded = encoded.map_err(|e| self.io(e))?;
+        let mut next = chunks.next;
+        for chunk in encoded {
+            batch.insert(chunk_key(next), chunk);
+            next += 1;
+        }
+        let mut updated = Chunks {
+            first: chunks.first,
+            next,
+            entries,
+        };
+        if compact {
+            (chunks.first..chunks.next).for_each(|old| batch.remove(chunk_key(old)));
+            legacy.into_iter().for_each(|key| batch.remove(key));
+            updated.first = chunks.next;
+        }
+        batch.insert(
+            CHUNKS,
+            serde_json::to_vec(&updated).map_err(|e| self.io(e))?,
+        );
+        *chunks = updated;
+        Ok(())
+    }
+
     /// Forgets everything (before a rebuild from the start).
     pub fn clear(&self) -> Result<(), StoreError> {
         self.db.clear().map_err(|e| self.io(e))?;
         self.db.flush().map_err(|e| self.io(e))?;
+        *self.chunks()? = Chunks::default();
         Ok(())
     }
 }
@@ -247,6 +359,102 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::domain::event::Event;
+
+    fn put(fold: &mut Fold, job: &str, id: &str, last_event_id: &str) {
+        let stored = crate::testing::stored_item(job, id, last_event_id);
+        let key = (job.to_owned(), id.to_owned());
+        fold.projection.items.insert(key.clone(), stored);
+        fold.touched.items.insert(key);
+    }
+
+    fn remove(fold: &mut Fold, job: &str, id: &str) {
+        let key = (job.to_owned(), id.to_owned());
+        fold.projection.items.remove(&key);
+        fold.touched.items.insert(key);
+    }
+
+    fn chunk_count(store: &ConsumerStore) -> usize {
+        store.db.scan_prefix(CHUNK).count()
+    }
+
+    /// Items go in chunks of changes: puts, updates and removals load back after each save,
+    /// also when two saves are prepared before either is written (as the consumer does), and
+    /// a save that finds more than twice the live items in the chunks rewrites them and deletes
+    /// the old chunks.
+    #[test]
+    fn items_load_back_from_chunks_through_updates_removals_and_compaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ConsumerStore::open_with_slack(dir.path(), 2).unwrap();
+        let mut fold = store.load().unwrap();
+        for id in ["a", "b", "c"] {
+            put(&mut fold, "job", id, "n:1");
+        }
+        let first = store.prepare(&mut fold, 1).unwrap();
+        put(&mut fold, "job", "a", "n:2");
+        let second = store.prepare(&mut fold, 2).unwrap();
+        first.commit().unwrap();
+        second.commit().unwrap();
+        assert_eq!(chunk_count(&store), 2, "one chunk per save");
+        assert_eq!(
+            store.load().unwrap().projection.items,
+            fold.projection.items
+        );
+        assert_eq!(store.checkpoint().unwrap(), 2);
+
+        // 4 entries + 1 removal <= 2 × 2 live items + 2: appended.
+        remove(&mut fold, "job", "b");
+        store.save(&mut fold, 3).unwrap();
+        assert_eq!(chunk_count(&store), 3);
+        assert_eq!(
+            store.load().unwrap().projection.items,
+            fold.projection.items
+        );
+
+        // 5 entries + 1 removal > 2 × 1 live item + 2: compacted into one chunk.
+        remove(&mut fold, "job", "c");
+        store.save(&mut fold, 4).unwrap();
+        assert_eq!(chunk_count(&store), 1, "old chunks deleted");
+        let loaded = store.load().unwrap().projection.items;
+        assert_eq!(loaded, fold.projection.items);
+        assert_eq!(loaded.len(), 1);
+        assert_eq!(
+            loaded[&("job".to_owned(), "a".to_owned())].last_event_id,
+            "n:2"
+        );
+
+        // Reopened, the next chunk follows the last one.
+        drop(store);
+        let store = ConsumerStore::open_with_slack(dir.path(), 2).unwrap();
+        let mut fold = store.load().unwrap();
+        put(&mut fold, "job", "d", "n:3");
+        store.save(&mut fold, 5).unwrap();
+        assert_eq!(chunk_count(&store), 2);
+        assert_eq!(
+            store.load().unwrap().projection.items,
+            fold.projection.items
+        );
+    }
+
+    /// A store that kept items one key each (before the chunks) loads them, and its first
+    /// save moves every item into chunks and deletes those keys.
+    #[test]
+    fn items_kept_one_key_each_move_into_chunks_on_the_first_save() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ConsumerStore::open(dir.path()).unwrap();
+        let old = crate::testing::stored_item("job", "old", "n:1");
+        let value = serde_json::to_vec(&old).unwrap();
+        store.db.insert(key(ITEM, &["job", "old"]), value).unwrap();
+        let mut fold = store.load().unwrap();
+        assert_eq!(fold.projection.items.len(), 1);
+        put(&mut fold, "job", "new", "n:2");
+        store.save(&mut fold, 2).unwrap();
+        assert_eq!(store.db.scan_prefix(ITEM).count(), 0);
+        assert_eq!(
+            store.load().unwrap().projection.items,
+            fold.projection.items
+        );
+        assert_eq!(fold.projection.items.len(), 2);
+    }
 
     fn removed(epoch: Option<&str>, seq: u64, prev_seq: Option<u64>) -> Event {
         crate::testing::removal(epoch, seq, prev_seq, chrono::Utc::now())
