@@ -1,7 +1,7 @@
 //! A durable consumer's items as a log of **chunks**: each save appends the changes of its
 //! batch (an item put whole, or removed) as a few large sled values, instead of one sled key
 //! per item. sled's cost is per key: 100,000 items of 1.4 KB written one key each reach about
-//! 80,000 items/s on 2 cores, written 50 to a value about 300,000 (docs/benchmarks.md). Loading
+//! 80,000 items/s on 2 cores, written 45 to 90 to a value 270,000 to 320,000 (docs/benchmarks.md). Loading
 //! replays the chunks in order. When the chunks hold more than twice the live items (plus
 //! [`COMPACT_SLACK`]), a save rewrites the live items as new chunks and deletes the old ones in
 //! the same sled batch. Pure code: the store does the I/O.
@@ -15,8 +15,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::projection::StoredItem;
 
-/// A chunk is closed once it holds this many bytes (the last change may pass it).
-pub(crate) const CHUNK_BYTES: usize = 256 * 1024;
+/// A chunk is closed once it holds this many bytes (the last change may pass it). Below
+/// sled's blob threshold (a quarter of its 512 KiB segment), so a chunk is written into
+/// sled's log like any value, not into a file of its own.
+pub(crate) const CHUNK_BYTES: usize = 64 * 1024;
 
 /// Stale entries tolerated beyond the live items before a save compacts the chunks.
 pub(crate) const COMPACT_SLACK: u64 = 50_000;
