@@ -75,10 +75,18 @@ impl PendingSave {
 pub struct ConsumerStore {
     path: PathBuf,
     db: sled::Db,
-    /// The chunks as the saves prepared so far leave them (ahead of sled while one is written).
-    chunks: Mutex<Chunks>,
+    /// What the saves prepared so far leave (ahead of sled while one is written).
+    saved: Mutex<Saved>,
     /// Stale entries tolerated before a save compacts ([`COMPACT_SLACK`]; smaller in tests).
     slack: u64,
+}
+
+/// The store as the saves prepared so far leave it.
+#[derive(Debug, Default)]
+struct Saved {
+    chunks: Chunks,
+    /// Items are still kept one key each (until a save moves them into chunks).
+    items_per_key: bool,
 }
 
 fn chunk_key(number: u64) -> Vec<u8> {
@@ -114,25 +122,30 @@ impl ConsumerStore {
         let store = ConsumerStore {
             path: path.to_owned(),
             db,
-            chunks: Mutex::new(Chunks::default()),
+            saved: Mutex::new(Saved::default()),
             slack,
         };
-        *store.chunks()? = store.stored_chunks()?;
+        *store.saved()? = store.stored()?;
         Ok(store)
     }
 
-    fn chunks(&self) -> Result<MutexGuard<'_, Chunks>, StoreError> {
-        self.chunks
+    fn saved(&self) -> Result<MutexGuard<'_, Saved>, StoreError> {
+        self.saved
             .lock()
             .map_err(|_| self.io("a save panicked while preparing; reopen the store"))
     }
 
-    /// Where the chunks are, as sled holds it.
-    fn stored_chunks(&self) -> Result<Chunks, StoreError> {
-        match self.db.get(CHUNKS).map_err(|e| self.io(e))? {
-            Some(value) => serde_json::from_slice(&value).map_err(|e| self.io(e)),
-            None => Ok(Chunks::default()),
-        }
+    /// The store as sled holds it.
+    fn stored(&self) -> Result<Saved, StoreError> {
+        let chunks = match self.db.get(CHUNKS).map_err(|e| self.io(e))? {
+            Some(value) => serde_json::from_slice(&value).map_err(|e| self.io(e))?,
+            None => Chunks::default(),
+        };
+        let items_per_key = self.db.scan_prefix(ITEM).next().is_some();
+        Ok(Saved {
+            chunks,
+            items_per_key,
+        })
     }
 
     fn io(&self, reason: impl ToString) -> StoreError {
@@ -177,7 +190,7 @@ impl ConsumerStore {
                 }
             }
         }
-        *self.chunks()? = self.stored_chunks()?;
+        *self.saved()? = self.stored()?;
         for entry in self.db.scan_prefix(NODE) {
             let (key, value) = entry.map_err(|e| self.io(e))?;
             let node = String::from_utf8_lossy(key.get(NODE.len()..).unwrap_or_default());
@@ -293,16 +306,11 @@ impl ConsumerStore {
         touched: &std::collections::BTreeSet<(String, String)>,
     ) -> Result<(), StoreError> {
         let items = &fold.projection.items;
-        let mut chunks = self.chunks()?;
-        let legacy: Vec<sled::IVec> = self
-            .db
-            .scan_prefix(ITEM)
-            .keys()
-            .collect::<Result<_, _>>()
-            .map_err(|e| self.io(e))?;
+        let mut saved = self.saved()?;
+        let chunks = saved.chunks;
         let live = items.len() as u64;
         let compact =
-            !legacy.is_empty() || chunks.needs_compaction(touched.len() as u64, live, self.slack);
+            saved.items_per_key || chunks.needs_compaction(touched.len() as u64, live, self.slack);
         let (encoded, entries) = if compact {
             (item_log::encode(items.values().map(ChangeRef::Put)), live)
         } else {
@@ -334,14 +342,22 @@ impl ConsumerStore {
         };
         if compact {
             (chunks.first..chunks.next).for_each(|old| batch.remove(chunk_key(old)));
-            legacy.into_iter().for_each(|key| batch.remove(key));
+            if saved.items_per_key {
+                // Read once: no save writes such keys, and the one that moves them is this one.
+                for key in self.db.scan_prefix(ITEM).keys() {
+                    batch.remove(key.map_err(|e| self.io(e))?);
+                }
+            }
             updated.first = chunks.next;
         }
         batch.insert(
             CHUNKS,
             serde_json::to_vec(&updated).map_err(|e| self.io(e))?,
         );
-        *chunks = updated;
+        *saved = Saved {
+            chunks: updated,
+            items_per_key: false,
+        };
         Ok(())
     }
 
@@ -349,7 +365,7 @@ impl ConsumerStore {
     pub fn clear(&self) -> Result<(), StoreError> {
         self.db.clear().map_err(|e| self.io(e))?;
         self.db.flush().map_err(|e| self.io(e))?;
-        *self.chunks()? = Chunks::default();
+        *self.saved()? = Saved::default();
         Ok(())
     }
 }
@@ -447,13 +463,23 @@ mod tests {
         let mut fold = store.load().unwrap();
         assert_eq!(fold.projection.items.len(), 1);
         put(&mut fold, "job", "new", "n:2");
-        store.save(&mut fold, 2).unwrap();
+        let first = store.prepare(&mut fold, 2).unwrap();
+        // Prepared before the first is written, the next save only appends its change.
+        put(&mut fold, "job", "newer", "n:3");
+        let second = store.prepare(&mut fold, 3).unwrap();
+        first.commit().unwrap();
+        second.commit().unwrap();
         assert_eq!(store.db.scan_prefix(ITEM).count(), 0);
+        assert_eq!(
+            chunk_count(&store),
+            2,
+            "the items moved once, then one change"
+        );
         assert_eq!(
             store.load().unwrap().projection.items,
             fold.projection.items
         );
-        assert_eq!(fold.projection.items.len(), 2);
+        assert_eq!(fold.projection.items.len(), 3);
     }
 
     fn removed(epoch: Option<&str>, seq: u64, prev_seq: Option<u64>) -> Event {
