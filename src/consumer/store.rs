@@ -314,16 +314,13 @@ impl ConsumerStore {
         let (encoded, entries) = if compact {
             (item_log::encode(items.values().map(ChangeRef::Put)), live)
         } else {
-            let changes =
-                touched.iter().map(
-                    |(job, item)| match items.get(&(job.clone(), item.clone())) {
-                        Some(stored) => ChangeRef::Put(stored),
-                        None => ChangeRef::Removed {
-                            job_id: job,
-                            item_id: item,
-                        },
-                    },
-                );
+            let changes = touched.iter().map(|key| match items.get(key) {
+                Some(stored) => ChangeRef::Put(stored),
+                None => ChangeRef::Removed {
+                    job_id: &key.0,
+                    item_id: &key.1,
+                },
+            });
             (
                 item_log::encode(changes),
                 chunks.entries + touched.len() as u64,

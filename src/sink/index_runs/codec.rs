@@ -29,7 +29,7 @@ pub(crate) fn encode<'a>(entries: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8>
 /// entry before, or entries out of order).
 pub(crate) fn decode(mut bytes: &[u8]) -> Option<Run> {
     // Front coding makes a run's entries longer than its bytes: twice is a fair first guess.
-    let mut run = Run::with_capacity(0, bytes.len() * 2);
+    let mut run = Run::with_capacity(bytes.len() * 2);
     while !bytes.is_empty() {
         let shared = usize::try_from(take_varint(&mut bytes)?).ok()?;
         let len = usize::try_from(take_varint(&mut bytes)?).ok()?;

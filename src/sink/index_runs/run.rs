@@ -12,11 +12,11 @@ pub(crate) struct Run {
 }
 
 impl Run {
-    /// An empty run with room for `entries` entries of `bytes` bytes in all.
-    pub(crate) fn with_capacity(entries: usize, bytes: usize) -> Self {
+    /// An empty run with room for `bytes` bytes of entries.
+    pub(crate) fn with_capacity(bytes: usize) -> Self {
         Run {
             bytes: Vec::with_capacity(bytes),
-            ends: Vec::with_capacity(entries),
+            ends: Vec::new(),
         }
     }
 
@@ -95,10 +95,10 @@ impl Run {
 
     /// Removes the entry at `index`.
     pub(crate) fn remove(&mut self, index: usize) {
-        let span = self.span(index);
         if index >= self.len() {
             return;
         }
+        let span = self.span(index);
         let removed = span.len();
         self.bytes.drain(span);
         self.ends.remove(index);
