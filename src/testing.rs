@@ -42,7 +42,7 @@ impl Sink for MemorySink {
         let limits = Limits {
             capacity_per_job: 100,
         };
-        let drafts = decide(&state.projection, &command, limits).map_err(|e| match e {
+        let drafts = decide(&state.projection, command, limits).map_err(|e| match e {
             DecideError::NotFound { job_id, item_id } => SinkError::NotFound { job_id, item_id },
             other => SinkError::Rejected(other.to_string()),
         })?;

@@ -158,7 +158,7 @@ async fn run(ops: Vec<Op>) {
         capacity_per_job: CAPACITY,
     };
     for (command, events) in &done {
-        let drafts = decide(&memory, command, limits).unwrap();
+        let drafts = decide(&memory, command.clone(), limits).unwrap();
         let expected: Vec<String> = drafts
             .into_iter()
             .map(|d| {

@@ -130,8 +130,80 @@ pub fn validate_id<E>(what: &'static str, value: &str) -> Result<(), DecideError
     Ok(())
 }
 
-/// Turns a command into the events it produces, given the current state.
+/// Turns a command into the events it produces, given the current state. Takes the command by
+/// value: a new item moves into its event instead of being copied (the sink's writer decides
+/// every append on its one thread).
 pub fn decide<V: StateView>(
+    view: &V,
+    command: Command,
+    limits: Limits,
+) -> Result<Vec<Draft>, DecideError<V::Error>> {
+    match command {
+        Command::DeadLetter { topic, item } => dead_letter(view, topic, *item, limits),
+        other => decide_ref(view, &other, limits),
+    }
+}
+
+/// A failed item: a new entry (evicting the job's oldest beyond its capacity), or more history
+/// for the item already there.
+fn dead_letter<V: StateView>(
+    view: &V,
+    topic: String,
+    item: DeadLetteredItem,
+    limits: Limits,
+) -> Result<Vec<Draft>, DecideError<V::Error>> {
+    validate_id("job_id", &item.job_id)?;
+    validate_id("item_id", &item.item_id)?;
+    validate_id("topic", &topic)?;
+    let job_id = item.job_id.clone();
+    if let Some(existing) = view
+        .item(&job_id, &item.item_id)
+        .map_err(DecideError::State)?
+    {
+        let kind = EventKind::FailureAppended {
+            failures: renumber(existing.item.failure_count, &item.failure_history),
+            item_id: item.item_id,
+            attempts: item.failure_count,
+            last_attempt: item.last_attempt,
+            error_signature: item.error_signature,
+            error_pattern: item.error_pattern,
+            reprocess_eligible: item.reprocess_eligible,
+            manual_review_required: item.manual_review_required,
+            worktree_artifacts: item.worktree_artifacts,
+        };
+        return Ok(vec![Draft {
+            job_id,
+            topic,
+            kind,
+        }]);
+    }
+    let len = view.job_len(&job_id).map_err(DecideError::State)?;
+    let over = (len + 1).saturating_sub(limits.capacity_per_job.max(1));
+    let evict = usize::try_from(over).unwrap_or(usize::MAX);
+    let mut drafts = Vec::new();
+    for item_id in view
+        .oldest_in_job(&job_id, evict)
+        .map_err(DecideError::State)?
+    {
+        drafts.push(Draft {
+            job_id: job_id.clone(),
+            topic: topic.clone(),
+            kind: EventKind::ItemRemoved {
+                item_id,
+                reason: RemovalReason::Evicted,
+            },
+        });
+    }
+    drafts.push(Draft {
+        job_id,
+        topic,
+        kind: EventKind::DeadLettered { item },
+    });
+    Ok(drafts)
+}
+
+/// Every command but a dead letter, decided by reference.
+fn decide_ref<V: StateView>(
     view: &V,
     command: &Command,
     limits: Limits,
@@ -143,44 +215,7 @@ pub fn decide<V: StateView>(
     };
     match command {
         Command::DeadLetter { topic, item } => {
-            validate_id("job_id", &item.job_id)?;
-            validate_id("item_id", &item.item_id)?;
-            validate_id("topic", topic)?;
-            let job = item.job_id.as_str();
-            if let Some(existing) = view.item(job, &item.item_id).map_err(DecideError::State)? {
-                let kind = EventKind::FailureAppended {
-                    item_id: item.item_id.clone(),
-                    failures: renumber(existing.item.failure_count, &item.failure_history),
-                    attempts: item.failure_count,
-                    last_attempt: item.last_attempt,
-                    error_signature: item.error_signature.clone(),
-                    error_pattern: item.error_pattern.clone(),
-                    reprocess_eligible: item.reprocess_eligible,
-                    manual_review_required: item.manual_review_required,
-                    worktree_artifacts: item.worktree_artifacts.clone(),
-                };
-                return Ok(vec![draft(job, topic, kind)]);
-            }
-            let len = view.job_len(job).map_err(DecideError::State)?;
-            let over = (len + 1).saturating_sub(limits.capacity_per_job.max(1));
-            let mut drafts = Vec::new();
-            let evict = usize::try_from(over).unwrap_or(usize::MAX);
-            for item_id in view.oldest_in_job(job, evict).map_err(DecideError::State)? {
-                let reason = RemovalReason::Evicted;
-                drafts.push(draft(
-                    job,
-                    topic,
-                    EventKind::ItemRemoved { item_id, reason },
-                ));
-            }
-            drafts.push(draft(
-                job,
-                topic,
-                EventKind::DeadLettered {
-                    item: (**item).clone(),
-                },
-            ));
-            Ok(drafts)
+            dead_letter(view, topic.clone(), (**item).clone(), limits)
         }
         Command::Remove {
             job_id,

@@ -84,6 +84,13 @@ impl<'a> Staged<'a> {
         }
     }
 
+    /// Makes room for a group of about `appends` commands: its items and tree reads then fill
+    /// tables sized once instead of doubling (and rehashing every key) as the group grows.
+    pub(crate) fn reserve(&mut self, appends: usize) {
+        self.group.items.reserve(appends);
+        self.tree_reads.get_mut().reserve(appends);
+    }
+
     /// The item state the base layers give `key`, newest first.
     fn base_item(&self, key: &ItemKey) -> Option<&Option<Entry>> {
         self.base

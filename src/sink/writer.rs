@@ -193,11 +193,12 @@ impl Writer {
         let (base, base_first) = self.applied.base();
         let reader = self.log.reader();
         let mut staged = Staged::over(&self.tree, &reader, base, base_first.unwrap_or(first));
+        staged.reserve(group.len());
         for request in group {
             match request {
                 Request::Append { command, reply, .. } => {
                     let result = match &caught_up {
-                        Ok(()) => self.stage(&mut staged, first, &mut seq, &command),
+                        Ok(()) => self.stage(&mut staged, first, &mut seq, *command),
                         Err(reason) => Err(SinkError::Io(reason.clone())),
                     };
                     let result = result.map(|(events, json)| {
@@ -264,7 +265,7 @@ impl Writer {
         staged: &mut Staged<'_>,
         group_first: u64,
         seq: &mut u64,
-        command: &Command,
+        command: Command,
     ) -> Result<(Vec<Event>, Vec<Vec<u8>>), SinkError> {
         if self.faults.fail_writes() {
             return Err(SinkError::Io("injected write fault".into()));
