@@ -20,10 +20,16 @@ pub struct DeadLetteredItem {
     /// The original work item, as read from the job's input.
     pub item_data: serde_json::Value,
     /// When the item first failed (used for age-based purge and retention).
-    #[serde(deserialize_with = "crate::domain::timefmt::utc")]
+    #[serde(
+        serialize_with = "crate::domain::timefmt::write_utc",
+        deserialize_with = "crate::domain::timefmt::utc"
+    )]
     pub first_attempt: DateTime<Utc>,
     /// When the item failed most recently.
-    #[serde(deserialize_with = "crate::domain::timefmt::utc")]
+    #[serde(
+        serialize_with = "crate::domain::timefmt::write_utc",
+        deserialize_with = "crate::domain::timefmt::utc"
+    )]
     pub last_attempt: DateTime<Utc>,
     /// Number of failed attempts recorded in `failure_history`.
     pub failure_count: u32,
@@ -49,7 +55,10 @@ pub struct FailureDetail {
     /// 1-based attempt counter across the item's whole history.
     pub attempt_number: u32,
     /// When the attempt failed.
-    #[serde(deserialize_with = "crate::domain::timefmt::utc")]
+    #[serde(
+        serialize_with = "crate::domain::timefmt::write_utc",
+        deserialize_with = "crate::domain::timefmt::utc"
+    )]
     pub timestamp: DateTime<Utc>,
     /// Classification of the failure.
     pub error_type: ErrorType,

@@ -1,15 +1,21 @@
-//! Decoding the timestamps dlq writes, fast.
+//! Decoding and encoding the timestamps dlq writes, fast.
 //!
 //! chrono's serde decoder parses every timestamp with its general RFC 3339 parser (about 1,900
 //! instructions each); an event carries four or more. What dlq writes is always the same shape,
 //! `2026-11-21T21:14:10.123456789Z` (0 to 9 fraction digits, UTC), which [`parse_utc`] reads
 //! directly. Anything else (an offset, a leap second, a lowercase `t`) goes to chrono's parser,
-//! so the accepted inputs and their values are exactly chrono's. Encoding stays chrono's.
+//! so the accepted inputs and their values are exactly chrono's.
+//!
+//! Encoding: chrono's serde encoder formats through `fmt::Display`, which serde_json escapes one
+//! `char` at a time. [`write_utc`] writes the same bytes (years 0 to 9999, 0, 3, 6 or 9
+//! fraction digits as chrono's `AutoSi` picks them, `Z`) from a stack buffer, and hands any
+//! other instant (a leap second, a year outside 0..=9999) to chrono's encoder.
 
 use std::fmt;
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, Timelike, Utc};
 use serde::de::{self, Deserializer, Visitor};
+use serde::ser::{Error as _, Serialize, Serializer};
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fffffffff]Z`; `None` for any other shape or an invalid date.
 pub fn parse_utc(text: &str) -> Option<DateTime<Utc>> {
@@ -99,6 +105,87 @@ pub fn utc_option<'de, D: Deserializer<'de>>(
     deserializer.deserialize_option(OptionVisitor)
 }
 
+/// The longest timestamp [`format_utc`] writes: `YYYY-MM-DDTHH:MM:SS.fffffffffZ`.
+const FORMATTED_MAX: usize = 30;
+
+/// Writes `time` as chrono's serde encoder does into `out`; the length written, or `None` for
+/// an instant it leaves to chrono (a leap second, a year outside 0..=9999).
+fn format_utc(time: &DateTime<Utc>, out: &mut [u8; FORMATTED_MAX]) -> Option<usize> {
+    let year = u32::try_from(time.year())
+        .ok()
+        .filter(|year| *year <= 9999)?;
+    let nanos = time.nanosecond();
+    if nanos >= 1_000_000_000 {
+        return None;
+    }
+    let mut text = Text { out, len: 0 };
+    text.digits(year, 4);
+    text.byte(b'-');
+    text.digits(time.month(), 2);
+    text.byte(b'-');
+    text.digits(time.day(), 2);
+    text.byte(b'T');
+    text.digits(time.hour(), 2);
+    text.byte(b':');
+    text.digits(time.minute(), 2);
+    text.byte(b':');
+    text.digits(time.second(), 2);
+    // chrono's `AutoSi`: as few digits as show the fraction, in steps of three.
+    let (fraction, width) = match nanos {
+        0 => (0, 0),
+        n if n % 1_000_000 == 0 => (n / 1_000_000, 3),
+        n if n % 1_000 == 0 => (n / 1_000, 6),
+        n => (n, 9),
+    };
+    if width > 0 {
+        text.byte(b'.');
+        text.digits(fraction, width);
+    }
+    text.byte(b'Z');
+    Some(text.len)
+}
+
+/// A timestamp being written into a stack buffer.
+struct Text<'a> {
+    out: &'a mut [u8; FORMATTED_MAX],
+    len: usize,
+}
+
+impl Text<'_> {
+    fn byte(&mut self, byte: u8) {
+        if let Some(slot) = self.out.get_mut(self.len) {
+            *slot = byte;
+        }
+        self.len += 1;
+    }
+
+    /// `value` in exactly `width` decimal digits, zero-padded.
+    fn digits(&mut self, value: u32, width: usize) {
+        let mut rest = value;
+        for at in (self.len..self.len + width).rev() {
+            if let Some(slot) = self.out.get_mut(at) {
+                *slot = b'0' + (rest % 10) as u8;
+            }
+            rest /= 10;
+        }
+        self.len += width;
+    }
+}
+
+/// `#[serde(serialize_with = "crate::domain::timefmt::write_utc")]` for a `DateTime<Utc>`
+/// field: the bytes chrono's encoder writes, without its formatting machinery.
+pub fn write_utc<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
+    let mut buffer = [0u8; FORMATTED_MAX];
+    match format_utc(time, &mut buffer) {
+        Some(len) => match buffer.get(..len).map(std::str::from_utf8) {
+            Some(Ok(text)) => serializer.serialize_str(text),
+            Some(Err(err)) => Err(S::Error::custom(err)),
+            None => time.serialize(serializer),
+        },
+        None => time.serialize(serializer),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -126,6 +213,46 @@ mod tests {
                 prop_assert_eq!(text.parse::<DateTime<Utc>>().ok(), Some(fast));
             }
         }
+    }
+
+    /// A field written by [`write_utc`].
+    #[derive(serde::Serialize)]
+    struct Written(#[serde(serialize_with = "write_utc")] DateTime<Utc>);
+
+    proptest! {
+        /// Byte for byte what chrono's encoder writes, for every instant from year -100 to
+        /// 12,000 (chrono's own encoder past 9999 and before 0) and every fraction width.
+        #[test]
+        fn write_utc_writes_what_chrono_writes(secs in -65_000_000_000i64..316_000_000_000, nanos in 0u32..1_000_000_000, round in 0usize..4) {
+            let nanos = [nanos, nanos / 1000 * 1000, nanos / 1_000_000 * 1_000_000, 0][round];
+            let time = Utc.timestamp_opt(secs, nanos).unwrap();
+            prop_assert_eq!(
+                serde_json::to_string(&Written(time)).unwrap(),
+                serde_json::to_string(&time).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn leap_seconds_and_far_years_are_written_by_chrono() {
+        let cases = [
+            Utc.timestamp_opt(1_483_228_799, 1_500_000_000).unwrap(), // 2016-12-31T23:59:60.5Z
+            Utc.timestamp_opt(1_483_228_799, 1_000_000_000).unwrap(),
+            Utc.with_ymd_and_hms(10_000, 1, 1, 0, 0, 0).unwrap(),
+            Utc.with_ymd_and_hms(-1, 12, 31, 23, 59, 59).unwrap(),
+            Utc.with_ymd_and_hms(0, 1, 1, 0, 0, 0).unwrap(),
+            Utc.with_ymd_and_hms(9999, 12, 31, 23, 59, 59).unwrap(),
+        ];
+        for time in cases {
+            assert_eq!(
+                serde_json::to_string(&Written(time)).unwrap(),
+                serde_json::to_string(&time).unwrap()
+            );
+        }
+        let mut buffer = [0u8; FORMATTED_MAX];
+        assert_eq!(format_utc(&cases[0], &mut buffer), None);
+        assert_eq!(format_utc(&cases[2], &mut buffer), None);
+        assert_eq!(format_utc(&cases[5], &mut buffer), Some(20));
     }
 
     #[test]

@@ -51,6 +51,7 @@ pub struct Event {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prev_seq: Option<u64>,
     /// When the event was written.
+    #[serde(serialize_with = "crate::domain::timefmt::write_utc")]
     pub timestamp: DateTime<Utc>,
     /// The job the event concerns.
     pub job_id: String,
@@ -79,6 +80,7 @@ pub enum EventKind {
         /// How many attempts the new failures represent (added to `failure_count`).
         attempts: u32,
         /// The most recent failure time.
+        #[serde(serialize_with = "crate::domain::timefmt::write_utc")]
         last_attempt: DateTime<Utc>,
         /// Signature of the most recent failure.
         error_signature: String,
