@@ -38,6 +38,16 @@ pub(crate) enum Change {
     },
 }
 
+impl Change {
+    /// The change as written.
+    pub(crate) fn as_written(&self) -> ChangeRef<'_> {
+        match self {
+            Change::Put(stored) => ChangeRef::Put(stored),
+            Change::Removed { job_id, item_id } => ChangeRef::Removed { job_id, item_id },
+        }
+    }
+}
+
 /// One change to the items, as written: [`Change`] borrowing from the fold.
 #[derive(Debug, Clone, Copy, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -53,7 +63,9 @@ pub(crate) enum ChangeRef<'a> {
     },
 }
 
-/// Where the chunks are: numbers `first..next`, holding `entries` changes in all.
+/// Where the chunks are: numbers `first..next` (not every number is used: a save reserves one
+/// per change before it knows how many chunks its changes take), holding `entries` changes in
+/// all.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Chunks {
     /// The oldest chunk number that may exist.

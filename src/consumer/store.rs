@@ -2,12 +2,13 @@
 //!
 //! After each fetched batch the consumer saves what the batch changed (the fold's
 //! [`Touched`](super::fold::Touched) record) together with the stream sequence it reached, as one
-//! sled batch, and flushes. The batch is encoded on the consumer's task and written on a blocking
-//! thread while the next batch is fetched and folded ([`ConsumerStore::prepare`],
-//! [`PendingSave::commit`]); saves are written one at a time, in order, so the stored state is
-//! always the state at its stored checkpoint. The items go in chunks of changes
-//! ([`super::item_log`]), a few sled values per save. The store is a cache of the stream:
-//! deleting it only costs a rebuild.
+//! sled batch, and flushes. A save is prepared on the consumer's task (the changed items copied
+//! out of the fold) and encoded and written on a blocking thread while the next batch is fetched
+//! and folded ([`ConsumerStore::prepare`], [`PendingSave::commit`]); saves are written one at a
+//! time, in order, so the stored state is always the state at its stored checkpoint. The items
+//! go in chunks of changes ([`super::item_log`]), a few sled values per save; a save reserves
+//! one chunk number per change when prepared, so the next save can be prepared before this one
+//! is encoded. The store is a cache of the stream: deleting it only costs a rebuild.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -50,23 +51,73 @@ pub enum StoreError {
     },
 }
 
-/// One save, encoded, not yet written: see [`ConsumerStore::prepare`].
+/// One save, prepared, not yet written: see [`ConsumerStore::prepare`].
 #[must_use = "a prepared save is written only by commit"]
 pub struct PendingSave {
     db: sled::Db,
     path: PathBuf,
     batch: sled::Batch,
+    items: ItemWrite,
+}
+
+/// What a prepared save writes of the items.
+struct ItemWrite {
+    /// The changes, to go in chunks numbered from `first_chunk`.
+    changes: ItemChanges,
+    first_chunk: u64,
+    /// Chunk numbers whose chunks this save deletes (a compaction), once the saves before it
+    /// are written.
+    delete_chunks: Option<std::ops::Range<u64>>,
+}
+
+/// The item changes of a prepared save.
+enum ItemChanges {
+    /// Encoded already: a compaction writes every live item, encoded on the consumer's task
+    /// rather than copied.
+    Encoded(Vec<Vec<u8>>),
+    /// Copied out of the fold, encoded by [`PendingSave::commit`].
+    Copied(Vec<Change>),
 }
 
 impl PendingSave {
-    /// Applies the batch atomically and flushes (blocking).
+    /// Encodes the items' changes, applies the batch atomically and flushes (blocking).
     pub fn commit(self) -> Result<(), StoreError> {
-        let io = |err: sled::Error| StoreError::Io {
-            path: self.path.clone(),
-            reason: err.to_string(),
+        let PendingSave {
+            db,
+            path,
+            mut batch,
+            items:
+                ItemWrite {
+                    changes,
+                    first_chunk,
+                    delete_chunks,
+                },
+        } = self;
+        let io = |reason: String| StoreError::Io {
+            path: path.clone(),
+            reason,
         };
-        self.db.apply_batch(self.batch).map_err(io)?;
-        self.db.flush().map_err(io)?;
+        let chunks = match changes {
+            ItemChanges::Encoded(chunks) => chunks,
+            ItemChanges::Copied(changes) => {
+                item_log::encode(changes.iter().map(Change::as_written))
+                    .map_err(|err| io(err.to_string()))?
+            }
+        };
+        for (number, chunk) in (first_chunk..).zip(chunks) {
+            batch.insert(chunk_key(number), chunk);
+        }
+        if let Some(numbers) = delete_chunks {
+            // Read here, not when prepared: the saves before this one are written by now.
+            for key in db
+                .range(chunk_key(numbers.start)..chunk_key(numbers.end))
+                .keys()
+            {
+                batch.remove(key.map_err(|err| io(err.to_string()))?);
+            }
+        }
+        db.apply_batch(batch).map_err(|err| io(err.to_string()))?;
+        db.flush().map_err(|err| io(err.to_string()))?;
         Ok(())
     }
 }
@@ -260,7 +311,7 @@ impl ConsumerStore {
     pub fn prepare(&self, fold: &mut Fold, checkpoint: u64) -> Result<PendingSave, StoreError> {
         let touched = fold.take_touched();
         let mut batch = sled::Batch::default();
-        self.save_items(&mut batch, fold, &touched.items)?;
+        let items = self.save_items(&mut batch, fold, &touched.items)?;
         for node in &touched.nodes {
             let cursor = fold.nodes.get(node);
             let legacy = cursor
@@ -293,52 +344,55 @@ impl ConsumerStore {
             db: self.db.clone(),
             path: self.path.clone(),
             batch,
+            items,
         })
     }
 
-    /// Adds the changes of the `touched` items to `batch` as new chunks; or, when the chunks
-    /// would hold more than twice the live items (plus the slack), or items are still kept one
-    /// key each, writes every live item in new chunks and deletes the old chunks and keys.
+    /// The changes of the `touched` items, for new chunks from the returned number on; or,
+    /// when the chunks would hold more than twice the live items (plus the slack), or items are
+    /// still kept one key each, every live item, with the old chunks to delete (and the old
+    /// keys deleted in `batch`). Adds where the chunks will be to `batch`.
     fn save_items(
         &self,
         batch: &mut sled::Batch,
         fold: &Fold,
         touched: &std::collections::BTreeSet<(String, String)>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<ItemWrite, StoreError> {
         let items = &fold.projection.items;
         let mut saved = self.saved()?;
         let chunks = saved.chunks;
         let live = items.len() as u64;
         let compact =
             saved.items_per_key || chunks.needs_compaction(touched.len() as u64, live, self.slack);
-        let (encoded, entries) = if compact {
-            (item_log::encode(items.values().map(ChangeRef::Put)), live)
+        let (changes, reserved, entries) = if compact {
+            let encoded =
+                item_log::encode(items.values().map(ChangeRef::Put)).map_err(|e| self.io(e))?;
+            let count = encoded.len() as u64;
+            (ItemChanges::Encoded(encoded), count, live)
         } else {
-            let changes = touched.iter().map(|key| match items.get(key) {
-                Some(stored) => ChangeRef::Put(stored),
-                None => ChangeRef::Removed {
-                    job_id: &key.0,
-                    item_id: &key.1,
-                },
-            });
-            (
-                item_log::encode(changes),
-                chunks.entries + touched.len() as u64,
-            )
+            let copied: Vec<Change> = touched
+                .iter()
+                .map(|key| match items.get(key) {
+                    Some(stored) => Change::Put(Box::new(stored.clone())),
+                    None => Change::Removed {
+                        job_id: key.0.clone(),
+                        item_id: key.1.clone(),
+                    },
+                })
+                .collect();
+            // Each chunk holds at least one change: one number per change is enough.
+            let reserved = copied.len() as u64;
+            let entries = chunks.entries + reserved;
+            (ItemChanges::Copied(copied), reserved, entries)
         };
-        let encoded = encoded.map_err(|e| self.io(e))?;
-        let mut next = chunks.next;
-        for chunk in encoded {
-            batch.insert(chunk_key(next), chunk);
-            next += 1;
-        }
         let mut updated = Chunks {
             first: chunks.first,
-            next,
+            next: chunks.next + reserved,
             entries,
         };
+        let mut delete = None;
         if compact {
-            (chunks.first..chunks.next).for_each(|old| batch.remove(chunk_key(old)));
+            delete = Some(chunks.first..chunks.next);
             if saved.items_per_key {
                 // Read once: no save writes such keys, and the one that moves them is this one.
                 for key in self.db.scan_prefix(ITEM).keys() {
@@ -355,7 +409,11 @@ impl ConsumerStore {
             chunks: updated,
             items_per_key: false,
         };
-        Ok(())
+        Ok(ItemWrite {
+            changes,
+            first_chunk: chunks.next,
+            delete_chunks: delete,
+        })
     }
 
     /// Forgets everything (before a rebuild from the start).
@@ -446,6 +504,44 @@ mod tests {
             store.load().unwrap().projection.items,
             fold.projection.items
         );
+    }
+
+    /// The consumer prepares a save before the one before it is written: a save of several
+    /// chunks is not overwritten by the next one's, and a compaction prepared meanwhile deletes
+    /// the chunks of the saves written after it was prepared.
+    #[test]
+    fn saves_prepared_ahead_neither_overwrite_chunks_nor_leave_them_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ConsumerStore::open_with_slack(dir.path(), 2).unwrap();
+        let mut fold = store.load().unwrap();
+        for n in 0..1_000 {
+            put(&mut fold, "job", &format!("item-{n}"), "n:1");
+        }
+        let first = store.prepare(&mut fold, 1).unwrap();
+        put(&mut fold, "job", "late", "n:2");
+        let second = store.prepare(&mut fold, 2).unwrap();
+        let after_second = fold.projection.items.clone();
+        for n in 1..1_000 {
+            remove(&mut fold, "job", &format!("item-{n}"));
+        }
+        let third = store.prepare(&mut fold, 3).unwrap();
+
+        first.commit().unwrap();
+        assert!(
+            chunk_count(&store) > 1,
+            "the first save takes several chunks"
+        );
+        second.commit().unwrap();
+        assert_eq!(store.load().unwrap().projection.items, after_second);
+        third.commit().unwrap();
+        assert_eq!(
+            chunk_count(&store),
+            1,
+            "the compaction left only its own chunk"
+        );
+        let loaded = store.load().unwrap().projection.items;
+        assert_eq!(loaded, fold.projection.items);
+        assert_eq!(loaded.len(), 2);
     }
 
     /// A store that kept items one key each (before the chunks) loads them, and its first
