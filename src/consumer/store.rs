@@ -305,9 +305,10 @@ impl ConsumerStore {
         self.prepare(fold, checkpoint)?.commit()
     }
 
-    /// Encodes what changed in `fold` since the last save, with the stream sequence reached, as
-    /// one batch; [`PendingSave::commit`] writes it (on another thread if need be, while the
-    /// fold moves on). Commit pending saves in the order they were prepared.
+    /// Takes what changed in `fold` since the last save, with the stream sequence reached, as
+    /// one save (the changed items copied out of the fold); [`PendingSave::commit`] encodes and
+    /// writes it (on another thread if need be, while the fold moves on). Commit pending saves
+    /// in the order they were prepared.
     pub fn prepare(&self, fold: &mut Fold, checkpoint: u64) -> Result<PendingSave, StoreError> {
         let touched = fold.take_touched();
         let mut batch = sled::Batch::default();

@@ -15,7 +15,7 @@ use std::fmt;
 
 use chrono::{DateTime, Datelike, NaiveDate, Timelike, Utc};
 use serde::de::{self, Deserializer, Visitor};
-use serde::ser::{Error as _, Serialize, Serializer};
+use serde::ser::{Serialize, Serializer};
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fffffffff]Z`; `None` for any other shape or an invalid date.
 pub fn parse_utc(text: &str) -> Option<DateTime<Utc>> {
@@ -176,12 +176,11 @@ impl Text<'_> {
 /// field: the bytes chrono's encoder writes, without its formatting machinery.
 pub fn write_utc<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
     let mut buffer = [0u8; FORMATTED_MAX];
-    match format_utc(time, &mut buffer) {
-        Some(len) => match buffer.get(..len).map(std::str::from_utf8) {
-            Some(Ok(text)) => serializer.serialize_str(text),
-            Some(Err(err)) => Err(S::Error::custom(err)),
-            None => time.serialize(serializer),
-        },
+    let text = format_utc(time, &mut buffer)
+        .and_then(|len| buffer.get(..len))
+        .and_then(|bytes| std::str::from_utf8(bytes).ok());
+    match text {
+        Some(text) => serializer.serialize_str(text),
         None => time.serialize(serializer),
     }
 }
