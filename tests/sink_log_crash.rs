@@ -8,7 +8,7 @@
 
 use std::ops::ControlFlow;
 
-use dlq::sink::log::crash::{for_each_crash_state, Disk, Op};
+use dlq::sink::log::crash::{for_each_crash_state, Disk, Op, RESERVED_TAIL};
 use dlq::sink::log::harness::{Recorder, Report};
 use dlq::sink::log::sim::{OpKind, SimFs, ENOSPC};
 use dlq::sink::log::{LogConfig, LogWriter};
@@ -299,5 +299,7 @@ fn a_cut_not_yet_synced_may_be_lost_in_a_crash() {
         "{before_sync:?}"
     );
     disk.apply(&Op::SyncData { ino: 0 });
-    assert_eq!(contents(&disk), [b"durable".to_vec()].into());
+    let mut reserved = b"durable".to_vec();
+    reserved.resize(7 + RESERVED_TAIL, 0);
+    assert_eq!(contents(&disk), [b"durable".to_vec(), reserved].into());
 }

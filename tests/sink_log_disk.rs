@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use dlq::sink::log::io::RealFs;
+use dlq::sink::log::io::{LogFs as _, RealFs, SegmentFile as _, PREALLOCATE_BYTES};
 use dlq::sink::log::{segment, LogConfig, LogError, LogWriter};
 
 fn config() -> LogConfig {
@@ -72,7 +72,9 @@ fn a_torn_tail_is_dropped_and_damage_in_the_middle_is_refused() {
     }
     let file = dir.join(segment::name(writer.segments()[0]));
     drop(writer);
-    let good = std::fs::read(&file).unwrap();
+    // The frames, without the zeros reserved past them (events end in `}`).
+    let mut good = std::fs::read(&file).unwrap();
+    good.truncate(good.iter().rposition(|&b| b != 0).unwrap() + 1);
 
     // A crash during the last append: its frame is cut short.
     std::fs::write(&file, &good[..good.len() - 3]).unwrap();
@@ -256,4 +258,70 @@ fn a_clean_close_spares_the_next_open_its_scan() {
         all
     );
     assert_eq!(writer.append(&events(1)).unwrap(), 41..42);
+}
+
+/// A segment's blocks are reserved ahead of its appends (a file longer than them, zeros past
+/// them) and given back when the writer is done with it; a cut resets both.
+#[test]
+fn a_segment_is_reserved_ahead_of_its_appends_and_sealed_to_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = RealFs::open(tmp.path().join("log")).unwrap();
+    let path = fs.dir().join("f");
+    let len = || std::fs::metadata(&path).unwrap().len();
+    let mut file = fs.create("f").unwrap();
+    file.append(b"head").unwrap();
+    file.sync_data().unwrap();
+    if len() == 4 {
+        eprintln!("this file system does not fallocate: the segment grows with its appends");
+    } else {
+        assert_eq!(len(), PREALLOCATE_BYTES, "one chunk reserved");
+    }
+    let big = vec![7u8; PREALLOCATE_BYTES as usize];
+    file.append(&big).unwrap();
+    file.append(b"tail").unwrap();
+    let written = 8 + PREALLOCATE_BYTES;
+    assert!(len() >= written);
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(&bytes[..4], b"head");
+    assert!(bytes[4..written as usize - 4].iter().all(|&b| b == 7));
+    assert_eq!(&bytes[written as usize - 4..written as usize], b"tail");
+    assert!(bytes[written as usize..].iter().all(|&b| b == 0));
+    file.seal().unwrap();
+    assert_eq!(len(), written, "sealed to its appends");
+    file.cut(4).unwrap();
+    assert_eq!(len(), 4);
+    file.append(b"again").unwrap();
+    file.seal().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), b"headagain");
+}
+
+/// A log dropped without a clean close keeps its reserved zeros: the next open finds every
+/// event, reports no torn tail, and goes on.
+#[test]
+fn reserved_zeros_left_by_an_unclean_end_are_no_torn_tail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let big = || LogConfig {
+        segment_bytes: 1 << 20,
+        ..LogConfig::default()
+    };
+    let open = || LogWriter::open(RealFs::open(&dir).unwrap(), big()).unwrap();
+    let all = events(30);
+    let (mut writer, _) = open();
+    for group in all.chunks(3) {
+        writer.append(group).unwrap();
+    }
+    let before = read_all(&writer);
+    drop(writer);
+    let (mut writer, recovery) = open();
+    assert_eq!(recovery.torn, Vec::new());
+    assert_eq!(read_all(&writer), before);
+    assert_eq!(writer.append(&events(1)).unwrap(), 31..32);
+    writer.store_active_sidecar();
+    let newest = dir.join(segment::name(31));
+    let len = std::fs::metadata(&newest).unwrap().len();
+    assert!(
+        len < PREALLOCATE_BYTES,
+        "the segment closed cleanly keeps its reserved space: {len} bytes"
+    );
 }

@@ -129,6 +129,40 @@ fn damage_in_the_last_frame_is_a_torn_tail() {
     assert!(matches!(scan.torn, Some(FrameError::Checksum { .. })));
 }
 
+/// A segment whose space was reserved ahead of its appends ends in zeros: they end the
+/// segment and are no torn tail; bytes torn off a frame before them still are one, and an
+/// intact frame after zeros is still damage in the middle.
+#[test]
+fn zeros_after_the_frames_are_reserved_space_not_a_torn_tail() {
+    let payloads: Vec<Vec<u8>> = (0..3)
+        .map(|i| format!("{{\"n\":{i}}}").into_bytes())
+        .collect();
+    let frames = segment_bytes(1, &payloads);
+    for zeros in [1, HEADER_LEN - 1, HEADER_LEN, 4096] {
+        let mut bytes = frames.clone();
+        bytes.resize(frames.len() + zeros, 0);
+        let scan = segment::scan(&bytes, 1).unwrap();
+        assert_eq!(scan.last_seq(), Some(3), "{zeros} zeros");
+        assert_eq!(scan.valid_len, frames.len());
+        assert_eq!(scan.torn, None, "{zeros} zeros read as a torn tail");
+    }
+
+    let mut torn = frames.clone();
+    frame::encode(4, b"{\"n\":3}", &mut torn);
+    torn.truncate(frames.len() + HEADER_LEN + 2);
+    torn.resize(torn.len() + 4096, 0);
+    let scan = segment::scan(&torn, 1).unwrap();
+    assert_eq!(scan.last_seq(), Some(3));
+    assert!(scan.torn.is_some(), "a torn frame before the zeros is torn");
+
+    let mut gap = frames.clone();
+    gap.resize(frames.len() + 64, 0);
+    frame::encode(4, b"{\"n\":3}", &mut gap);
+    let (offset, damage) = segment::scan(&gap, 1).unwrap_err();
+    assert_eq!(offset, frames.len());
+    assert!(matches!(damage, Damage::Middle { .. }), "{damage:?}");
+}
+
 #[test]
 fn a_frame_with_another_sequence_is_refused() {
     let mut bytes = MAGIC.to_vec();

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Durable-emit benchmark:
 //! `cargo bench --bench durable_emit -- [--quick] [--json PATH] [--dir DIR] [--drain N,N]
-//! [--only-drain] [--only-limit]`.
+//! [--only-drain] [--only-limit] [--sections up,store,down]`.
 //!
 //! Measures (1) this disk's fsync and group-commit limits, (2) `dead_letter` with a real
 //! nats-server up and (3) killed, at K = 1, 8, 64, 256 concurrent emitters with ~1 KiB and
@@ -171,6 +171,7 @@ fn main() {
     let (mut quick, mut json, mut dir) = (false, None::<PathBuf>, None::<PathBuf>);
     let (mut benching, mut drains, mut only_drain) = (false, None::<Vec<usize>>, false);
     let mut only_limit = false;
+    let mut sections: Option<Vec<String>> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -186,6 +187,12 @@ fn main() {
             }
             "--only-drain" => only_drain = true,
             "--only-limit" => only_limit = true,
+            // The emit sections to run after the limit (up, store, down); no drain.
+            "--sections" => {
+                let list = args.next().expect("--sections up,store,down");
+                sections = Some(list.split(',').map(|s| s.trim().to_owned()).collect());
+                drains = Some(Vec::new());
+            }
             "--bench" => benching = true, // added by `cargo bench` for `harness = false` targets
             other => eprintln!("ignoring unknown argument {other:?}"),
         }
@@ -236,19 +243,32 @@ fn main() {
             if only_limit {
                 return;
             }
+            let runs = |section: &str| {
+                sections
+                    .as_ref()
+                    .is_none_or(|list| list.iter().any(|s| s == section))
+            };
             let mut server = NatsServer::start();
-            eprintln!("2/4 durable emit, bus up ...");
-            for payload in &payloads {
-                emit::emit_scenarios(dir, &server.url(), true, payload, &limits, &mut rows).await;
+            if runs("up") {
+                eprintln!("2/4 durable emit, bus up ...");
+                for payload in &payloads {
+                    emit::emit_scenarios(dir, &server.url(), true, payload, &limits, &mut rows)
+                        .await;
+                }
             }
-            eprintln!("2b/4 durable-only store, bus up ...");
-            for payload in &payloads {
-                store::store_scenarios(dir, &server.url(), payload, &limits, &mut rows).await;
+            if runs("store") {
+                eprintln!("2b/4 durable-only store, bus up ...");
+                for payload in &payloads {
+                    store::store_scenarios(dir, &server.url(), payload, &limits, &mut rows).await;
+                }
             }
             server.kill();
-            eprintln!("3/4 durable emit, bus down ...");
-            for payload in &payloads {
-                emit::emit_scenarios(dir, &server.url(), false, payload, &limits, &mut rows).await;
+            if runs("down") {
+                eprintln!("3/4 durable emit, bus down ...");
+                for payload in &payloads {
+                    emit::emit_scenarios(dir, &server.url(), false, payload, &limits, &mut rows)
+                        .await;
+                }
             }
         }
         for &n in &sizes.drains {

@@ -7,7 +7,9 @@
 //!
 //! A crash may keep, of each file, the durable bytes plus any prefix of its unsynced writes,
 //! the last kept write possibly torn (cut at any byte), bytes a failed `fdatasync` left
-//! doubtful either kept or zeroed (a hole); and of the directory, the durable
+//! doubtful either kept or zeroed (a hole), and the file written last also followed by zeros
+//! (the space [`super::io::RealFile`] reserves ahead of its appends, [`RESERVED_TAIL`] bytes
+//! of it); and of the directory, the durable
 //! entries plus any subset of the unsynced operations, applied in their order (a prefix only,
 //! when more than [`MAX_SUBSET_OPS`] are pending). To keep the count of states finite in
 //! practice, torn cuts are enumerated for the file written last only; other files (segments a
@@ -68,6 +70,9 @@ pub enum Op {
     /// A completed fsync of the directory.
     SyncDir,
 }
+
+/// Zeros after each version of the file written last: reserved space a crash leaves.
+pub const RESERVED_TAIL: usize = 100;
 
 /// Above this many unsynced directory operations, only their prefixes are enumerated.
 pub const MAX_SUBSET_OPS: usize = 10;
@@ -262,11 +267,20 @@ impl Disk {
             .collect()
     }
 
-    fn crash_versions(&self, ino: usize, torn: bool) -> Vec<Vec<u8>> {
-        match self.inodes.get(&ino) {
-            Some(inode) => inode_versions(inode, torn),
-            None => vec![Vec::new()],
+    fn crash_versions(&self, ino: usize, last: bool) -> Vec<Vec<u8>> {
+        let Some(inode) = self.inodes.get(&ino) else {
+            return vec![Vec::new()];
+        };
+        let mut versions = inode_versions(inode, last);
+        if last {
+            let reserved = versions.iter().map(|version| {
+                let mut padded = version.clone();
+                padded.resize(version.len() + RESERVED_TAIL, 0);
+                padded
+            });
+            versions.extend(reserved.collect::<Vec<_>>());
         }
+        versions
     }
 }
 

@@ -113,7 +113,10 @@ pub fn decode(buf: &[u8]) -> Result<(Frame<'_>, usize), FrameError> {
 /// `from` on: the test that tells damage in the middle (valid frames follow) from a torn tail
 /// (nothing valid follows). Returns the first such offset.
 pub fn intact_frame_after(buf: &[u8], from: usize, after: u64) -> Option<usize> {
-    let end = buf.len().checked_sub(HEADER_LEN)?;
+    // A frame with a sequence above `after` has a byte other than zero in its sequence, so
+    // none starts in the zeros at the end (a segment's reserved space).
+    let nonzero = buf.iter().rposition(|&b| b != 0)?;
+    let end = buf.len().checked_sub(HEADER_LEN)?.min(nonzero);
     (from..=end).find(|&offset| {
         let Some(rest) = buf.get(offset..) else {
             return false;

@@ -101,8 +101,10 @@ pub enum Damage {
 
 /// Validates the bytes of the segment that starts at `first_seq`. Frames must carry
 /// `first_seq`, `first_seq + 1`, ... . The first bytes that are not an intact frame end the
-/// segment: a **torn tail** (returned in [`Scan::torn`]) when no intact frame follows, which
-/// is what a crash during an append leaves, and [`Damage::Middle`] with the offset otherwise.
+/// segment: nothing but zeros is the space reserved ahead of the appends
+/// (`super::io::RealFile`), not an error; a **torn tail** (returned in [`Scan::torn`]) when
+/// other bytes and no intact frame follow, which is what a crash during an append leaves; and
+/// [`Damage::Middle`] with the offset when an intact frame follows.
 pub fn scan(bytes: &[u8], first_seq: u64) -> Result<Scan, (usize, Damage)> {
     if bytes.get(..MAGIC.len()) != Some(MAGIC.as_slice()) {
         return Err((0, Damage::Header));
@@ -128,6 +130,7 @@ pub fn scan(bytes: &[u8], first_seq: u64) -> Result<Scan, (usize, Damage)> {
                 at += len;
                 expected = expected.saturating_add(1);
             }
+            Err(_) if rest.iter().all(|&b| b == 0) => break,
             Err(reason) => {
                 let last = expected.saturating_sub(1);
                 if let Some(next) = frame::intact_frame_after(bytes, at + 1, last) {

@@ -187,6 +187,7 @@ impl<F: LogFs> LogWriter<F> {
             .as_ref()
             .is_some_and(|active| active.len >= self.config.segment_bytes);
         if full {
+            self.seal_active();
             self.store_sidecar();
         }
         if full || self.active.is_none() {
@@ -220,7 +221,18 @@ impl<F: LogFs> LogWriter<F> {
     /// while the segment's length is what they describe.
     pub fn store_active_sidecar(&mut self) {
         if self.uncut.is_none() {
+            self.seal_active();
             self.store_sidecar();
+        }
+    }
+
+    /// Gives back the space reserved past the active segment's appends ([`SegmentFile::seal`]).
+    /// A failure only leaves zeros after its frames, which a scan takes for its end.
+    fn seal_active(&mut self) {
+        if let Some(active) = self.active.as_mut() {
+            if let Err(err) = active.file.seal() {
+                tracing::debug!(file = %active.name, error = %err, "cannot give back a segment's reserved space; its zeros stay after its frames");
+            }
         }
     }
 
@@ -307,6 +319,7 @@ impl<F: LogFs> LogWriter<F> {
     pub fn skip_to(&mut self, seq: u64) {
         if seq > self.next_seq {
             self.next_seq = seq;
+            self.seal_active();
             self.active = None;
         }
     }
