@@ -24,7 +24,10 @@
 //!   power cut.
 //! * A new segment is created as `*.seg.tmp`, its header written and `fdatasync`ed, renamed to
 //!   its final name, and the directory fsynced, before any group is written to it: an
-//!   acknowledged event is never in a file whose name a crash can lose.
+//!   acknowledged event is never in a file whose name a crash can lose. On the real disk its
+//!   blocks are reserved ahead of the appends ([`io::RealFile`]), so an `fdatasync` commits no
+//!   block allocation; the file is cut back to its frames when the segment is sealed or the
+//!   log closes, and the zeros a crash leaves after the frames end the segment.
 //! * [`LogWriter::remove_through`] unlinks whole old segments, oldest first, and fsyncs the
 //!   directory after each one. A crash may bring the last deleted segments back (their events
 //!   are then read again: duplicates, never loss), but never a hole: an older segment back
