@@ -532,3 +532,30 @@ async fn decisions_see_groups_the_applier_has_not_applied_yet() {
     assert_eq!(live, sink.projection_snapshot().unwrap());
     close(sink).await;
 }
+
+/// A clean close leaves every log segment exactly its frames: the blocks reserved ahead of the
+/// appends are given back, so the closed segment's sidecar fits it and the disk holds no zeros.
+#[tokio::test]
+async fn a_clean_close_gives_back_the_log_space_reserved_ahead() {
+    let (dir, sink) = fresh(|_| {});
+    for n in 0..5 {
+        ok(&sink, dl("job", &format!("i{n}"))).await;
+    }
+    close(sink).await;
+    let segments: Vec<_> = std::fs::read_dir(dir.path().join("log"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "seg"))
+        .collect();
+    assert!(!segments.is_empty(), "no segment in the log directory");
+    for path in segments {
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(
+            bytes.last(),
+            Some(&b'}'),
+            "{} ends in reserved zeros ({} bytes)",
+            path.display(),
+            bytes.len()
+        );
+    }
+}

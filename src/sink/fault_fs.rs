@@ -148,4 +148,11 @@ impl SegmentFile for FaultFile {
             File::Sim(file) => file.cut(len),
         }
     }
+
+    fn seal(&mut self) -> io::Result<()> {
+        match &mut self.file {
+            File::Real(file) => file.seal(),
+            File::Sim(file) => file.seal(),
+        }
+    }
 }
