@@ -559,3 +559,34 @@ async fn a_clean_close_gives_back_the_log_space_reserved_ahead() {
         );
     }
 }
+
+/// Whether a thread of this process has the name `name` now.
+fn thread_named(name: &str) -> bool {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .any(|comm| comm.trim_end() == name)
+}
+
+/// A periodic checkpoint's sled flush runs beside the writer: while it is held back, appends
+/// are still acknowledged; once it ends, closing and reopening find everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_go_on_while_a_periodic_checkpoint_flushes_sled() {
+    let (dir, sink) = fresh(|c| c.checkpoint_every = Duration::from_millis(10));
+    sink.faults().set_flush_paused(true);
+    ok(&sink, dl("A", "a1")).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !thread_named("dlq-sink-flush") {
+        assert!(Instant::now() < deadline, "no periodic checkpoint started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Liveness, not speed: a writer that flushes itself waits here until the flush resumes.
+    let appended = tokio::time::timeout(Duration::from_secs(30), sink.append(dl("A", "a2"))).await;
+    sink.faults().set_flush_paused(false);
+    let appended = appended.expect("an append waited for the paused checkpoint flush");
+    assert_eq!(brief(&appended.unwrap()), ["2 dead_lettered A/a2"]);
+    close(sink).await;
+    let sink = reopen(dir.path(), None).unwrap();
+    assert_eq!(ids_in(&sink, "A"), ["a1", "a2"]);
+    close(sink).await;
+}

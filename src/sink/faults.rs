@@ -22,6 +22,7 @@ struct Switches {
     stall_ms: AtomicU64,
     paused: AtomicBool,
     applier_paused: AtomicBool,
+    flush_paused: AtomicBool,
     /// The kind of log call that fails, with which errno.
     log_fault: Mutex<Option<(LogOp, i32)>>,
 }
@@ -35,6 +36,18 @@ impl Faults {
 
     pub(crate) fn wait_while_applier_paused(&self) {
         while self.inner.applier_paused.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// While set, a periodic checkpoint's sled flush waits before it starts (it runs beside
+    /// the writer, which goes on taking appends).
+    pub fn set_flush_paused(&self, on: bool) {
+        self.inner.flush_paused.store(on, Ordering::SeqCst);
+    }
+
+    pub(crate) fn wait_while_flush_paused(&self) {
+        while self.inner.flush_paused.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(5));
         }
     }

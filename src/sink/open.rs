@@ -132,7 +132,8 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
         .map_err(|err| SinkError::Io(format!("cannot start the applier thread: {err}")))?;
     let mut writer = Writer {
         tree: tree.clone(),
-        flusher,
+        flusher: Arc::new(Mutex::new(flusher)),
+        flushing: None,
         log,
         applied: applied.clone(),
         jobs: Some(jobs),

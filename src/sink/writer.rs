@@ -11,7 +11,8 @@
 //! fsync of new blob files), with the publish state saved in it first, and then deletes the log
 //! segments that are applied, checkpointed, published and past retention ([`Retention`]). It
 //! runs on a tick ([`super::SinkConfig::checkpoint_every`]) when anything changed, on close and
-//! around a rebuild.
+//! around a rebuild. A tick's flush runs on a thread of its own ([`BackgroundFlush`]) while the
+//! writer goes on; its segments are deleted by the first group after it ended.
 //!
 //! If the log refuses a group (ENOSPC, EIO on write, sync, create, rename), nothing of it is
 //! applied or acknowledged, its sequences are burned, and the next group starts a new segment:
@@ -36,7 +37,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 use super::applier::{Applied, Job, Jobs};
-use super::checkpoint::SledFlusher;
+use super::checkpoint::{flush_shared, BackgroundFlush, SharedFlusher};
 use super::epoch::Epoch;
 use super::fault_fs::FaultFs;
 use super::inline_items;
@@ -104,7 +105,9 @@ impl Claim {
 /// State owned by the writer thread.
 pub(crate) struct Writer {
     pub(crate) tree: sled::Tree,
-    pub(crate) flusher: SledFlusher,
+    pub(crate) flusher: SharedFlusher,
+    /// A tick's checkpoint whose flush runs beside the writer.
+    pub(crate) flushing: Option<BackgroundFlush>,
     /// The event log: the source of truth.
     pub(crate) log: LogWriter<FaultFs>,
     /// What the applier thread has applied, and the groups it has still to apply.
@@ -164,6 +167,7 @@ impl Writer {
     /// Handles one group; returns true when asked to stop.
     fn handle_group(&mut self, group: Vec<Request>) -> bool {
         self.faults.wait_while_paused();
+        self.finish_flush(false);
         // Claim the appends first: one withdrawn by its caller is dropped unread.
         let group: Vec<Request> = group
             .into_iter()
@@ -247,11 +251,13 @@ impl Writer {
         }
         let marks = self.publish_dirty();
         let mut checkpointed = Ok(());
-        if stop || (ticked && (marks || self.changed)) {
+        if stop {
             checkpointed = self.checkpoint();
             if let Err(reason) = &checkpointed {
                 warn!(%reason, "sink checkpoint failed; the log keeps every event until one succeeds");
             }
+        } else if ticked && (marks || self.changed) {
+            self.start_checkpoint();
         }
         for reply in closing {
             let _ = reply.send(checkpointed.clone().map_err(SinkError::Io));
@@ -369,8 +375,68 @@ impl Writer {
     }
 
     /// Saves the publish state in sled, makes sled durable, then deletes the log segments that
-    /// are applied, checkpointed, published and past retention.
+    /// are applied, checkpointed, published and past retention. Waits for a tick's flush first.
     fn checkpoint(&mut self) -> Result<(), String> {
+        self.finish_flush(true);
+        let removable = self.prepare_checkpoint()?;
+        let flushed = flush_shared(&self.flusher);
+        if flushed.is_ok() {
+            self.changed = false;
+        }
+        self.complete_checkpoint(flushed, removable)
+    }
+
+    /// A tick's checkpoint: sled's flush runs on a thread of its own while the writer goes on
+    /// ([`Writer::finish_flush`] completes it). One at a time.
+    fn start_checkpoint(&mut self) {
+        if self.flushing.is_some() {
+            return;
+        }
+        let removable = match self.prepare_checkpoint() {
+            Ok(removable) => removable,
+            Err(reason) => {
+                warn!(%reason, "sink checkpoint failed; the log keeps every event until one succeeds");
+                return;
+            }
+        };
+        match BackgroundFlush::start(&self.flusher, &self.faults, removable) {
+            Ok(flushing) => {
+                // Whatever is applied from now on is for the next checkpoint.
+                self.changed = false;
+                self.flushing = Some(flushing);
+            }
+            Err(err) => {
+                warn!(error = %err, "cannot start a thread to flush sled; the writer flushes it");
+                let flushed = flush_shared(&self.flusher);
+                if flushed.is_ok() {
+                    self.changed = false;
+                }
+                if let Err(reason) = self.complete_checkpoint(flushed, removable) {
+                    warn!(%reason, "sink checkpoint failed; the log keeps every event until one succeeds");
+                }
+            }
+        }
+    }
+
+    /// Completes a tick's checkpoint whose flush ended (or, with `wait`, once it ends).
+    fn finish_flush(&mut self, wait: bool) {
+        let Some(flushing) = self
+            .flushing
+            .take_if(|flushing| wait || flushing.is_finished())
+        else {
+            return;
+        };
+        let removable = flushing.removable;
+        if let Err(reason) = self.complete_checkpoint(flushing.wait(), removable) {
+            self.changed = true;
+            warn!(%reason, "sink checkpoint failed; the log keeps every event until one succeeds");
+        }
+    }
+
+    /// The checkpoint's part before sled's flush: the applier drained, the publish state saved
+    /// in sled, the items created in the segments about to go kept whole. Returns the last
+    /// sequence whose segment may go once the flush succeeded.
+    fn prepare_checkpoint(&mut self) -> Result<u64, String> {
         if self.faults.fail_flush() {
             return Err("injected flush fault".into());
         }
@@ -387,39 +453,56 @@ impl Writer {
         let done_through = keep_from.saturating_sub(1).min(self.applied.through());
         // Items created in the segments about to go are kept whole first, durably with them.
         let removable = self.retention.removable_through(&self.log, done_through);
+        if removable == 0 {
+            return Ok(0);
+        }
         let reader = self.log.reader();
         let view = TreeView {
             tree: &self.tree,
             log: &reader,
         };
-        let inlined = match removable {
-            0 => Ok(0),
-            through => inline_items::inline_through(&view, through),
-        };
-        if let Err(reason) = self.flusher.flush() {
+        match inline_items::inline_through(&view, removable) {
+            Ok(_) => Ok(removable),
+            Err(err) => {
+                warn!(error = %err, "cannot keep items whole before deleting the log segments they were created in; none is deleted, the next checkpoint retries");
+                Ok(0)
+            }
+        }
+    }
+
+    /// The checkpoint's part after sled's flush: on success, deletes the segments through
+    /// `removable` that no live item points into.
+    fn complete_checkpoint(
+        &mut self,
+        flushed: Result<(), String>,
+        removable: u64,
+    ) -> Result<(), String> {
+        if let Err(reason) = flushed {
             if let Ok(mut state) = self.publish.lock() {
                 state.mark_dirty();
             }
             return Err(reason);
         }
-        self.changed = false;
+        if removable == 0 {
+            return Ok(());
+        }
+        let reader = self.log.reader();
+        let view = TreeView {
+            tree: &self.tree,
+            log: &reader,
+        };
         // No segment goes while a live item may point into it.
-        let done_through = match (inlined, inline_items::oldest_pointer_seq(&view)) {
-            (Err(err), _) => {
-                warn!(error = %err, "cannot keep items whole before deleting the log segments they were created in; none is deleted, the next checkpoint retries");
-                0
-            }
-            (Ok(_), Ok(Some(oldest))) => done_through.min(oldest.saturating_sub(1)),
-            (Ok(_), Ok(None)) => done_through,
-            (Ok(_), Err(err)) => {
+        let through = match inline_items::oldest_pointer_seq(&view) {
+            Ok(Some(oldest)) => removable.min(oldest.saturating_sub(1)),
+            Ok(None) => removable,
+            Err(err) => {
                 warn!(error = %err, "cannot tell which log segments live items point into; none is deleted");
                 0
             }
         };
         // Segments are deleted whole: capping the retention's answer is all it takes.
-        let removable = removable.min(done_through);
-        if removable > 0 {
-            if let Err(err) = self.log.remove_through(removable) {
+        if through > 0 {
+            if let Err(err) = self.log.remove_through(through) {
                 warn!(error = %err, "cannot delete old log segments; the next checkpoint retries");
             }
         }
