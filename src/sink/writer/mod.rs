@@ -37,10 +37,11 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 use super::applier::{Applied, Job, Jobs};
-use super::checkpoint::{flush_shared, BackgroundFlush, SharedFlusher};
+mod checkpoints;
+
+use super::checkpoint::{BackgroundFlush, SharedFlusher};
 use super::epoch::Epoch;
 use super::fault_fs::FaultFs;
-use super::inline_items;
 use super::log::LogWriter;
 use super::log_retention::Retention;
 use super::projector;
@@ -372,141 +373,6 @@ impl Writer {
             .lock()
             .map(|state| state.is_dirty())
             .unwrap_or(true)
-    }
-
-    /// Saves the publish state in sled, makes sled durable, then deletes the log segments that
-    /// are applied, checkpointed, published and past retention. Waits for a tick's flush first.
-    fn checkpoint(&mut self) -> Result<(), String> {
-        self.finish_flush(true);
-        let removable = self.prepare_checkpoint()?;
-        let flushed = flush_shared(&self.flusher);
-        if flushed.is_ok() {
-            self.changed = false;
-        }
-        self.complete_checkpoint(flushed, removable)
-    }
-
-    /// A tick's checkpoint: sled's flush runs on a thread of its own while the writer goes on
-    /// ([`Writer::finish_flush`] completes it). One at a time.
-    fn start_checkpoint(&mut self) {
-        if self.flushing.is_some() {
-            return;
-        }
-        let removable = match self.prepare_checkpoint() {
-            Ok(removable) => removable,
-            Err(reason) => {
-                warn!(%reason, "sink checkpoint failed; the log keeps every event until one succeeds");
-                return;
-            }
-        };
-        match BackgroundFlush::start(&self.flusher, &self.faults, removable) {
-            Ok(flushing) => {
-                // Whatever is applied from now on is for the next checkpoint.
-                self.changed = false;
-                self.flushing = Some(flushing);
-            }
-            Err(err) => {
-                warn!(error = %err, "cannot start a thread to flush sled; the writer flushes it");
-                let flushed = flush_shared(&self.flusher);
-                if flushed.is_ok() {
-                    self.changed = false;
-                }
-                if let Err(reason) = self.complete_checkpoint(flushed, removable) {
-                    warn!(%reason, "sink checkpoint failed; the log keeps every event until one succeeds");
-                }
-            }
-        }
-    }
-
-    /// Completes a tick's checkpoint whose flush ended (or, with `wait`, once it ends).
-    fn finish_flush(&mut self, wait: bool) {
-        let Some(flushing) = self
-            .flushing
-            .take_if(|flushing| wait || flushing.is_finished())
-        else {
-            return;
-        };
-        let removable = flushing.removable;
-        if let Err(reason) = self.complete_checkpoint(flushing.wait(), removable) {
-            self.changed = true;
-            warn!(%reason, "sink checkpoint failed; the log keeps every event until one succeeds");
-        }
-    }
-
-    /// The checkpoint's part before sled's flush: the applier drained, the publish state saved
-    /// in sled, the items created in the segments about to go kept whole. Returns the last
-    /// sequence whose segment may go once the flush succeeded.
-    fn prepare_checkpoint(&mut self) -> Result<u64, String> {
-        if self.faults.fail_flush() {
-            return Err("injected flush fault".into());
-        }
-        if self.applier.is_some() {
-            self.applied.wait_idle();
-        }
-        let (published, keep_from) = match self.publish.lock() {
-            Ok(mut state) => (state.encode(), state.keep_from()),
-            Err(_) => return Err("the publish state is unavailable".into()),
-        };
-        self.tree
-            .insert(keys::PUBLISHED, published)
-            .map_err(|err| err.to_string())?;
-        let done_through = keep_from.saturating_sub(1).min(self.applied.through());
-        // Items created in the segments about to go are kept whole first, durably with them.
-        let removable = self.retention.removable_through(&self.log, done_through);
-        if removable == 0 {
-            return Ok(0);
-        }
-        let reader = self.log.reader();
-        let view = TreeView {
-            tree: &self.tree,
-            log: &reader,
-        };
-        match inline_items::inline_through(&view, removable) {
-            Ok(_) => Ok(removable),
-            Err(err) => {
-                warn!(error = %err, "cannot keep items whole before deleting the log segments they were created in; none is deleted, the next checkpoint retries");
-                Ok(0)
-            }
-        }
-    }
-
-    /// The checkpoint's part after sled's flush: on success, deletes the segments through
-    /// `removable` that no live item points into.
-    fn complete_checkpoint(
-        &mut self,
-        flushed: Result<(), String>,
-        removable: u64,
-    ) -> Result<(), String> {
-        if let Err(reason) = flushed {
-            if let Ok(mut state) = self.publish.lock() {
-                state.mark_dirty();
-            }
-            return Err(reason);
-        }
-        if removable == 0 {
-            return Ok(());
-        }
-        let reader = self.log.reader();
-        let view = TreeView {
-            tree: &self.tree,
-            log: &reader,
-        };
-        // No segment goes while a live item may point into it.
-        let through = match inline_items::oldest_pointer_seq(&view) {
-            Ok(Some(oldest)) => removable.min(oldest.saturating_sub(1)),
-            Ok(None) => removable,
-            Err(err) => {
-                warn!(error = %err, "cannot tell which log segments live items point into; none is deleted");
-                0
-            }
-        };
-        // Segments are deleted whole: capping the retention's answer is all it takes.
-        if through > 0 {
-            if let Err(err) = self.log.remove_through(through) {
-                warn!(error = %err, "cannot delete old log segments; the next checkpoint retries");
-            }
-        }
-        Ok(())
     }
 
     /// Rebuilds the projection from the log between two checkpoints. The projection's format
