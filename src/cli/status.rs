@@ -70,14 +70,29 @@ pub async fn status(cli: &Cli) -> Result<u8, CliError> {
 
 /// Publishes the backlog and waits for it to drain.
 pub async fn reconcile(cli: &Cli, args: &ReconcileArgs) -> Result<u8, CliError> {
-    let emitter = open::emitter(cli).await?;
-    let unparked = if args.retry_parked {
-        emitter.sink().unpark_all()?
-    } else {
-        0
+    let config = open::config(cli)?;
+    if let Some(addr) = config.metrics_addr {
+        crate::metrics::serve_prometheus(addr)?;
+    }
+    // The backlog is counted before the reconciler starts: it may publish all of it at once.
+    let sink = open::sink(cli, &config).await?;
+    let counted = (|| {
+        let unparked = if args.retry_parked {
+            sink.unpark_all()?
+        } else {
+            0
+        };
+        Ok::<_, CliError>((unparked, sink.backlog()?.count))
+    })();
+    let (unparked, before) = match counted {
+        Ok(counted) => counted,
+        Err(err) => {
+            sink.close().await?;
+            return Err(err);
+        }
     };
+    let emitter = open::emitter_with_sink(&config, sink, true).await?;
     emitter.wake_reconciler();
-    let before = emitter.sink().backlog()?.count;
     let drained = wait_for_drain(&emitter, args.timeout).await?;
     let after = emitter.sink().backlog()?.count;
     let parked = emitter.sink().parked()?.len();
