@@ -15,6 +15,11 @@ impl Writer {
     pub(super) fn checkpoint(&mut self) -> Result<(), String> {
         self.finish_flush(true);
         let removable = self.prepare_checkpoint()?;
+        self.flush_here(removable)
+    }
+
+    /// Flushes sled on the writer and completes the checkpoint.
+    fn flush_here(&mut self, removable: u64) -> Result<(), String> {
         let flushed = flush_shared(&self.flusher);
         if flushed.is_ok() {
             self.changed = false;
@@ -43,11 +48,7 @@ impl Writer {
             }
             Err(err) => {
                 warn!(error = %err, "cannot start a thread to flush sled; the writer flushes it");
-                let flushed = flush_shared(&self.flusher);
-                if flushed.is_ok() {
-                    self.changed = false;
-                }
-                if let Err(reason) = self.complete_checkpoint(flushed, removable) {
+                if let Err(reason) = self.flush_here(removable) {
                     warn!(%reason, "sink checkpoint failed; the log keeps every event until one succeeds");
                 }
             }
