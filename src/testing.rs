@@ -19,6 +19,8 @@ use crate::sink::{Backlog, Parked, Sink, SinkError};
 #[derive(Default)]
 pub struct MemorySink {
     state: Mutex<MemoryState>,
+    /// How often [`Sink::backlog`] was read.
+    pub backlog_reads: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -126,6 +128,7 @@ impl Sink for MemorySink {
     }
 
     fn backlog(&self) -> Result<Backlog, SinkError> {
+        self.backlog_reads.fetch_add(1, Ordering::SeqCst);
         let state = self.state.lock().unwrap();
         let oldest = state
             .unpublished

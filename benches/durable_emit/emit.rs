@@ -7,14 +7,14 @@ use dlq::sink::Sink;
 use dlq_testkit::items::template_item_sized;
 
 use crate::limit::{event_bytes, limit_for, Limits};
-use crate::run::{bench_emitter, disk_bytes_written, next_item, run_concurrent, Row};
+use crate::run::{bench_emitter, cpu_seconds, disk_bytes_written, next_item, run_concurrent, Row};
 use dlq_testkit::group_commits as flushes;
 
 /// A payload size: its name, the `blob` letters in `item_data`, the K measured, emits per K.
 pub struct Payload {
     pub name: &'static str,
     pub blob: usize,
-    pub ks: &'static [usize],
+    pub ks: Vec<usize>,
     pub emits: usize,
 }
 
@@ -46,7 +46,7 @@ pub async fn emit_scenarios(
     let mut policies = TopicPolicies::default();
     policies.default.retry_attempts = if bus_up { 1 } else { 0 };
     let total = payload.emits;
-    for &k in payload.ks {
+    for &k in &payload.ks {
         let dir = base.join(format!("emit-{}-{}-k{k}", payload.blob, bus_up));
         let emitter = bench_emitter(&dir, url, bus_up, policies.clone()).await;
         let (handle, template) = (emitter.clone(), template_item_sized(payload.blob));
@@ -59,8 +59,9 @@ pub async fn emit_scenarios(
         };
         run_concurrent(k, (total / 10).clamp(k, 500), call.clone()).await; // warm-up
         let (disk_before, flushes_before) = (disk_bytes_written(), flushes::count());
-        let checkpoints_before = flushes::checkpoints();
+        let (checkpoints_before, cpu_before) = (flushes::checkpoints(), cpu_seconds());
         let run = run_concurrent(k, total, call).await;
+        let cpu_us = (cpu_seconds() - cpu_before) * 1e6 / (total as f64 * per_call);
         let (hist, secs, published, errors) = (run.hist, run.secs, run.ok, run.errors);
         let events = total as f64 * per_call;
         let kib = (disk_bytes_written() - disk_before) as f64 / 1024.0 / events;
@@ -77,6 +78,7 @@ pub async fn emit_scenarios(
         row = row.rates(Some(total as f64 / secs), Some(rate));
         row.limit = Some(limit_for(limits, payload.blob, k));
         let mut note = format!("event {bytes} B, {kib:.1} KiB to disk per event; ");
+        note += &format!("{cpu_us:.0} us CPU per event (this process); ");
         note += &format!("{per_flush:.1} events per group commit; {checkpoints} checkpoints; ");
         note += &format!("published {published}/{total}; backlog after {backlog}");
         note += &format!("; errors {}", errors.len());

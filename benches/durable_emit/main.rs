@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Durable-emit benchmark:
 //! `cargo bench --bench durable_emit -- [--quick] [--json PATH] [--dir DIR] [--drain N,N]
-//! [--only-drain] [--only-limit] [--sections up,store,down]`.
+//! [--only-drain] [--only-limit] [--sections up,store,down] [--ks 1,64]`.
 //!
 //! Measures (1) this disk's fsync and group-commit limits, (2) `dead_letter` with a real
 //! nats-server up and (3) killed, at K = 1, 8, 64, 256 concurrent emitters with ~1 KiB and
@@ -62,13 +62,13 @@ fn payloads(emits: [usize; 2]) -> [Payload; 2] {
         Payload {
             name: "1 KiB",
             blob: 1024,
-            ks: &[1, 8, 64, 256],
+            ks: vec![1, 8, 64, 256],
             emits: emits[0],
         },
         Payload {
             name: "64 KiB",
             blob: 65_536,
-            ks: &[1, 64, 256],
+            ks: vec![1, 64, 256],
             emits: emits[1],
         },
     ]
@@ -172,6 +172,7 @@ fn main() {
     let (mut benching, mut drains, mut only_drain) = (false, None::<Vec<usize>>, false);
     let mut only_limit = false;
     let mut sections: Option<Vec<String>> = None;
+    let mut only_ks: Option<Vec<usize>> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -193,6 +194,14 @@ fn main() {
                 sections = Some(list.split(',').map(|s| s.trim().to_owned()).collect());
                 drains = Some(Vec::new());
             }
+            // Only these numbers of concurrent emitters (for profiling one of them).
+            "--ks" => {
+                let list = args.next().expect("--ks K[,K...]");
+                let ks = list
+                    .split(',')
+                    .map(|k| k.trim().parse().expect("--ks K[,K...]"));
+                only_ks = Some(ks.collect());
+            }
             "--bench" => benching = true, // added by `cargo bench` for `harness = false` targets
             other => eprintln!("ignoring unknown argument {other:?}"),
         }
@@ -201,7 +210,12 @@ fn main() {
     if let Some(drains) = drains {
         sizes.drains = drains;
     }
-    let payloads = payloads(sizes.emits);
+    let mut payloads = payloads(sizes.emits);
+    if let Some(only) = &only_ks {
+        for payload in &mut payloads {
+            payload.ks.retain(|k| only.contains(k));
+        }
+    }
     let (base, location) = match (dir, option_env!("CARGO_TARGET_TMPDIR")) {
         (Some(dir), _) => (dir, "--dir"),
         (None, Some(tmp)) => (PathBuf::from(tmp), "the target dir (CARGO_TARGET_TMPDIR)"),

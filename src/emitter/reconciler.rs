@@ -85,8 +85,15 @@ pub struct PassReport {
 impl<S: Sink, B: Bus> Reconciler<S, B> {
     /// Runs until shutdown.
     pub(crate) async fn run(self) {
+        let mut reported: Option<tokio::time::Instant> = None;
         loop {
-            self.report_backlog();
+            // Once per interval, not per wake: while the bus is down every failed emit wakes the
+            // reconciler, and reading the backlog (the oldest event from the log, the parked
+            // set) thousands of times a second took the emitters' cores (docs/benchmarks.md).
+            if reported.is_none_or(|at| at.elapsed() >= self.config.interval) {
+                self.report_backlog();
+                reported = Some(tokio::time::Instant::now());
+            }
             let ready = self.bus.is_healthy() && {
                 let prepared = self.bus.prepare().await;
                 if let Err(err) = &prepared {
@@ -103,6 +110,7 @@ impl<S: Sink, B: Bus> Reconciler<S, B> {
                             "reconciler published backlog"
                         );
                         self.report_backlog();
+                        reported = Some(tokio::time::Instant::now());
                     }
                     Ok(_) => {}
                     Err(err) => warn!(error = %err, "reconciler cannot read the sink"),

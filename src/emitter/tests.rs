@@ -226,3 +226,38 @@ async fn a_command_with_several_events_spends_the_retry_budget_once() {
     assert_eq!(started.elapsed(), Duration::from_millis(300));
     assert_eq!(emitter.sink().backlog().unwrap().count, 1);
 }
+
+/// While the bus is down every failed emit wakes the reconciler; it reads the backlog for its
+/// gauges once per interval, not once per wake.
+#[tokio::test(start_paused = true)]
+async fn a_reconciler_woken_by_every_failure_reads_the_backlog_once_per_interval() {
+    let bus = FakeBus {
+        fail_first: usize::MAX.into(),
+        unhealthy: true.into(),
+        ..FakeBus::default()
+    };
+    let config = ReconcilerConfig {
+        interval: Duration::from_secs(1),
+        ..ReconcilerConfig::default()
+    };
+    let emitter = EmitterBuilder::new(MemorySink::default(), bus)
+        .policies(TopicPolicies {
+            default: policy(0, Duration::ZERO, RetryBackoff::Fixed),
+            ..TopicPolicies::default()
+        })
+        .reconciler(Some(config))
+        .build();
+    for n in 0..50 {
+        emitter
+            .dead_letter("t", item("j", &format!("i{n}")))
+            .await
+            .unwrap();
+        // Let the woken reconciler run.
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // 50 failures over 0.5 s: the first report, and at most one more.
+    let reads = emitter.sink().backlog_reads.load(Ordering::SeqCst);
+    assert!((1..=2).contains(&reads), "{reads} backlog reads");
+    assert_eq!(emitter.bus().attempts.lock().unwrap().len(), 50);
+}
