@@ -4,7 +4,9 @@
 //! healthy walks the sink's unpublished set in sequence order, publishing up to `max_in_flight`
 //! events at a time (pipelined acks) with their original `event_id`, optionally rate-limited.
 //! A pass stops at the first failure and resumes from the start of the set on the next wake, so
-//! order is kept and nothing is skipped. Because the unpublished set is persisted, a restarted
+//! order is kept and nothing is skipped. The backlog gauges (`dlq_unpublished_events`, the
+//! oldest's age, `dlq_parked_events`) are read once per `interval` and after a pass that
+//! published, not on every wake. Because the unpublished set is persisted, a restarted
 //! process resumes where the last one stopped.
 //!
 //! Two failures are not worth waiting for: the bus refusing an event for good
