@@ -27,6 +27,17 @@ fn policy(retry_attempts: u32, retry_delay: Duration, backoff: RetryBackoff) -> 
     }
 }
 
+/// An emitter whose topics make one attempt, with a reconciler run as `config` says.
+fn without_retries(bus: FakeBus, config: ReconcilerConfig) -> Emitter<MemorySink, FakeBus> {
+    EmitterBuilder::new(MemorySink::default(), bus)
+        .policies(TopicPolicies {
+            default: policy(0, Duration::ZERO, RetryBackoff::Fixed),
+            ..TopicPolicies::default()
+        })
+        .reconciler(Some(config))
+        .build()
+}
+
 fn audits(emitter: &Emitter<MemorySink, FakeBus>) -> Vec<(String, u32)> {
     emitter
         .sink()
@@ -180,13 +191,7 @@ async fn a_disabled_reconciler_leaves_failed_publishes_unpublished() {
         interval: Duration::from_millis(10),
         ..ReconcilerConfig::default()
     };
-    let emitter = EmitterBuilder::new(MemorySink::default(), bus)
-        .policies(TopicPolicies {
-            default: policy(0, Duration::ZERO, RetryBackoff::Fixed),
-            ..TopicPolicies::default()
-        })
-        .reconciler(Some(config))
-        .build();
+    let emitter = without_retries(bus, config);
     emitter.dead_letter("t", item("j", "a")).await.unwrap();
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(
@@ -240,13 +245,7 @@ async fn a_reconciler_woken_by_every_failure_reads_the_backlog_once_per_interval
         interval: Duration::from_secs(1),
         ..ReconcilerConfig::default()
     };
-    let emitter = EmitterBuilder::new(MemorySink::default(), bus)
-        .policies(TopicPolicies {
-            default: policy(0, Duration::ZERO, RetryBackoff::Fixed),
-            ..TopicPolicies::default()
-        })
-        .reconciler(Some(config))
-        .build();
+    let emitter = without_retries(bus, config);
     for n in 0..50 {
         emitter
             .dead_letter("t", item("j", &format!("i{n}")))
