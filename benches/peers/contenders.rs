@@ -96,3 +96,28 @@ pub async fn dlq(dir: &Path, total: usize) -> Run {
     assert!(run.errors.is_empty(), "dlq: {:?}", run.errors.first());
     run
 }
+
+/// One JetStream publish with PubAck at a time, nothing stored: the bus's share of every
+/// contender that publishes after storing (dlq, Redis + NATS).
+pub async fn bus_alone(total: usize) -> Run {
+    let server = NatsServer::start();
+    let config = BusConfig {
+        publish_timeout: PUBLISH_TIMEOUT,
+        ..BusConfig::at(server.url())
+    };
+    let bus = Arc::new(NatsBus::connect(config).await.expect("bus"));
+    bus.prepare().await.expect("stream");
+    let next = Arc::new(AtomicUsize::new(0));
+    let run = run_concurrent(1, total, move |_, _| {
+        let n = next.fetch_add(1, Ordering::Relaxed);
+        let event = dead_lettered_event("peers-bus", n as u64 + 1, TOPIC, item(n));
+        let bus = bus.clone();
+        async move {
+            bus.publish(&event).await.map_err(|e| e.to_string())?;
+            Ok(true)
+        }
+    })
+    .await;
+    assert!(run.errors.is_empty(), "bus alone: {:?}", run.errors.first());
+    run
+}

@@ -5,11 +5,13 @@
 //! is a bus, acknowledged), 1 KiB of item data, the same event JSON for every contender:
 //!
 //! 1. **plain file**: append the event and `fdatasync`, nothing else: the disk's ceiling.
-//! 2. **dlq**: `Emitter::dead_letter` with the bus up (sled sink, then a JetStream publish
+//! 2. **the bus alone**: one JetStream publish with PubAck at a time, nothing stored: with
+//!    row 1, the two steps every store-then-publish contender takes in series.
+//! 3. **dlq**: `Emitter::dead_letter` with the bus up (segment log, then a JetStream publish
 //!    with PubAck), what `dlq demo` does.
-//! 3. **Redis + NATS** (the 003 design): `RPUSH` into a `redis-server` this bench starts on a
+//! 4. **Redis + NATS** (the 003 design): `RPUSH` into a `redis-server` this bench starts on a
 //!    free port with `appendonly yes`, `appendfsync always`, then the same JetStream publish.
-//! 4. **RabbitMQ quorum queue**: a persistent publish to a quorum queue of the machine's
+//! 5. **RabbitMQ quorum queue**: a persistent publish to a quorum queue of the machine's
 //!    RabbitMQ (127.0.0.1:5672, guest/guest) with publisher confirms; the row says why it is
 //!    missing when none answers.
 //!
@@ -93,6 +95,10 @@ async fn main() {
             run: Ok(contenders::plain_file(work.path(), &event, mode.events)),
         },
         Outcome {
+            name: "JetStream publish + PubAck alone, nothing stored",
+            run: Ok(contenders::bus_alone(mode.events).await),
+        },
+        Outcome {
             name: "dlq: dead_letter, bus up (segment log + fdatasync, JetStream PubAck)",
             run: Ok(contenders::dlq(work.path(), mode.events).await),
         },
@@ -150,6 +156,17 @@ fn table(mode: &Mode, bytes: usize, outcomes: &[Outcome]) -> String {
             Err(why) => text.push_str(&format!("| {} | not run: {why} | | |\n", outcome.name)),
         }
     }
+    let bus = outcomes
+        .get(1)
+        .and_then(|o| o.run.as_ref().ok())
+        .map_or(f64::NAN, Run::rate);
+    // A contender that stores, then publishes, takes both steps in series: its ceiling is one
+    // mean plain append + fdatasync plus one mean publish.
+    let serial = 1.0 / (1.0 / plain + 1.0 / bus);
+    text.push_str(&format!(
+        "\nStore, then publish, in series (rows 1 + 2: 1 / (1 / plain + 1 / bus)): at most {serial:.0} events/s, {:.0} % of the plain file.\n",
+        serial / plain * 100.0
+    ));
     text
 }
 
