@@ -273,7 +273,8 @@ fn main() {
             if runs("store") {
                 eprintln!("2b/4 durable-only store, bus up ...");
                 for payload in &payloads {
-                    store::store_scenarios(dir, &server.url(), payload, &limits, &mut rows).await;
+                    store::store_scenarios(dir, &server.url(), true, payload, &limits, &mut rows)
+                        .await;
                 }
             }
             server.kill();
@@ -281,6 +282,11 @@ fn main() {
                 eprintln!("3/4 durable emit, bus down ...");
                 for payload in &payloads {
                     emit::emit_scenarios(dir, &server.url(), false, payload, &limits, &mut rows)
+                        .await;
+                }
+                eprintln!("3b/4 durable-only store, bus down ...");
+                for payload in &payloads {
+                    store::store_scenarios(dir, &server.url(), false, payload, &limits, &mut rows)
                         .await;
                 }
             }

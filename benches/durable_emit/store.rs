@@ -1,6 +1,8 @@
 //! 2b. The durable-only promise with the bus up: `Emitter::store` (the job runner's call)
 //! returns once the event is durable and publishes it in the background. Measures the calls
 //! (durable events/s, latency) and, apart, how long publishing took to catch up after them.
+//! 3b. The same with the bus down: the events stay for the reconciler, so the call is the
+//! sink's durable append and the emitter around it, nothing else.
 //! At K = 1 the call's p50 is read against one plain append + `fdatasync` (issue 16: ≤ 1.5 ×).
 
 use std::path::Path;
@@ -21,6 +23,7 @@ const CATCH_UP_LIMIT: Duration = Duration::from_secs(60);
 pub async fn store_scenarios(
     base: &Path,
     url: &str,
+    bus_up: bool,
     payload: &Payload,
     limits: &Limits,
     rows: &mut Vec<Row>,
@@ -29,8 +32,8 @@ pub async fn store_scenarios(
     policies.default.retry_attempts = 1;
     let total = payload.emits;
     for &k in payload.ks.iter().filter(|&&k| k == 1 || k >= 64) {
-        let dir = base.join(format!("store-{}-k{k}", payload.blob));
-        let emitter = bench_emitter(&dir, url, true, policies.clone()).await;
+        let dir = base.join(format!("store-{}-{bus_up}-k{k}", payload.blob));
+        let emitter = bench_emitter(&dir, url, bus_up, policies.clone()).await;
         let (handle, template) = (emitter.clone(), template_item_sized(payload.blob));
         let call = move |task, i| {
             let (emitter, item) = (handle.clone(), next_item(&template, task + i));
@@ -41,23 +44,28 @@ pub async fn store_scenarios(
         };
         run_concurrent(k, (total / 10).clamp(k, 500), call.clone()).await; // warm-up
         let caught_up = |sink: &dlq::sink::SledSink| sink.backlog().is_ok_and(|b| b.count == 0);
-        wait_until(|| caught_up(emitter.sink())).await;
+        if bus_up {
+            wait_until(|| caught_up(emitter.sink())).await;
+        }
         let started = Instant::now();
         let run = run_concurrent(k, total, call).await;
-        let done = wait_until(|| caught_up(emitter.sink())).await;
+        let done = bus_up && wait_until(|| caught_up(emitter.sink())).await;
         let published_secs = started.elapsed().as_secs_f64();
         let backlog = emitter.sink().backlog().map_or(0, |b| b.count);
         emitter.shutdown().await.expect("shutdown");
         std::fs::remove_dir_all(&dir).expect("remove sink dir");
         let rate = total as f64 / run.secs;
         let name = format!("store (durable only), {}, K={k}", payload.name);
-        let mut row = Row::new("2b bus up", name, total).latency(&run.hist);
+        let section = if bus_up { "2b bus up" } else { "3b bus down" };
+        let mut row = Row::new(section, name, total).latency(&run.hist);
         row = row.rates(Some(rate), Some(rate));
         row.limit = Some(limit_for(limits, payload.blob, k));
         if k == 1 {
             row = one_fsync_target(row, &run.hist, limits, payload.blob);
         }
-        let published = if done {
+        let published = if !bus_up {
+            format!("bus down: backlog {backlog} left to the reconciler")
+        } else if done {
             format!("all published {published_secs:.2} s after the first call ({:.0} events/s end to end)", total as f64 / published_secs)
         } else {
             format!("backlog {backlog} still unpublished {CATCH_UP_LIMIT:?} after the calls")
