@@ -202,7 +202,8 @@ impl Writer {
         // One epoch pin around the group's decisions: sled's reads below nest in it, and a
         // nested pin never runs the garbage collection of sled's old pages (crossbeam-epoch
         // collects on every 128th outermost pin). Without it the writer freed the applier's
-        // garbage, about 45 % of its time at 64 emitters (docs/benchmarks.md).
+        // garbage, about 45 % of its time at 64 emitters (docs/benchmarks.md). `sled::pin` is
+        // public in sled 0.34 but hidden from its docs; Cargo.lock holds sled at 0.34.7.
         let pinned = sled::pin();
         for request in group {
             match request {
