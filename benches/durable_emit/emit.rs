@@ -61,9 +61,9 @@ pub async fn emit_scenarios(
         let (disk_before, flushes_before) = (disk_bytes_written(), flushes::count());
         let (checkpoints_before, cpu_before) = (flushes::checkpoints(), cpu_seconds());
         let run = run_concurrent(k, total, call).await;
-        let cpu_us = (cpu_seconds() - cpu_before) * 1e6 / (total as f64 * per_call);
         let (hist, secs, published, errors) = (run.hist, run.secs, run.ok, run.errors);
         let events = total as f64 * per_call;
+        let cpu_us = (cpu_seconds() - cpu_before) * 1e6 / events;
         let kib = (disk_bytes_written() - disk_before) as f64 / 1024.0 / events;
         let per_flush = events / (flushes::count() - flushes_before).max(1) as f64;
         let checkpoints = flushes::checkpoints() - checkpoints_before;

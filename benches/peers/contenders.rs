@@ -61,20 +61,26 @@ pub fn plain_file(dir: &Path, event: &[u8], total: usize) -> Run {
     }
 }
 
-/// `dead_letter` one at a time with the bus up; every call must be durable and published.
-pub async fn dlq(dir: &Path, total: usize) -> Run {
-    let server = NatsServer::start();
-    let sink = SledSink::open(SinkConfig::new(dir.join("dlq-sink"))).expect("open sink");
+/// A bus to `server` with its stream made ready, as every publishing contender uses it.
+pub async fn ready_bus(server: &NatsServer) -> Result<NatsBus, String> {
     let config = BusConfig {
         publish_timeout: PUBLISH_TIMEOUT,
         ..BusConfig::at(server.url())
     };
-    let bus = NatsBus::connect(config).await.expect("bus");
+    let bus = NatsBus::connect(config).await.map_err(|e| e.to_string())?;
+    bus.prepare().await.map_err(|e| e.to_string())?;
+    Ok(bus)
+}
+
+/// `dead_letter` one at a time with the bus up; every call must be durable and published.
+pub async fn dlq(dir: &Path, total: usize) -> Run {
+    let server = NatsServer::start();
+    let sink = SledSink::open(SinkConfig::new(dir.join("dlq-sink"))).expect("open sink");
+    let bus = ready_bus(&server).await.expect("bus");
     let emitter = EmitterBuilder::new(sink, bus)
         .policies(TopicPolicies::default())
         .publish_timeout(PUBLISH_TIMEOUT)
         .build();
-    emitter.bus().prepare().await.expect("stream");
     let next = Arc::new(AtomicUsize::new(0));
     let em = emitter.clone();
     let run = run_concurrent(1, total, move |_, _| {
@@ -101,12 +107,7 @@ pub async fn dlq(dir: &Path, total: usize) -> Run {
 /// contender that publishes after storing (dlq, Redis + NATS).
 pub async fn bus_alone(total: usize) -> Run {
     let server = NatsServer::start();
-    let config = BusConfig {
-        publish_timeout: PUBLISH_TIMEOUT,
-        ..BusConfig::at(server.url())
-    };
-    let bus = Arc::new(NatsBus::connect(config).await.expect("bus"));
-    bus.prepare().await.expect("stream");
+    let bus = Arc::new(ready_bus(&server).await.expect("bus"));
     let next = Arc::new(AtomicUsize::new(0));
     let run = run_concurrent(1, total, move |_, _| {
         let n = next.fetch_add(1, Ordering::Relaxed);

@@ -129,11 +129,20 @@ fn value_of(args: &[String], flag: &str) -> Option<String> {
         .and_then(|i| args.get(i + 1).cloned())
 }
 
-fn table(mode: &Mode, bytes: usize, outcomes: &[Outcome]) -> String {
-    let plain = outcomes
-        .first()
+/// Where the plain file and the bus alone are in the outcomes.
+const PLAIN: usize = 0;
+const BUS_ALONE: usize = 1;
+
+/// The rate of the outcome at `index` (NaN when it did not run).
+fn rate_at(outcomes: &[Outcome], index: usize) -> f64 {
+    outcomes
+        .get(index)
         .and_then(|o| o.run.as_ref().ok())
-        .map_or(f64::NAN, Run::rate);
+        .map_or(f64::NAN, Run::rate)
+}
+
+fn table(mode: &Mode, bytes: usize, outcomes: &[Outcome]) -> String {
+    let plain = rate_at(outcomes, PLAIN);
     let mut text = format!(
         "## Peers, one at a time ({}; {} events of {bytes} B; {})\n\n| contender | events/s | p50/p99 | of the plain file |\n|---|---:|---:|---:|\n",
         mode.name,
@@ -156,10 +165,7 @@ fn table(mode: &Mode, bytes: usize, outcomes: &[Outcome]) -> String {
             Err(why) => text.push_str(&format!("| {} | not run: {why} | | |\n", outcome.name)),
         }
     }
-    let bus = outcomes
-        .get(1)
-        .and_then(|o| o.run.as_ref().ok())
-        .map_or(f64::NAN, Run::rate);
+    let bus = rate_at(outcomes, BUS_ALONE);
     // A contender that stores, then publishes, takes both steps in series: its ceiling is one
     // mean plain append + fdatasync plus one mean publish.
     let serial = 1.0 / (1.0 / plain + 1.0 / bus);
@@ -171,10 +177,7 @@ fn table(mode: &Mode, bytes: usize, outcomes: &[Outcome]) -> String {
 }
 
 fn suite_rows(outcomes: &[Outcome]) -> Vec<SuiteRow> {
-    let plain = outcomes
-        .first()
-        .and_then(|o| o.run.as_ref().ok())
-        .map_or(f64::NAN, Run::rate);
+    let plain = rate_at(outcomes, PLAIN);
     outcomes
         .iter()
         .filter_map(|o| o.run.as_ref().ok().map(|run| (o.name, run)))

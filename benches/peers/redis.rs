@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlq::bus::{Bus, BusConfig, NatsBus};
+use dlq::bus::Bus;
 use dlq_testkit::bench::load::{run_concurrent, Run};
 use dlq_testkit::items::dead_lettered_event;
 use dlq_testkit::{free_port, spawn_tied, NatsServer};
@@ -17,7 +17,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
-use crate::contenders::item;
+use crate::contenders::{item, ready_bus};
 
 /// Runs the contender, or says why it cannot (no `redis-server`).
 pub async fn run(dir: &Path, _event: &[u8], total: usize) -> Result<Run, String> {
@@ -46,12 +46,7 @@ pub async fn run(dir: &Path, _event: &[u8], total: usize) -> Result<Run, String>
     let conn = Arc::new(Mutex::new(conn));
 
     let server = NatsServer::start();
-    let config = BusConfig {
-        publish_timeout: Duration::from_secs(5),
-        ..BusConfig::at(server.url())
-    };
-    let bus = Arc::new(NatsBus::connect(config).await.map_err(|e| e.to_string())?);
-    bus.prepare().await.map_err(|e| e.to_string())?;
+    let bus = Arc::new(ready_bus(&server).await?);
     let next = Arc::new(AtomicUsize::new(0));
     let run = run_concurrent(1, total, move |_, _| {
         let n = next.fetch_add(1, Ordering::Relaxed);
