@@ -6,6 +6,7 @@
 //! again is safe because the event id travels as `Nats-Msg-Id`.
 
 pub mod auth;
+mod config;
 pub mod context;
 mod denials;
 mod failover;
@@ -21,9 +22,10 @@ use thiserror::Error;
 use crate::domain::event::{EncodedEvent, Event};
 
 pub use auth::{BusAuth, BusTls, Secret};
+pub use config::{BusConfig, BusMode};
 pub use denials::Denials;
 pub use failover::{through_failover, FAILOVER_WAIT};
-pub use nats::{connect_client, connect_watched, BusConfig, BusMode, NatsBus};
+pub use nats::{connect_client, connect_watched, NatsBus};
 pub use probe::{Presence, Probe};
 
 /// The servers of a comma-separated URL list (`nats://a:4222,nats://b:4222`), trimmed, for
