@@ -145,11 +145,17 @@ async fn run(ops: Vec<Op>) {
     let groups = group_commits::count() - groups_before;
     // Every command that stored events needed a group commit: fewer commits means groups. At
     // most two groups hold them, so from three such commands on, fewer commits is certain.
-    assert!(
-        groups > 0 && (done.len() < 3 || groups < done.len() as u64),
-        "no group formed: {groups} group commits for {} commands that stored events",
-        done.len()
-    );
+    // Commands that stored nothing (removals of absent items, clears and purges of empty
+    // jobs: about one case in 3,000 holds only those) commit nothing.
+    if done.is_empty() {
+        assert_eq!(groups, 0, "group commits for commands that stored nothing");
+    } else {
+        assert!(
+            groups > 0 && (done.len() < 3 || groups < done.len() as u64),
+            "no group formed: {groups} group commits for {} commands that stored events",
+            done.len()
+        );
+    }
 
     // Sequential replay in the order the writer chose.
     done.sort_by_key(|(_, events)| events[0].seq);
@@ -200,17 +206,30 @@ async fn run(ops: Vec<Op>) {
     sink.close().await.unwrap();
 }
 
+fn block_on(ops: Vec<Op>) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    INSTALL.call_once(group_commits::install);
+    runtime.block_on(run(ops));
+}
+
+/// Found by the property below (CI loop, 2026-11-27): commands that store nothing commit no
+/// group, and that is no failure of group commit.
+#[test]
+fn commands_that_store_nothing_commit_no_group() {
+    let mut ops = vec![Op::Remove { job: 0, item: 0 }; 5];
+    ops.extend([Op::Clear { job: 1 }, Op::Purge]);
+    block_on(ops);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn concurrent_groups_equal_sequential_decisions(ops in prop::collection::vec(op(), 5..60)) {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        INSTALL.call_once(group_commits::install);
-        runtime.block_on(run(ops));
+        block_on(ops);
     }
 }
