@@ -206,7 +206,14 @@ async fn run(ops: Vec<Op>) {
     sink.close().await.unwrap();
 }
 
+/// The group commit counter counts every sink of the process: the tests of this file run
+/// one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn block_on(ops: Vec<Op>) {
+    let _alone = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
