@@ -142,11 +142,11 @@ async fn items_point_into_the_log_while_retention_keeps_it() {
 /// Rewrites the stored item `id` of job J as projection format 2 kept it: the whole item as
 /// JSON, and the format key saying 2.
 fn make_inline(dir: &Path, id: &str, stored: &dlq::domain::projection::StoredItem) {
-    let db = sled::Config::new()
-        .path(dir)
-        .segment_size(dlq::sink::test_support::SLED_SEGMENT_SIZE)
-        .open()
-        .unwrap();
+    let db = dlq_testkit::sled_db::open(
+        sled::Config::new()
+            .path(dir)
+            .segment_size(dlq::sink::test_support::SLED_SEGMENT_SIZE),
+    );
     db.insert(
         dlq::sink::test_support::item_key("J", id),
         serde_json::to_vec(stored).unwrap(),
@@ -243,11 +243,11 @@ fn make_old_format(
     index: &[Vec<u8>],
     format: u64,
 ) -> usize {
-    let db = sled::Config::new()
-        .path(dir)
-        .segment_size(dlq::sink::test_support::SLED_SEGMENT_SIZE)
-        .open()
-        .unwrap();
+    let db = dlq_testkit::sled_db::open(
+        sled::Config::new()
+            .path(dir)
+            .segment_size(dlq::sink::test_support::SLED_SEGMENT_SIZE),
+    );
     for prefix in [b"A", b"R", b"F"] {
         for key in db.scan_prefix(prefix).keys() {
             db.remove(key.unwrap()).unwrap();
@@ -272,22 +272,12 @@ fn make_old_format(
     db.scan_prefix(b"s").count()
 }
 
-/// sled's I/O threads may hold the lock of a just-closed database for a moment: retried.
 fn signature_keys_and_format(dir: &Path) -> (usize, Option<Vec<u8>>) {
-    let config = sled::Config::new()
-        .path(dir)
-        .segment_size(dlq::sink::test_support::SLED_SEGMENT_SIZE);
-    let mut tries = 0;
-    let db = loop {
-        match config.open() {
-            Ok(db) => break db,
-            Err(err) if tries < 50 && err.to_string().contains("could not acquire lock") => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Err(err) => panic!("{}: {err}", dir.display()),
-        }
-    };
+    let db = dlq_testkit::sled_db::open(
+        sled::Config::new()
+            .path(dir)
+            .segment_size(dlq::sink::test_support::SLED_SEGMENT_SIZE),
+    );
     let format = db.get(b"m/projection_format").unwrap();
     (db.scan_prefix(b"s").count(), format.map(|f| f.to_vec()))
 }

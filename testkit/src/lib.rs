@@ -16,6 +16,7 @@
 //! * [`serve`]: `dlq serve` with a token ([`serve::Serve`]) and a job whose items fail until fixed.
 //! * [`items`]: realistic items and events; [`stream`]: what reached the stream, and metrics.
 //! * [`browser`]: a headless Chromium driven through chromedriver ([`browser::Browser`]).
+//! * [`sled_db`]: a sink's sled database opened directly, waiting out a just-closed sink's lock.
 //! * [`bench`]: concurrent load ([`bench::load`]) and the suite's row format
 //!   ([`bench::suite`]).
 //!
@@ -40,6 +41,7 @@ pub mod node;
 pub mod process;
 pub mod reference;
 pub mod serve;
+pub mod sled_db;
 pub mod stream;
 pub mod tls;
 pub mod wait;
