@@ -18,6 +18,7 @@ use thiserror::Error;
 use super::fold::{AcceptedGap, Chain, Fold, FoldStats};
 use super::item_log::{self, Change, ChangeRef, Chunks, COMPACT_SLACK};
 use crate::domain::projection::StoredItem;
+use crate::sink::sled_open::{open_waiting_for_lock, LOCK_WAIT};
 
 /// An item as one key (`i` + job + NUL + item → StoredItem JSON): how stores before the chunks
 /// kept items. Loaded, and deleted by the first save, which writes every item in chunks.
@@ -162,14 +163,11 @@ impl ConsumerStore {
     }
 
     fn open_with_slack(path: &Path, slack: u64) -> Result<Self, StoreError> {
-        let db = sled::Config::new()
-            .path(path)
-            .flush_every_ms(None)
-            .open()
-            .map_err(|err| StoreError::Io {
-                path: path.to_owned(),
-                reason: err.to_string(),
-            })?;
+        let config = sled::Config::new().path(path).flush_every_ms(None);
+        let db = open_waiting_for_lock(&config, LOCK_WAIT).map_err(|err| StoreError::Io {
+            path: path.to_owned(),
+            reason: err.to_string(),
+        })?;
         let store = ConsumerStore {
             path: path.to_owned(),
             db,

@@ -73,6 +73,7 @@ mod reads;
 mod remove;
 mod scan;
 mod seq_floor;
+pub(crate) mod sled_open;
 mod sled_sink;
 mod snapshot;
 mod staged;
@@ -85,6 +86,7 @@ pub mod test_support {
     pub use super::keys::item as item_key;
     pub use super::keys::log as log_key;
     pub use super::migrate::LOG_DIR;
+    pub use super::sled_open::open_waiting_for_lock;
     pub use super::sled_sink::SEGMENT_SIZE as SLED_SEGMENT_SIZE;
     /// The key prefixes of the sled tree, for footprint measurements.
     pub mod key_prefixes {

@@ -17,7 +17,7 @@ use super::projector::Reader;
 use super::publish_state::{PendingKey, PublishState};
 use super::reads::TreeView;
 use super::writer::{Claim, Request};
-use super::{keys, open, Backlog, Faults, LogRetention, Parked, Sink, SinkError};
+use super::{keys, open, sled_open, Backlog, Faults, LogRetention, Parked, Sink, SinkError};
 use crate::domain::command::Command;
 use crate::domain::event::{EncodedEvent, Event};
 use crate::domain::projection::StoredItem;
@@ -436,31 +436,24 @@ pub(super) fn open_db(config: &SinkConfig) -> Result<sled::Db, SinkError> {
         .segment_size(SEGMENT_SIZE)
         .flush_every_ms(None);
     // sled 0.34 has been reported to panic on some damaged databases (issues 1527, 1533):
-    // a panic while opening becomes an error with a recovery path, never a crash. A lock
-    // conflict is retried for up to a second: sled's I/O threads can hold the file lock for a
-    // moment after the last handle of a previous open in this process was dropped.
-    let mut lock_retries = 10;
-    loop {
-        match catch_unwind(AssertUnwindSafe(|| sled_config.open())) {
-            Ok(Ok(db)) => return Ok(db),
-            Ok(Err(err)) => {
-                let reason = err.to_string();
-                let locked = reason.contains("could not acquire lock");
-                if locked && lock_retries > 0 {
-                    lock_retries -= 1;
-                    std::thread::sleep(Duration::from_millis(100));
-                    continue;
-                }
-                let hint = if locked { LOCK_HINT } else { RECOVERY_HINT };
-                return Err(open_error(reason, hint));
-            }
-            Err(_) => {
-                return Err(open_error(
-                    "sled panicked while recovering".into(),
-                    RECOVERY_HINT,
-                ))
-            }
+    // a panic while opening becomes an error with a recovery path, never a crash.
+    let opened = catch_unwind(AssertUnwindSafe(|| {
+        sled_open::open_waiting_for_lock(&sled_config, sled_open::LOCK_WAIT)
+    }));
+    match opened {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(err)) => {
+            let hint = if sled_open::is_lock_conflict(&err) {
+                LOCK_HINT
+            } else {
+                RECOVERY_HINT
+            };
+            Err(open_error(err.to_string(), hint))
         }
+        Err(_) => Err(open_error(
+            "sled panicked while recovering".into(),
+            RECOVERY_HINT,
+        )),
     }
 }
 

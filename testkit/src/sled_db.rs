@@ -1,27 +1,15 @@
 //! A sink's sled database opened directly, as tests do to rewrite it the way an older binary
 //! left it.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// How long [`open`] waits for the file lock.
+/// How long [`open`] waits for the file lock (dlq's own opens wait a second).
 const LOCK_WAIT: Duration = Duration::from_secs(10);
 
 /// Opens the database `config` names. A sink closed a moment ago in this process may still
-/// hold its file lock (sled's I/O threads drop their handles after `close` returns; dlq's own
-/// open retries for a second), so a lock conflict is retried for up to ten seconds; any other
-/// error panics, naming the directory.
+/// hold its file lock (sled's I/O threads drop their handles after `close` returns), so a lock
+/// conflict is retried for up to ten seconds; any other error panics.
 pub fn open(config: sled::Config) -> sled::Db {
-    let started = Instant::now();
-    loop {
-        match config.open() {
-            Ok(db) => return db,
-            Err(err)
-                if started.elapsed() < LOCK_WAIT
-                    && err.to_string().contains("could not acquire lock") =>
-            {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(err) => panic!("cannot open the sled database: {err}"),
-        }
-    }
+    dlq::sink::test_support::open_waiting_for_lock(&config, LOCK_WAIT)
+        .unwrap_or_else(|err| panic!("cannot open the sled database: {err}"))
 }
