@@ -142,11 +142,7 @@ async fn items_point_into_the_log_while_retention_keeps_it() {
 /// Rewrites the stored item `id` of job J as projection format 2 kept it: the whole item as
 /// JSON, and the format key saying 2.
 fn make_inline(dir: &Path, id: &str, stored: &dlq::domain::projection::StoredItem) {
-    let db = dlq_testkit::sled_db::open(
-        sled::Config::new()
-            .path(dir)
-            .segment_size(dlq::sink::test_support::SLED_SEGMENT_SIZE),
-    );
+    let db = dlq_testkit::sled_db::open(dir);
     db.insert(
         dlq::sink::test_support::item_key("J", id),
         serde_json::to_vec(stored).unwrap(),
@@ -243,11 +239,7 @@ fn make_old_format(
     index: &[Vec<u8>],
     format: u64,
 ) -> usize {
-    let db = dlq_testkit::sled_db::open(
-        sled::Config::new()
-            .path(dir)
-            .segment_size(dlq::sink::test_support::SLED_SEGMENT_SIZE),
-    );
+    let db = dlq_testkit::sled_db::open(dir);
     for prefix in [b"A", b"R", b"F"] {
         for key in db.scan_prefix(prefix).keys() {
             db.remove(key.unwrap()).unwrap();
@@ -273,11 +265,7 @@ fn make_old_format(
 }
 
 fn signature_keys_and_format(dir: &Path) -> (usize, Option<Vec<u8>>) {
-    let db = dlq_testkit::sled_db::open(
-        sled::Config::new()
-            .path(dir)
-            .segment_size(dlq::sink::test_support::SLED_SEGMENT_SIZE),
-    );
+    let db = dlq_testkit::sled_db::open(dir);
     let format = db.get(b"m/projection_format").unwrap();
     (db.scan_prefix(b"s").count(), format.map(|f| f.to_vec()))
 }

@@ -577,11 +577,7 @@ async fn an_older_projection_layout_is_rebuilt_on_open() {
     drop(sink);
     {
         // Turn the projection into the first layout's shape, as an older binary left it.
-        let db = dlq_testkit::sled_db::open(
-            sled::Config::new()
-                .path(dir.path())
-                .segment_size(dlq::sink::test_support::SLED_SEGMENT_SIZE),
-        );
+        let db = dlq_testkit::sled_db::open(dir.path());
         db.remove("m/projection_format").unwrap();
         for entry in db.scan_prefix("r") {
             db.remove(entry.unwrap().0).unwrap();
