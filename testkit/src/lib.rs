@@ -16,6 +16,8 @@
 //! * [`serve`]: `dlq serve` with a token ([`serve::Serve`]) and a job whose items fail until fixed.
 //! * [`items`]: realistic items and events; [`stream`]: what reached the stream, and metrics.
 //! * [`browser`]: a headless Chromium driven through chromedriver ([`browser::Browser`]).
+//! * [`fail_sync`]: an `LD_PRELOAD` library failing chosen `fdatasync` calls of a real `dlq`
+//!   process on its log segments.
 //! * [`sled_db`]: a sink's sled database opened directly, waiting out a just-closed sink's lock.
 //! * [`bench`]: concurrent load ([`bench::load`]) and the suite's row format
 //!   ([`bench::suite`]).
@@ -31,6 +33,7 @@ pub mod bench;
 pub mod browser;
 pub mod cli;
 pub mod cluster;
+pub mod fail_sync;
 pub mod flow;
 pub mod group_commits;
 pub mod http;
