@@ -1,6 +1,7 @@
 //! The `dlq` command line: global options and the subcommands.
 
 pub(crate) mod admin;
+mod closed_pipe;
 mod consume;
 mod demo;
 mod export;
@@ -204,6 +205,7 @@ pub enum Command {
 
 /// Runs the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> ExitCode {
+    closed_pipe::install();
     let result = match &cli.command {
         Command::Tour(args) => tour::run(&cli, args).await,
         Command::Demo(args) => demo::run(&cli, args).await,
@@ -232,6 +234,9 @@ pub async fn run(cli: Cli) -> ExitCode {
     };
     match result {
         Ok(code) => ExitCode::from(code),
+        Err(err) if closed_pipe::is_closed_stdout(&err) => {
+            ExitCode::from(closed_pipe::EXIT_CLOSED_PIPE)
+        }
         Err(err) => {
             eprintln!("dlq: {err}");
             ExitCode::from(err.exit_code())
