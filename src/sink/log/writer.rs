@@ -300,6 +300,16 @@ impl<F: LogFs> LogWriter<F> {
         self.durable_through
     }
 
+    /// Every sequence up to this one was settled (made durable, or burned by a failed group)
+    /// before the log's state now: the highest of [`LogWriter::durable_through`] and the
+    /// sequence before the newest segment's first. The events themselves may be gone (deleted
+    /// by retention), but not this evidence, since the newest segment always stays: an empty
+    /// newest segment (a failed group cut back to its header) still says how far the log went.
+    pub fn settled_through(&self) -> u64 {
+        let newest = self.segments().last().copied().unwrap_or(0);
+        self.durable_through.max(newest.saturating_sub(1))
+    }
+
     /// The sequence the next event will get (at least; a failure skips sequences).
     pub fn next_seq(&self) -> u64 {
         self.next_seq
