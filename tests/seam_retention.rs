@@ -366,3 +366,50 @@ fn copy_dir(from: &Path, to: &Path) {
         std::fs::copy(&path, to.join(path.file_name().unwrap())).unwrap();
     }
 }
+
+/// A log segment damaged in the middle (a bad frame followed by intact ones: no crash leaves
+/// this) is refused with the file, the offset and what to do; followed ("copy the file aside
+/// and truncate it to N bytes to keep what precedes the damage"), the directory opens, the
+/// items whose events are gone are refused by name with "run `dlq rebuild`", and the rebuild
+/// keeps exactly what the log still holds: the events before the damage and every later
+/// segment.
+#[test]
+fn the_hint_of_a_damaged_segment_keeps_what_precedes_the_damage() {
+    let env = Env::new(DLQ, DEAD_BUS_URL);
+    env.demo("j1", 3);
+    env.demo("j2", 3);
+    let all = all_items(&env);
+    let first = segment(&env, 1);
+    let mut bytes = std::fs::read(&first).unwrap();
+    // The second frame: after the 8-byte header and the first frame (16 bytes + payload).
+    let len = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
+    let second = 8 + 16 + len;
+    bytes[second + 20] ^= 0x55;
+    std::fs::write(&first, &bytes).unwrap();
+    // Without its sidecar (a segment a crash ended) the open scans it and finds the damage.
+    std::fs::remove_file(first.with_extension("idx")).unwrap();
+
+    let message = refused(&env, &["status"]);
+    let truncate = format!("truncate it to {second} bytes");
+    assert!(message.contains(&truncate), "{message}");
+    std::fs::copy(&first, env.path("segment.damaged")).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&first)
+        .unwrap()
+        .set_len(second as u64)
+        .unwrap();
+
+    assert!(env.run(&["status"]).status.success());
+    let listed = env.run(&["list"]);
+    let message = String::from_utf8_lossy(&listed.stderr);
+    assert!(message.contains("run `dlq rebuild`"), "{message}");
+    env.json(&["rebuild"]);
+    // The first event of the segment (j1/item-0's) and the second demo's segment are kept.
+    let kept: Vec<Value> = all
+        .iter()
+        .filter(|item| item["job_id"] == "j2" || item["item_id"] == "item-0")
+        .cloned()
+        .collect();
+    assert_eq!(all_items(&env), kept);
+}
