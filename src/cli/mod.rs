@@ -156,7 +156,8 @@ pub enum Command {
     Status,
     /// Publish every unpublished event, waiting up to --timeout for the bus.
     Reconcile(status::ReconcileArgs),
-    /// Rebuild the projection (items and indexes) from the event log alone.
+    /// Rebuild the projection (items and indexes) from the event log and the items kept whole
+    /// in sled (older than the log's retention).
     Rebuild,
     /// Rebuild every node's items from the start of the NATS stream alone and summarise them.
     Consume(consume::ConsumeArgs),

@@ -202,8 +202,9 @@ impl SledSink {
         })
     }
 
-    /// Clears the projection and applies the whole log again; returns the number of events
-    /// applied.
+    /// Clears the projection, puts back the items kept whole in sled (older than the log's
+    /// retention) and applies the whole log again, each event once; returns the number of
+    /// events applied. Refuses, changing nothing, when it would lose an item.
     pub async fn rebuild_projection(&self) -> Result<u64, SinkError> {
         let (reply, answer) = oneshot::channel();
         self.send(Request::Rebuild { reply }).await?;

@@ -62,7 +62,8 @@ pub(crate) enum Request {
         /// Taken by the writer, or withdrawn by a caller that stopped waiting.
         claim: Claim,
     },
-    /// Clear the projection and apply the whole log; answer with the number of events applied.
+    /// Rebuild the projection from the log and the items kept whole; answer with the number
+    /// of events applied.
     Rebuild {
         reply: oneshot::Sender<Result<u64, SinkError>>,
     },
