@@ -1,7 +1,7 @@
 //! Items in sled point at their events in the log (projection formats 3 and 4): before retention
 //! deletes a segment, the live items created in it are kept whole; items kept whole by an older
-//! dlq (projection format 2) stay readable and keep growing; a rebuild that would lose such
-//! items is refused; format 3's signature index is deleted when it is taken over. Real sled
+//! dlq (projection format 2) stay readable and keep growing; a rebuild keeps them, and refuses
+//! when it would lose an item; format 3's signature index is deleted when it is taken over. Real sled
 //! and the real log on disk.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -96,11 +96,10 @@ async fn retention_deletes_segments_once_the_live_items_created_in_them_are_kept
     );
     let sink = open(dir.path(), KEEP_NOTHING);
     assert_eq!(sink.item("J", "keeper").unwrap().as_ref(), Some(&keeper));
-    let err = sink.rebuild_projection().await.unwrap_err();
-    assert!(
-        matches!(&err, SinkError::Rejected(m) if m.contains("would lose them")),
-        "{err}"
-    );
+    // A rebuild keeps the item kept whole (its first event is gone from the log).
+    let before = sink.projection_snapshot().unwrap();
+    sink.rebuild_projection().await.unwrap();
+    assert_eq!(sink.projection_snapshot().unwrap(), before);
     // A later failure of the item kept whole grows it, through a restart too.
     append_published(&sink, dead_letter("keeper", "3")).await;
     let grown = sink.item("J", "keeper").unwrap().unwrap();
@@ -137,6 +136,100 @@ async fn items_point_into_the_log_while_retention_keeps_it() {
     let keeper = sink.item("J", "keeper").unwrap().unwrap();
     assert_eq!(keeper.item.failure_history.len(), 2);
     sink.close().await.unwrap();
+}
+
+/// A rebuild interrupted after it copied the items kept whole and began clearing the
+/// projection (what a crash leaves: the mark `m/rebuild_kept_through`, the copy under `k`, no
+/// format key, items and counters half gone) is finished by the next open from its copy: the
+/// projection equals the one before, a later failure of a kept item counted once, and neither
+/// the copy nor the mark stays. Red when the open takes the kept items from the projection
+/// instead (the mark ignored): the cleared items are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_rebuild_is_finished_from_its_copy_of_the_kept_items() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = open(dir.path(), KEEP_NOTHING);
+    for n in 0..8 {
+        append_published(&sink, dead_letter(&format!("i{n}"), "1")).await;
+    }
+    sink.close().await.unwrap(); // deletes the done segments, keeping their items whole
+    drop(sink);
+    let sink = open(dir.path(), KEEP_NOTHING);
+    append_published(&sink, dead_letter("i0", "2")).await;
+    let before = items_and_counts(&sink);
+    assert_eq!(before.0.len(), 8);
+    sink.close().await.unwrap();
+    drop(sink);
+    assert!(segment_firsts(dir.path())[0] > 1, "segments deleted");
+    {
+        let db = dlq_testkit::sled_db::open(dir.path());
+        let applied = db.get(b"m/applied_through").unwrap().unwrap();
+        let items: Vec<_> = db.scan_prefix(b"i").map(|e| e.unwrap()).collect();
+        assert!(items.iter().any(|(_, v)| v.first() == Some(&b'{')));
+        for (key, value) in &items {
+            if value.first() == Some(&b'{') {
+                let mut kept = b"k".to_vec();
+                kept.extend_from_slice(&key[1..]);
+                db.insert(kept, value).unwrap();
+            }
+        }
+        db.insert(b"m/rebuild_kept_through", applied).unwrap();
+        db.remove(b"m/projection_format").unwrap();
+        for (key, _) in &items {
+            db.remove(key).unwrap();
+        }
+        for entry in db.scan_prefix(b"c") {
+            db.remove(entry.unwrap().0).unwrap();
+        }
+        db.flush().unwrap();
+    }
+
+    let sink = open(dir.path(), KEEP_NOTHING);
+    // The rebuild's last checkpoint may keep more items whole (retention): compare the items.
+    assert_eq!(items_and_counts(&sink), before);
+    let i0 = sink.item("J", "i0").unwrap().unwrap();
+    assert_eq!(i0.item.failure_history.len(), 2);
+    sink.close().await.unwrap();
+    drop(sink);
+    let db = dlq_testkit::sled_db::open(dir.path());
+    assert_eq!(db.scan_prefix(b"k").count(), 0, "the copy is deleted");
+    assert!(db.get(b"m/rebuild_kept_through").unwrap().is_none());
+}
+
+/// An open that rebuilds the projection (its format key names another layout) after
+/// retention deleted segments keeps the items kept whole, like `dlq rebuild` (red before issue
+/// 33: the open refused, "a rebuild from the log would lose them").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_on_open_keeps_the_items_kept_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = open(dir.path(), KEEP_NOTHING);
+    for n in 0..8 {
+        append_published(&sink, dead_letter(&format!("i{n}"), "1")).await;
+    }
+    append_published(&sink, dead_letter("i0", "2")).await;
+    let before = items_and_counts(&sink);
+    sink.close().await.unwrap();
+    drop(sink);
+    assert!(segment_firsts(dir.path())[0] > 1, "segments deleted");
+    {
+        let db = dlq_testkit::sled_db::open(dir.path());
+        db.insert(b"m/projection_format", &99u64.to_be_bytes())
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let sink = open(dir.path(), KEEP_NOTHING);
+    assert_eq!(items_and_counts(&sink), before);
+    sink.close().await.unwrap();
+}
+
+/// Every item and every job's counters.
+fn items_and_counts(
+    sink: &SledSink,
+) -> (
+    Vec<dlq::domain::projection::StoredItem>,
+    Vec<(String, dlq::sink::JobCounters)>,
+) {
+    let items = sink.items().map(|item| item.unwrap()).collect();
+    (items, sink.jobs().unwrap())
 }
 
 /// Rewrites the stored item `id` of job J as projection format 2 kept it: the whole item as
@@ -189,29 +282,53 @@ async fn items_kept_whole_by_format_2_stay_readable_and_grow() {
     control.close().await.unwrap();
 }
 
+/// A rebuild keeps an item kept whole whose only event an older dlq's retention deleted (it
+/// refused before, issue 33), and refuses, changing nothing, when an item that points into the
+/// log lost its first event (a segment deleted by hand).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rebuild_that_would_lose_items_kept_whole_is_refused() {
+async fn a_rebuild_keeps_items_kept_whole_and_refuses_to_lose_others() {
     let dir = tempfile::tempdir().unwrap();
     let sink = open(dir.path(), LogRetention::default());
     for n in 0..8 {
         append_published(&sink, dead_letter(&format!("i{n}"), "1")).await;
     }
-    let i0 = sink.item("J", "i0").unwrap().unwrap();
+    let items: Vec<_> = (0..8)
+        .map(|n| sink.item("J", &format!("i{n}")).unwrap().unwrap())
+        .collect();
     sink.close().await.unwrap();
     drop(sink);
-    make_inline(dir.path(), "i0", &i0);
-    // An older dlq's retention deleted the first segment (i0's only event is in it).
     let firsts = segment_firsts(dir.path());
     assert!(firsts.len() > 2, "{firsts:?}");
+    // An older dlq kept the items of the first segment whole, and its retention deleted it.
+    let kept: Vec<_> = items.iter().filter(|s| s.created_seq < firsts[1]).collect();
+    for stored in &kept {
+        make_inline(dir.path(), &stored.item.item_id, stored);
+    }
     let log = dir.path().join(dlq::sink::test_support::LOG_DIR);
     std::fs::remove_file(log.join(dlq::sink::log::segment::name(firsts[0]))).unwrap();
 
     let sink = open(dir.path(), LogRetention::default());
-    assert_eq!(sink.item("J", "i0").unwrap().as_ref(), Some(&i0));
+    for stored in &kept {
+        let id = &stored.item.item_id;
+        assert_eq!(sink.item("J", id).unwrap().as_ref(), Some(*stored));
+    }
+    let before = sink.projection_snapshot().unwrap();
+    sink.rebuild_projection().await.unwrap();
+    assert_eq!(
+        before,
+        sink.projection_snapshot().unwrap(),
+        "kept items kept"
+    );
+    sink.close().await.unwrap();
+    drop(sink);
+
+    // The next segment holds the first event of an item that points into the log.
+    std::fs::remove_file(log.join(dlq::sink::log::segment::name(firsts[1]))).unwrap();
+    let sink = open(dir.path(), LogRetention::default());
     let before = sink.projection_snapshot().unwrap();
     let err = sink.rebuild_projection().await.unwrap_err();
     assert!(matches!(err, SinkError::Rejected(_)), "{err:?}");
-    assert!(err.to_string().contains("would lose them"), "{err}");
+    assert!(err.to_string().contains("would lose it"), "{err}");
     assert_eq!(
         before,
         sink.projection_snapshot().unwrap(),

@@ -1,6 +1,7 @@
 //! The `dlq` command line: global options and the subcommands.
 
 pub(crate) mod admin;
+mod closed_pipe;
 mod consume;
 mod demo;
 mod export;
@@ -155,7 +156,8 @@ pub enum Command {
     Status,
     /// Publish every unpublished event, waiting up to --timeout for the bus.
     Reconcile(status::ReconcileArgs),
-    /// Rebuild the projection (items and indexes) from the event log alone.
+    /// Rebuild the projection (items and indexes) from the event log and the items kept whole
+    /// in sled (older than the log's retention).
     Rebuild,
     /// Rebuild every node's items from the start of the NATS stream alone and summarise them.
     Consume(consume::ConsumeArgs),
@@ -204,6 +206,7 @@ pub enum Command {
 
 /// Runs the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> ExitCode {
+    closed_pipe::install();
     let result = match &cli.command {
         Command::Tour(args) => tour::run(&cli, args).await,
         Command::Demo(args) => demo::run(&cli, args).await,
@@ -232,6 +235,9 @@ pub async fn run(cli: Cli) -> ExitCode {
     };
     match result {
         Ok(code) => ExitCode::from(code),
+        Err(err) if closed_pipe::is_closed_stdout(&err) => {
+            ExitCode::from(closed_pipe::EXIT_CLOSED_PIPE)
+        }
         Err(err) => {
             eprintln!("dlq: {err}");
             ExitCode::from(err.exit_code())

@@ -62,6 +62,7 @@ mod journal_record;
 mod keys;
 #[doc(hidden)]
 pub mod log;
+mod log_node;
 mod log_retention;
 mod migrate;
 mod open;

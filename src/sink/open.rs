@@ -93,8 +93,10 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
     let format = tree
         .get(keys::PROJECTION_FORMAT)?
         .and_then(|bytes| keys::decode_u64(&bytes));
-    if applied > log.durable_through() {
-        return Err(log_behind(&config, applied, log.durable_through()));
+    // Compared with how far the log went, not with its newest event: retention may have
+    // deleted every event while an empty newest segment (a failed group) stays.
+    if applied > log.settled_through() {
+        return Err(log_behind(&config, applied, log.settled_through()));
     }
     // A projection of another layout is rebuilt from the log; formats 2 to 4 are taken over
     // (only once the open is not refused: a refused open changes nothing).
@@ -187,7 +189,7 @@ fn log_behind(config: &SinkConfig, applied: u64, durable: u64) -> SinkError {
         reason: format!(
             "the projection holds events up to sequence {applied} but the log only up to {durable}: log/ was removed, or an older copy of it restored"
         ),
-        hint: "Put back the log/ directory that belongs to this database. To keep only what log/ holds instead, move the files db, conf and blobs/ aside: the projection is then rebuilt from log/. Nothing was changed.",
+        hint: "Nothing was changed. Put back the log/ directory that belongs to this database. To keep only what this log/ holds instead, move sled's files aside (db, conf, blobs/ and every snap.* file): the next open rebuilds the projection from log/ under the same node id; the events log/ lacks, and items older than the log's retention, are then only in the NATS stream.",
     }
 }
 

@@ -58,11 +58,23 @@ pub(crate) fn catch_up(
     reader: &Reader,
     applied: u64,
 ) -> Result<(u64, u64), SinkError> {
+    catch_up_skipping(tree, reader, applied, |_| false)
+}
+
+/// [`catch_up`], leaving out the events `skip` says the projection holds already (a
+/// rebuild's items kept whole, `super::writer`); they count as applied for the mark.
+pub(crate) fn catch_up_skipping(
+    tree: &sled::Tree,
+    reader: &Reader,
+    applied: u64,
+    skip: impl Fn(&Event) -> bool,
+) -> Result<(u64, u64), SinkError> {
     let mut chunk: Vec<Event> = Vec::new();
     let (mut through, mut count) = (applied, 0);
     for record in reader.records(applied.saturating_add(1)) {
         let record = record.map_err(|err| SinkError::Io(err.to_string()))?;
         match Event::from_json(&record.payload) {
+            Ok(event) if skip(&event) => {}
             Ok(event) => chunk.push(event),
             Err(err) => warn!(
                 seq = record.seq,

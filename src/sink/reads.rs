@@ -79,12 +79,6 @@ impl TreeView<'_> {
         }
     }
 
-    /// The lowest `created_seq` of any item (the first entry of each job's FIFO index): every
-    /// event a live item points at is at or above it. `None` when there are no items.
-    pub(crate) fn oldest_created_seq(&self) -> Result<Option<u64>, SinkError> {
-        self.oldest_created_seq_above(0)
-    }
-
     /// The lowest `created_seq` above `floor` of any item; `None` when there is none.
     pub(crate) fn oldest_created_seq_above(&self, floor: u64) -> Result<Option<u64>, SinkError> {
         let mut oldest: Option<u64> = None;

@@ -12,12 +12,15 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::counters::JobCounters;
 use super::index_runs;
+use super::migrate::LOG_DIR;
 use super::parked::ParkedSet;
 use super::projector::Reader;
 use super::publish_state::{PendingKey, PublishState};
 use super::reads::TreeView;
 use super::writer::{Claim, Request};
-use super::{keys, open, sled_open, Backlog, Faults, LogRetention, Parked, Sink, SinkError};
+use super::{
+    keys, log_node, open, sled_open, Backlog, Faults, LogRetention, Parked, Sink, SinkError,
+};
 use crate::domain::command::Command;
 use crate::domain::event::{EncodedEvent, Event};
 use crate::domain::projection::StoredItem;
@@ -113,7 +116,7 @@ pub(super) struct Inner {
 }
 
 pub(super) const LOCK_HINT: &str = "Another process holds this data directory: stop it, or point --data-dir elsewhere (`dlq serve` and `dlq run` hold it while they run).";
-pub(super) const RECOVERY_HINT: &str = "See docs/operations.md, 'Recovering a data directory': move the directory aside, start with an empty one, and rebuild from the NATS stream; nothing was changed.";
+pub(super) const RECOVERY_HINT: &str = "Nothing was changed. Keep log/ (the events) and move sled's files aside: db, conf, blobs/ and every snap.* file. The next open rebuilds the projection from log/ under the same node id and publishes every event again (the stream and consumers drop duplicates by id); items older than the log's retention, kept whole only in sled, are then only in the NATS stream. See docs/operations.md, 'Recovering a data directory'.";
 
 impl SledSink {
     /// Opens (or creates) the data directory and starts its writer thread. A directory of the
@@ -199,8 +202,9 @@ impl SledSink {
         })
     }
 
-    /// Clears the projection and applies the whole log again; returns the number of events
-    /// applied.
+    /// Clears the projection, puts back the items kept whole in sled (older than the log's
+    /// retention) and applies the whole log again, each event once; returns the number of
+    /// events applied. Refuses, changing nothing, when it would lose an item.
     pub async fn rebuild_projection(&self) -> Result<u64, SinkError> {
         let (reply, answer) = oneshot::channel();
         self.send(Request::Rebuild { reply }).await?;
@@ -470,9 +474,11 @@ pub(super) fn resolve_node_id(tree: &sled::Tree, config: &SinkConfig) -> Result<
         (Some(stored), _) => Ok(stored),
         (None, wanted) => {
             // A given node id was validated before the database was opened.
+            // A database that lost its node id beside a log keeps the log's.
+            let from_log = || log_node::node_id_in_log(&config.path.join(LOG_DIR));
             let node_id = match wanted {
                 Some(id) => id.clone(),
-                None => generated_node_id(&config.path),
+                None => from_log().unwrap_or_else(|| generated_node_id(&config.path)),
             };
             tree.insert(keys::NODE_ID, node_id.as_bytes())?;
             tree.flush()?;

@@ -291,7 +291,8 @@ fn next_record(
     }
 }
 
-fn index(writes: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, stored: &StoredItem) {
+/// The index entries of `stored`, added to `writes`.
+pub(crate) fn index(writes: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, stored: &StoredItem) {
     let item = &stored.item;
     let (job, id) = (&item.job_id, &item.item_id);
     let ms = item.first_attempt.timestamp_millis();

@@ -28,7 +28,8 @@
 //!   blocks are reserved ahead of the appends ([`io::RealFile`]), so an `fdatasync` commits no
 //!   block allocation; the file is cut back to its frames when the segment is sealed or the
 //!   log closes, and the zeros a crash leaves after the frames end the segment.
-//! * [`LogWriter::remove_through`] unlinks whole old segments, oldest first, and fsyncs the
+//! * [`LogWriter::remove_through`] unlinks whole old segments, oldest first (never the newest,
+//!   nor the newest holding an event: the log's last event stays readable), and fsyncs the
 //!   directory after each one. A crash may bring the last deleted segments back (their events
 //!   are then read again: duplicates, never loss), but never a hole: an older segment back
 //!   while a newer one is gone (the crash states of `tests/sink_crash_states.rs` found one

@@ -300,6 +300,16 @@ impl<F: LogFs> LogWriter<F> {
         self.durable_through
     }
 
+    /// Every sequence up to this one was settled (made durable, or burned by a failed group)
+    /// before the log's state now: the highest of [`LogWriter::durable_through`] and the
+    /// sequence before the newest segment's first. The events themselves may be gone (deleted
+    /// by retention), but not this evidence, since the newest segment always stays: an empty
+    /// newest segment (a failed group cut back to its header) still says how far the log went.
+    pub fn settled_through(&self) -> u64 {
+        let newest = self.segments().last().copied().unwrap_or(0);
+        self.durable_through.max(newest.saturating_sub(1))
+    }
+
     /// The sequence the next event will get (at least; a failure skips sequences).
     pub fn next_seq(&self) -> u64 {
         self.next_seq
@@ -345,14 +355,22 @@ impl<F: LogFs + Clone> LogWriter<F> {
 
 impl<F: LogFs> LogWriter<F> {
     /// Deletes, oldest first, every segment whose events are all at or below `seq` (and
-    /// durable); the newest segment always stays. The directory is fsynced after each
-    /// deletion, so a crash keeps a prefix of them and the log never has a hole. Returns how many segments were deleted. Which events may go (applied,
+    /// durable); the newest segment always stays, and so does the newest one holding an event
+    /// (after a failed group the newest is empty: the log's last event, which the next open
+    /// names as the new epoch's predecessor, must not go with the older segments). The
+    /// directory is fsynced after each deletion, so a crash keeps a prefix of them and the log
+    /// never has a hole. Returns how many segments were deleted. Which events may go (applied,
     /// checkpointed, published, past retention) is the caller's decision.
     pub fn remove_through(&mut self, seq: u64) -> Result<usize, LogError> {
         let limit = seq.min(self.durable_through);
+        let last_event_segment = {
+            let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+            let holding = index.segments().iter().rev().find(|s| !s.is_empty());
+            holding.map_or(u64::MAX, |segment| segment.first_seq)
+        };
         let mut removed = 0;
         while let [first, next, ..] = self.segments()[..] {
-            if next - 1 > limit {
+            if next - 1 > limit || first >= last_event_segment {
                 break;
             }
             let file = segment::name(first);

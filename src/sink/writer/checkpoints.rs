@@ -14,8 +14,16 @@ impl Writer {
     /// are applied, checkpointed, published and past retention. Waits for a tick's flush first.
     pub(super) fn checkpoint(&mut self) -> Result<(), String> {
         self.finish_flush(true);
-        let removable = self.prepare_checkpoint()?;
+        let removable = self.prepare_checkpoint(true)?;
         self.flush_here(removable)
+    }
+
+    /// A checkpoint that deletes no log segment (a rebuild's, while the projection is not
+    /// what the log and the items kept whole make).
+    pub(super) fn checkpoint_keeping_log(&mut self) -> Result<(), String> {
+        self.finish_flush(true);
+        self.prepare_checkpoint(false)?;
+        self.flush_here(0)
     }
 
     /// Flushes sled on the writer and completes the checkpoint.
@@ -33,7 +41,7 @@ impl Writer {
         if self.flushing.is_some() {
             return;
         }
-        let removable = match self.prepare_checkpoint() {
+        let removable = match self.prepare_checkpoint(true) {
             Ok(removable) => removable,
             Err(reason) => {
                 warn!(%reason, "sink checkpoint failed; the log keeps every event until one succeeds");
@@ -72,8 +80,8 @@ impl Writer {
 
     /// The checkpoint's part before sled's flush: the applier drained, the publish state saved
     /// in sled, the items created in the segments about to go kept whole. Returns the last
-    /// sequence whose segment may go once the flush succeeded.
-    fn prepare_checkpoint(&mut self) -> Result<u64, String> {
+    /// sequence whose segment may go once the flush succeeded (0 without `delete_segments`).
+    fn prepare_checkpoint(&mut self, delete_segments: bool) -> Result<u64, String> {
         if self.faults.fail_flush() {
             return Err("injected flush fault".into());
         }
@@ -89,7 +97,10 @@ impl Writer {
             .map_err(|err| err.to_string())?;
         let done_through = keep_from.saturating_sub(1).min(self.applied.through());
         // Items created in the segments about to go are kept whole first, durably with them.
-        let removable = self.retention.removable_through(&self.log, done_through);
+        let removable = match delete_segments {
+            true => self.retention.removable_through(&self.log, done_through),
+            false => 0,
+        };
         if removable == 0 {
             return Ok(0);
         }

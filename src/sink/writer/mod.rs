@@ -38,6 +38,7 @@ use tracing::{debug, warn};
 
 use super::applier::{Applied, Job, Jobs};
 mod checkpoints;
+mod rebuild;
 
 use super::checkpoint::{BackgroundFlush, SharedFlusher};
 use super::epoch::Epoch;
@@ -46,9 +47,8 @@ use super::log::LogWriter;
 use super::log_retention::Retention;
 use super::projector;
 use super::publish_state::PublishState;
-use super::reads::TreeView;
 use super::staged::Staged;
-use super::{keys, Faults, SinkError};
+use super::{Faults, SinkError};
 use crate::domain::command::{decide, Command, DecideError, Limits};
 use crate::domain::event::Event;
 use crate::metrics as m;
@@ -62,7 +62,8 @@ pub(crate) enum Request {
         /// Taken by the writer, or withdrawn by a caller that stopped waiting.
         claim: Claim,
     },
-    /// Clear the projection and apply the whole log; answer with the number of events applied.
+    /// Rebuild the projection from the log and the items kept whole; answer with the number
+    /// of events applied.
     Rebuild {
         reply: oneshot::Sender<Result<u64, SinkError>>,
     },
@@ -380,46 +381,6 @@ impl Writer {
             .lock()
             .map(|state| state.is_dirty())
             .unwrap_or(true)
-    }
-
-    /// Rebuilds the projection from the log between two checkpoints. The projection's format
-    /// key is removed by the first, so a crash mid-rebuild leaves a projection that the next
-    /// open rebuilds again, never a half-built one taken for current.
-    pub(crate) fn rebuild_durably(&mut self) -> Result<u64, SinkError> {
-        self.refuse_lossy_rebuild()?;
-        self.tree.remove(keys::PROJECTION_FORMAT)?;
-        self.checkpoint().map_err(SinkError::Io)?;
-        projector::clear(&self.tree)?;
-        let (through, applied) = projector::catch_up(&self.tree, &self.log.reader(), 0)?;
-        self.applied.recovered(through);
-        self.tree.insert(
-            keys::PROJECTION_FORMAT,
-            &keys::CURRENT_PROJECTION_FORMAT.to_be_bytes(),
-        )?;
-        self.checkpoint().map_err(SinkError::Io)?;
-        Ok(applied)
-    }
-}
-
-impl Writer {
-    /// Refuses a rebuild that would lose items: items of projection format 2 are kept whole
-    /// in sled, and the log may no longer hold their first events.
-    fn refuse_lossy_rebuild(&self) -> Result<(), SinkError> {
-        let reader = self.log.reader();
-        let view = TreeView {
-            tree: &self.tree,
-            log: &reader,
-        };
-        let Some(oldest) = view.oldest_created_seq()? else {
-            return Ok(());
-        };
-        let log_from = reader.index().segments().first().map(|s| s.first_seq);
-        match log_from {
-            Some(first) if first > oldest => Err(SinkError::Rejected(format!(
-                "the log starts at sequence {first} but items created at sequence {oldest} are still held: a rebuild from the log would lose them (their first events were in log segments deleted by an older dlq's retention, or by hand). Nothing was changed; export the items first (`dlq export`) if you must rebuild"
-            ))),
-            _ => Ok(()),
-        }
     }
 }
 
