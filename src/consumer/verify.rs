@@ -23,6 +23,17 @@ pub enum Difference {
         /// The item.
         item_id: String,
     },
+    /// In the consumer's projection, not in the sink, and its last event is a volatile one of
+    /// this node: published when the sink failed to store it (the caller was told
+    /// `NotStored`). Not a loss and not an extra: published, not stored on this node.
+    Unstored {
+        /// The job.
+        job_id: String,
+        /// The item.
+        item_id: String,
+        /// The volatile event id it was published under.
+        event_id: String,
+    },
     /// In both, but not equal.
     Diverging {
         /// The job.
@@ -75,9 +86,28 @@ pub fn compare_node<E>(
         remaining
             .into_iter()
             .filter(|(_, theirs)| node.is_none_or(|node| written_by(theirs, node)))
-            .map(|((job_id, item_id), _)| Difference::Extra { job_id, item_id }),
+            .map(|((job_id, item_id), theirs)| {
+                if Event::is_volatile_id(&theirs.last_event_id) {
+                    let event_id = theirs.last_event_id;
+                    Difference::Unstored {
+                        job_id,
+                        item_id,
+                        event_id,
+                    }
+                } else {
+                    Difference::Extra { job_id, item_id }
+                }
+            }),
     );
     Ok(differences)
+}
+
+impl Difference {
+    /// Whether the sink and the consumer disagree: every difference but
+    /// [`Difference::Unstored`], which both sides explain.
+    pub fn is_disagreement(&self) -> bool {
+        !matches!(self, Difference::Unstored { .. })
+    }
 }
 
 /// Whether `node` wrote the item's last event (see [`Event::id_written_by`]).
@@ -112,6 +142,21 @@ mod tests {
         assert!(compare_node(sink(), &consumer, Some("node-a"))
             .unwrap()
             .is_empty());
+        let unstored = stored_item("job-a", "2", "node-a:v17-0");
+        consumer
+            .items
+            .insert(("job-a".into(), "2".into()), unstored);
+        let apart = compare_node(sink(), &consumer, Some("node-a")).unwrap();
+        assert_eq!(
+            apart,
+            vec![Difference::Unstored {
+                job_id: "job-a".into(),
+                item_id: "2".into(),
+                event_id: "node-a:v17-0".into()
+            }]
+        );
+        assert!(!apart[0].is_disagreement());
+        consumer.items.remove(&("job-a".into(), "2".into()));
         let lost = compare_node(
             Vec::<Result<StoredItem, ()>>::new(),
             &consumer,

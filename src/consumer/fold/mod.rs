@@ -5,9 +5,9 @@
 //! them: per chain (one per epoch of its data directory, and one for events without an epoch,
 //! see [`super::cursor`]), an event whose predecessor has not been applied yet waits in a
 //! buffer, an event already applied (same node and chain, sequence not above the last applied)
-//! is a duplicate and dropped. Inside a chain the predecessor of `seq` is `seq - 1`, or
-//! `prev_seq` when the node announced a jump; the first event of an epoch comes after the chain
-//! and sequence it names. Events the sink failed to store (`seq == 0`) are applied once, by
+//! is a duplicate and dropped. Inside a chain the predecessor of `seq` is `seq - 1`, or the
+//! chain and sequence the event names (`prev_epoch`, `prev_seq`): the first event of an epoch,
+//! and the first after sequences the node's log burned, come after the event they name. Events the sink failed to store (`seq == 0`) are applied once, by
 //! event id.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -251,5 +251,7 @@ impl Fold {
 
 #[cfg(test)]
 mod epoch_tests;
+#[cfg(test)]
+mod jump_tests;
 #[cfg(test)]
 mod tests;

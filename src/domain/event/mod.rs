@@ -10,8 +10,10 @@
 //! them beyond it.
 //!
 //! A node's events form chains, one per epoch (plus the chain of events without one): inside a
-//! chain the predecessor of `seq` is `seq - 1`; the first event of an epoch names what the
-//! directory held when it was opened (`prev_epoch`, `prev_seq`), see [`Event::needs`].
+//! chain the predecessor of `seq` is `seq - 1` unless the event names another; the first event
+//! of an epoch names what the directory held when it was opened, and the first event after a
+//! group the log refused names the last durable event before it (`prev_epoch`, `prev_seq`), see
+//! [`Event::needs`].
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -42,12 +44,15 @@ pub struct Event {
     /// when it was opened (`None` when it held none, or only events without an epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prev_epoch: Option<String>,
-    /// With an epoch: set exactly on the epoch's first event, to the sequence of the last
-    /// event the directory held when it was opened (0 for an empty directory).
+    /// With an epoch: set when the event's predecessor is not `seq - 1` of its epoch, to the
+    /// sequence of the last event made durable before it (with `prev_epoch` naming that
+    /// event's epoch): on the epoch's first event (what the directory held when it was
+    /// opened, 0 for an empty directory), and on the first event after sequences the log
+    /// burned (a group it refused; `prev_epoch` is then the event's own epoch).
     /// Without an epoch (older events): set only when the previous sequence this node used is
     /// not `seq - 1` (after a crash the sequence jumps to the reserved floor).
     /// Either way a consumer applying the node's events in order must not wait for the
-    /// sequences between.
+    /// sequences between: a burned sequence is nobody's predecessor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prev_seq: Option<u64>,
     /// When the event was written.
@@ -205,6 +210,14 @@ impl Event {
         format!("{node_id}:v{nanos}-{counter}")
     }
 
+    /// Whether `event_id` has the form of [`Event::volatile_id`]: an event the sink of its
+    /// node failed to store.
+    pub fn is_volatile_id(event_id: &str) -> bool {
+        event_id
+            .rsplit_once(':')
+            .is_some_and(|(node, rest)| !node.is_empty() && rest.starts_with('v') && rest.len() > 1)
+    }
+
     /// Serialises the event as the JSON sent on the bus and stored in the log.
     pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
         // Most events are a few KB: one allocation instead of a dozen doublings from nothing.
@@ -273,5 +286,8 @@ mod tests {
         assert!(!Event::id_written_by(&Event::legacy_id("n:1", 7), "n"));
         assert!(!Event::id_written_by("node-b:3", "node"));
         assert!(!Event::id_written_by("n:", "n"));
+        assert!(Event::is_volatile_id(&Event::volatile_id("n:1", 5, 2)));
+        assert!(!Event::is_volatile_id(&Event::stored_id("n", epoch, 7)));
+        assert!(!Event::is_volatile_id(&Event::legacy_id("n", 7)));
     }
 }
