@@ -14,7 +14,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use dlq::emitter::{EmitError, TopicPolicy};
-use dlq::sink::{SinkConfig, SinkError};
+use dlq::sink::{Sink, SinkConfig, SinkError};
 use dlq_testkit::cli::Env;
 use dlq_testkit::fail_sync::fail_segment_fdatasync;
 use dlq_testkit::items::failed_once;
@@ -210,4 +210,89 @@ async fn a_late_write_that_fails_publishes_the_volatile_copy() {
         1.0
     );
     emitter.shutdown().await.unwrap();
+}
+
+/// The `held` list of a `consume` report.
+fn held(report: &Value) -> Vec<Value> {
+    report["held"].as_array().cloned().unwrap_or_default()
+}
+
+/// Scenario 4: a server with `max_payload: 900` refuses the larger events for good; the
+/// reconciler parks them. Before the fix `consume` applied nothing (`events_applied: 0`,
+/// `waiting_for_predecessor: 6`): the accepted events waited behind the parked ones. Now a stub
+/// stands in for each: nothing waits, the items show as held on the node, `verify` explains
+/// them; once the limit is raised, `reconcile --retry-parked` publishes the full events and
+/// every consumer ends equal to the sink.
+#[test]
+fn parked_events_stall_no_consumer_and_follow_once_the_bus_takes_them() {
+    let mut server = NatsServer::start_with_config("max_payload: 900\n");
+    let env = Env::new(BIN, &server.url());
+    let mut demo = env.command(&[
+        "demo",
+        "--count",
+        "6",
+        "--job-id",
+        "j4",
+        "--drain-timeout",
+        "0s",
+    ]);
+    let demo = demo.env("RUST_LOG", "warn").output().unwrap();
+    let stderr = String::from_utf8_lossy(&demo.stderr);
+    assert!(
+        stderr.contains("max_payload (900 bytes)") && stderr.contains("stubs"),
+        "the limit is named at start: {stderr}"
+    );
+    let reconciled = env.json(&["reconcile"]);
+    let parked = reconciled["parked"].as_u64().unwrap();
+    assert!(parked > 0, "{reconciled}");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let stored = runtime.block_on(env.events()).len();
+    let items = runtime.block_on(env.items()).len();
+
+    let consumed = env.json(&["consume"]);
+    assert_eq!(consumed["waiting_for_predecessor"], 0, "{consumed}");
+    assert_eq!(consumed["events_applied"], json!(stored), "{consumed}");
+    let shown = held(&consumed);
+    assert!(!shown.is_empty(), "{consumed}");
+    let node = runtime.block_on(env.with_sink(|sink| sink.node_id().to_owned()));
+    assert_eq!(
+        shown[0]["status"],
+        json!(format!("held on node {node}, too large for the bus")),
+        "{consumed}"
+    );
+    let store = env.path("consumer");
+    let store = store.to_str().unwrap();
+    let durable = env.json(&["consume", "--durable", "c1", "--store", store]);
+    assert_eq!(durable["waiting_for_predecessor"], 0, "{durable}");
+    assert_eq!(held(&durable).len(), shown.len(), "{durable}");
+
+    let republish = json_of(&env.run(&["republish", "--dry-run"]));
+    assert_eq!(republish["missing"], 0, "{republish}");
+    let verify = env.run(&["verify"]);
+    let report = json_of(&verify);
+    assert_eq!(
+        (&report["missing"], &report["extra"], &report["diverging"]),
+        (&json!(0), &json!(0), &json!(0)),
+        "{report}"
+    );
+    assert_eq!(report["held"], json!(shown.len()), "{report}");
+    assert!(verify.status.success(), "{report}");
+
+    server.set_config("max_payload: 1048576\n");
+    server.restart();
+    let retried = env.run(&["reconcile", "--retry-parked"]);
+    let retried_report = json_of(&retried);
+    assert!(retried.status.success(), "{retried_report}");
+    assert_eq!(retried_report["parked"], 0, "{retried_report}");
+
+    let consumed = env.json(&["consume"]);
+    assert_eq!(consumed["waiting_for_predecessor"], 0, "{consumed}");
+    assert!(held(&consumed).is_empty(), "{consumed}");
+    assert_eq!(consumed["items"], json!(items), "{consumed}");
+    // The durable consumer saved what it held: the full events released it.
+    let durable = env.json(&["consume", "--durable", "c1", "--store", store]);
+    assert!(held(&durable).is_empty(), "{durable}");
+    assert_eq!(durable["items"], json!(items), "{durable}");
+    let report = consumers_agree_with_the_sink(&env, stored + shown.len());
+    assert_eq!(report["held"], 0, "{report}");
 }

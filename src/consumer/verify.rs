@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use super::fold::HeldItems;
 use crate::domain::event::Event;
 use crate::domain::projection::{MemoryProjection, StoredItem};
 
@@ -33,6 +34,22 @@ pub enum Difference {
         item_id: String,
         /// The volatile event id it was published under.
         event_id: String,
+    },
+    /// In the sink, and held back in the consumer: a stub of this node stood in for one of its
+    /// events, too large for the bus, and the full event has not come yet. Not a loss: it
+    /// comes once the bus takes it (`dlq reconcile --retry-parked` after raising the
+    /// server's `max_payload`).
+    Held {
+        /// The job.
+        job_id: String,
+        /// The item.
+        item_id: String,
+        /// The node holding the full event.
+        node: String,
+        /// Why the bus refused it.
+        reason: String,
+        /// Its size in bytes.
+        size_bytes: u64,
     },
     /// In both, but not equal.
     Diverging {
@@ -104,10 +121,51 @@ pub fn compare_node<E>(
 
 impl Difference {
     /// Whether the sink and the consumer disagree: every difference but
-    /// [`Difference::Unstored`], which both sides explain.
+    /// [`Difference::Unstored`] and [`Difference::Held`], which both sides explain.
     pub fn is_disagreement(&self) -> bool {
-        !matches!(self, Difference::Unstored { .. })
+        !matches!(self, Difference::Unstored { .. } | Difference::Held { .. })
     }
+
+    /// The item the difference is about.
+    fn key(&self) -> (&str, &str) {
+        match self {
+            Difference::Missing { job_id, item_id }
+            | Difference::Extra { job_id, item_id }
+            | Difference::Unstored {
+                job_id, item_id, ..
+            }
+            | Difference::Held {
+                job_id, item_id, ..
+            }
+            | Difference::Diverging {
+                job_id, item_id, ..
+            } => (job_id, item_id),
+        }
+    }
+}
+
+/// Explains the differences of items the consumer holds back ([`HeldItems`]): a missing or
+/// diverging item waiting for its full event is [`Difference::Held`], not a disagreement.
+pub fn explain_held(differences: Vec<Difference>, held: &HeldItems) -> Vec<Difference> {
+    differences
+        .into_iter()
+        .map(|difference| {
+            let (job, item) = difference.key();
+            let waiting = held.get(&(job.to_owned(), item.to_owned()));
+            match (waiting, &difference) {
+                (Some(waiting), Difference::Missing { .. } | Difference::Diverging { .. }) => {
+                    Difference::Held {
+                        job_id: job.to_owned(),
+                        item_id: item.to_owned(),
+                        node: waiting.node.clone(),
+                        reason: waiting.reason.clone(),
+                        size_bytes: waiting.size_bytes,
+                    }
+                }
+                _ => difference,
+            }
+        })
+        .collect()
 }
 
 /// Whether `node` wrote the item's last event (see [`Event::id_written_by`]).

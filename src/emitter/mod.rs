@@ -27,6 +27,7 @@ mod background;
 mod publish;
 pub mod reconciler;
 mod retention;
+mod stand_in;
 mod topic_policy;
 
 use std::collections::HashSet;

@@ -124,6 +124,30 @@ pub enum EventKind {
         /// The last publish error.
         error: String,
     },
+    /// A stub: a stored event of this node too large for the bus (parked by the reconciler),
+    /// published in its place with its node, epoch, sequence and predecessor, so its chain
+    /// goes on. Consumers hold the item back ("held on node N, too large for the bus") until
+    /// the full event follows, which replaces the stub. Its event id is the held event's id
+    /// with `~held` appended.
+    Held {
+        /// The id of the event held back.
+        held_event_id: String,
+        /// The held event's kind.
+        held_kind: String,
+        /// The item it concerns, if any.
+        item_id: Option<String>,
+        /// Why it is held (the bus's refusal).
+        held_reason: String,
+        /// Its size in bytes.
+        size_bytes: u64,
+    },
+    /// A loss marker: a stored event of this node whose log entry cannot be read, published in
+    /// its place so its chain goes on. Consumers count it; what it held is lost. Its event id
+    /// is the lost position's id with `~lost` appended.
+    Lost {
+        /// Why the entry is unreadable.
+        lost_reason: String,
+    },
 }
 
 /// Why an item left the queue.
@@ -149,6 +173,8 @@ impl EventKind {
             EventKind::ItemRemoved { .. } => "item_removed",
             EventKind::FlagsUpdated { .. } => "flags_updated",
             EventKind::EmitFailed { .. } => "emit_failed",
+            EventKind::Held { .. } => "held",
+            EventKind::Lost { .. } => "lost",
         }
     }
 
@@ -159,7 +185,8 @@ impl EventKind {
             EventKind::FailureAppended { item_id, .. }
             | EventKind::ItemRemoved { item_id, .. }
             | EventKind::FlagsUpdated { item_id, .. } => Some(item_id),
-            EventKind::EmitFailed { .. } => None,
+            EventKind::Held { item_id, .. } => item_id.as_deref(),
+            EventKind::EmitFailed { .. } | EventKind::Lost { .. } => None,
         }
     }
 }
@@ -208,6 +235,22 @@ impl Event {
     /// plus a process-local counter), and marked so that nobody mistakes it for a log position.
     pub fn volatile_id(node_id: &str, nanos: i64, counter: u64) -> String {
         format!("{node_id}:v{nanos}-{counter}")
+    }
+
+    /// The stub published in place of this stored event, which the bus refused for good
+    /// (`reason`; its JSON is `size` bytes): same node, epoch, sequence and predecessor.
+    pub fn stub(&self, reason: &str, size: u64) -> Event {
+        Event {
+            event_id: format!("{}~held", self.event_id),
+            kind: EventKind::Held {
+                held_event_id: self.event_id.clone(),
+                held_kind: self.kind.name().to_owned(),
+                item_id: self.kind.item_id().map(str::to_owned),
+                held_reason: reason.to_owned(),
+                size_bytes: size,
+            },
+            ..self.clone()
+        }
     }
 
     /// Whether `event_id` has the form of [`Event::volatile_id`]: an event the sink of its
