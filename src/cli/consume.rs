@@ -122,6 +122,7 @@ async fn consume_durable(
                     run.fold.waiting()
                 );
             }
+            print_held(&run.fold);
         }
         _ => println!("{report}"),
     }
@@ -143,6 +144,22 @@ fn held_report(fold: &Fold) -> Vec<serde_json::Value> {
             })
         })
         .collect()
+}
+
+/// The held items and loss markers of a fold, for the table format.
+fn print_held(fold: &Fold) {
+    for ((job, item), held) in &fold.held {
+        println!(
+            "  {job}/{item}: held on node {}, too large for the bus ({} bytes); it follows once the node's `dlq reconcile --retry-parked` gets through",
+            held.node, held.size_bytes
+        );
+    }
+    if fold.stats.lost > 0 {
+        println!(
+            "{} events lost on their node (unreadable log entries, published as loss markers)",
+            fold.stats.lost
+        );
+    }
 }
 
 /// Rebuilds the projection of every node from the start of the stream and prints a summary.
@@ -189,6 +206,7 @@ pub async fn consume(cli: &Cli, args: &ConsumeArgs) -> Result<u8, CliError> {
             for (job, count) in &jobs {
                 println!("  {job}: {count}");
             }
+            print_held(&read.fold);
         }
         _ => println!("{report}"),
     }

@@ -36,6 +36,24 @@ pub(crate) fn marker_epoch(
     }
 }
 
+/// What a marker at `seq` in the chain of `epoch` must name as its predecessor: the nearest
+/// readable event before it (`before`), unless that is `seq - 1` of the same chain (the rule
+/// that needs no field). So a marker standing in for an epoch's first event waits for what the
+/// epoch followed, not for a `seq - 1` its chain never had; and no marker is applied before
+/// the events it follows (applied, it would make them look like repeats). Without a readable
+/// event before it, the plain rule.
+pub(crate) fn marker_predecessor(
+    seq: u64,
+    epoch: &Option<String>,
+    before: Option<&Event>,
+) -> (Option<String>, Option<u64>) {
+    match before {
+        Some(prev) if prev.epoch == *epoch && prev.seq.checked_add(1) == Some(seq) => (None, None),
+        Some(prev) => (prev.epoch.clone(), Some(prev.seq)),
+        None => (None, None),
+    }
+}
+
 /// The loss marker for the unreadable entry `seq` of `sink`'s log; `None` when no readable
 /// neighbour places it in a chain (then nothing can be waiting for it).
 pub(crate) fn loss_marker<S: Sink>(
@@ -48,6 +66,7 @@ pub(crate) fn loss_marker<S: Sink>(
     let Some(epoch) = marker_epoch(seq, after.as_ref(), before.as_ref()) else {
         return Ok(None);
     };
+    let (prev_epoch, prev_seq) = marker_predecessor(seq, &epoch, before.as_ref());
     let node = sink.node_id();
     let id = match &epoch {
         Some(epoch) => Event::stored_id(node, epoch, seq),
@@ -58,8 +77,8 @@ pub(crate) fn loss_marker<S: Sink>(
         node_id: node.to_owned(),
         seq,
         epoch,
-        prev_epoch: None,
-        prev_seq: None,
+        prev_epoch,
+        prev_seq,
         timestamp: Utc::now(),
         job_id: String::new(),
         topic: String::new(),
@@ -122,5 +141,26 @@ mod tests {
         // The last entry of the log.
         assert_eq!(marker_epoch(5, None, Some(&before)), Some(Some(A.into())));
         assert_eq!(marker_epoch(5, None, None), None);
+    }
+
+    #[test]
+    fn a_marker_names_the_event_before_it_unless_that_is_its_plain_predecessor() {
+        let a = Some(A.to_owned());
+        assert_eq!(
+            marker_predecessor(5, &a, Some(&at(A, 4, None))),
+            (None, None)
+        );
+        // Standing in for the first event of epoch B, after A:4.
+        let b = Some(B.to_owned());
+        assert_eq!(
+            marker_predecessor(5, &b, Some(&at(A, 4, None))),
+            (a.clone(), Some(4))
+        );
+        // Burned sequences between.
+        assert_eq!(
+            marker_predecessor(9, &a, Some(&at(A, 4, None))),
+            (a, Some(4))
+        );
+        assert_eq!(marker_predecessor(1, &b, None), (None, None));
     }
 }
