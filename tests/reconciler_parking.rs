@@ -168,6 +168,11 @@ async fn an_unreadable_log_entry_is_parked_and_later_events_reach_the_stream() {
     settled(&emitter, 1).await;
     let parked = emitter.sink().parked().unwrap();
     assert_eq!((parked[0].seq, parked[0].event_id.clone()), (1, None));
+    // A consumer counts the loss and applies what followed it.
+    let consumed = env.json(&["consume"]);
+    assert_eq!(consumed["waiting_for_predecessor"], 0, "{consumed}");
+    assert_eq!(consumed["lost"], 1, "{consumed}");
+    assert_eq!(consumed["items"], 2, "{consumed}");
     let stored = |seq| emitter.sink().event(seq).unwrap().unwrap().event_id;
     let mut streamed = stream_ids(&server.url(), "DLQ").await;
     streamed.sort();
