@@ -15,6 +15,10 @@ pub const EMIT_FAILURES: &str = "dlq_emit_failures_total";
 pub const EMIT_DEFERRED: &str = "dlq_emit_deferred_total";
 /// Appends the sink could not make durable.
 pub const SINK_FAILURES: &str = "dlq_sink_failures_total";
+/// Writes a caller was told were stored late (`Unconfirmed`) whose late write failed.
+pub const LATE_STORE_FAILURES: &str = "dlq_late_store_failures_total";
+/// Loss markers published in place of stored events whose log entry cannot be read.
+pub const LOSS_MARKERS: &str = "dlq_loss_markers_total";
 /// Events the bus has not acknowledged yet.
 pub const UNPUBLISHED: &str = "dlq_unpublished_events";
 /// Events published by the reconciler.
@@ -81,6 +85,14 @@ pub fn describe() {
         "Stored events left to the reconciler without a publish attempt, by topic and reason"
     );
     describe_counter!(SINK_FAILURES, "Appends the sink could not make durable");
+    describe_counter!(
+        LOSS_MARKERS,
+        "Loss markers published in place of stored events whose log entry cannot be read"
+    );
+    describe_counter!(
+        LATE_STORE_FAILURES,
+        "Writes reported as stored late (Unconfirmed) whose late write failed: their volatile copy was published"
+    );
     describe_gauge!(UNPUBLISHED, "Events the bus has not acknowledged yet");
     describe_counter!(RECONCILED, "Events published by the reconciler");
     describe_gauge!(

@@ -1,6 +1,7 @@
 //! The reconciler against a real nats-server and a real sled sink: an event the server refuses
 //! for good (over its `max_payload`) or a log entry that cannot be read is parked, listed by
-//! `dlq status`, and every later event still reaches the stream.
+//! `dlq status`, and every later event still reaches the stream; a stub or a loss marker stands in
+//! its place so that consumers of its chain go on.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashSet;
@@ -111,13 +112,20 @@ async fn an_oversized_event_is_parked_and_later_events_reach_the_stream() {
         "{}",
         parked[0].reason
     );
-    // Everything else in the log (the normal items and the audit events) is in the stream once.
+    // Everything else in the log (the normal items and the audit events) is in the stream once,
+    // and the parked event's stub stands in its place.
     let streamed = stream_ids(&server.url(), "DLQ").await;
     let unique: HashSet<&String> = streamed.iter().collect();
     assert_eq!(unique.len(), streamed.len(), "duplicates: {streamed:?}");
     let expected: HashSet<String> = logged_ids(&emitter)
         .into_iter()
-        .filter(|id| *id != big.event_ids[0])
+        .map(|id| {
+            if id == big.event_ids[0] {
+                format!("{id}~held")
+            } else {
+                id
+            }
+        })
         .collect();
     assert_eq!(unique, expected.iter().collect::<HashSet<_>>());
     emitter.shutdown().await.unwrap();
@@ -160,10 +168,20 @@ async fn an_unreadable_log_entry_is_parked_and_later_events_reach_the_stream() {
     settled(&emitter, 1).await;
     let parked = emitter.sink().parked().unwrap();
     assert_eq!((parked[0].seq, parked[0].event_id.clone()), (1, None));
+    // A consumer counts the loss and applies what followed it.
+    let consumed = env.json(&["consume"]);
+    assert_eq!(consumed["waiting_for_predecessor"], 0, "{consumed}");
+    assert_eq!(consumed["lost"], 1, "{consumed}");
+    assert_eq!(consumed["items"], 2, "{consumed}");
     let stored = |seq| emitter.sink().event(seq).unwrap().unwrap().event_id;
     let mut streamed = stream_ids(&server.url(), "DLQ").await;
     streamed.sort();
-    assert_eq!(streamed, vec![stored(2), stored(3)]);
+    // A loss marker stands at position 1, so consumers of the chain go on.
+    let marker = format!(
+        "{}~lost",
+        stored(2).trim_end_matches(":2").to_owned() + ":1"
+    );
+    assert_eq!(streamed, vec![marker, stored(2), stored(3)]);
     emitter.shutdown().await.unwrap();
 }
 

@@ -11,6 +11,7 @@ pub mod context;
 mod denials;
 mod failover;
 mod nats;
+mod payload;
 mod probe;
 pub mod stream;
 
@@ -26,6 +27,7 @@ pub use config::{BusConfig, BusMode};
 pub use denials::Denials;
 pub use failover::{through_failover, FAILOVER_WAIT};
 pub use nats::{connect_client, connect_watched, NatsBus};
+pub use payload::payload_warning;
 pub use probe::{Presence, Probe};
 
 /// The servers of a comma-separated URL list (`nats://a:4222,nats://b:4222`), trimmed, for

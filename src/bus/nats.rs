@@ -169,6 +169,11 @@ impl NatsBus {
         })
     }
 
+    /// The connected server's `max_payload` in bytes (0 while never connected).
+    pub fn max_payload(&self) -> usize {
+        self.client.server_info().max_payload
+    }
+
     /// The client options of the bus, without credentials and TLS (see [`Plan::apply`]).
     fn options(config: &BusConfig, refusal: &Refusal) -> async_nats::ConnectOptions {
         let max_delay = config.reconnect_max_delay;

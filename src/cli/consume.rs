@@ -8,8 +8,8 @@ use serde_json::json;
 
 use super::{open, Cli, CliError, Format, EXIT_DIFFERENCES, EXIT_OK};
 use crate::consumer::{
-    compare_node, read_from_start, run_durable, ConsumeError, ConsumerStore, Difference,
-    DurableConfig, ReadError, StoreError, StreamRead,
+    compare_node, explain_held, read_from_start, run_durable, ConsumeError, ConsumerStore,
+    Difference, DurableConfig, Fold, ReadError, StoreError, StreamRead,
 };
 use crate::sink::Sink;
 
@@ -104,6 +104,8 @@ async fn consume_durable(
         "oldest_waiting": run.fold.oldest_waiting(),
         "gaps_accepted": run.accepted,
         "items": run.fold.projection.items.len(),
+        "held": held_report(&run.fold),
+        "lost": run.fold.stats.lost,
     });
     match cli.format {
         Format::Table => {
@@ -120,10 +122,44 @@ async fn consume_durable(
                     run.fold.waiting()
                 );
             }
+            print_held(&run.fold);
         }
         _ => println!("{report}"),
     }
     Ok(EXIT_OK)
+}
+
+/// The items a fold holds back: "held on node N, too large for the bus".
+fn held_report(fold: &Fold) -> Vec<serde_json::Value> {
+    fold.held
+        .iter()
+        .map(|((job_id, item_id), held)| {
+            json!({
+                "job_id": job_id,
+                "item_id": item_id,
+                "node": held.node,
+                "size_bytes": held.size_bytes,
+                "reason": held.reason,
+                "status": format!("held on node {}, too large for the bus", held.node),
+            })
+        })
+        .collect()
+}
+
+/// The held items and loss markers of a fold, for the table format.
+fn print_held(fold: &Fold) {
+    for ((job, item), held) in &fold.held {
+        println!(
+            "  {job}/{item}: held on node {}, too large for the bus ({} bytes); it follows once the node's `dlq reconcile --retry-parked` gets through",
+            held.node, held.size_bytes
+        );
+    }
+    if fold.stats.lost > 0 {
+        println!(
+            "{} events lost on their node (unreadable log entries, published as loss markers)",
+            fold.stats.lost
+        );
+    }
 }
 
 /// Rebuilds the projection of every node from the start of the stream and prints a summary.
@@ -153,6 +189,8 @@ pub async fn consume(cli: &Cli, args: &ConsumeArgs) -> Result<u8, CliError> {
         "items": read.fold.projection.items.len(),
         "items_per_job": jobs,
         "last_seq_per_node": nodes,
+        "held": held_report(&read.fold),
+        "lost": read.fold.stats.lost,
     });
     match cli.format {
         Format::Table => {
@@ -168,6 +206,7 @@ pub async fn consume(cli: &Cli, args: &ConsumeArgs) -> Result<u8, CliError> {
             for (job, count) in &jobs {
                 println!("  {job}: {count}");
             }
+            print_held(&read.fold);
         }
         _ => println!("{report}"),
     }
@@ -192,11 +231,14 @@ pub async fn verify(cli: &Cli, args: &VerifyArgs) -> Result<u8, CliError> {
     };
     // A consumer store holds every node's items: only this node's count as extra.
     let differences = compare_node(sink.items(), &read.fold.projection, Some(&node))?;
+    let differences = explain_held(differences, &read.fold.held);
     sink.close().await?;
     let count = |f: fn(&Difference) -> bool| differences.iter().filter(|d| f(d)).count();
     let missing = count(|d| matches!(d, Difference::Missing { .. }));
     let extra = count(|d| matches!(d, Difference::Extra { .. }));
     let diverging = count(|d| matches!(d, Difference::Diverging { .. }));
+    let unstored = count(|d| matches!(d, Difference::Unstored { .. }));
+    let held = count(|d| matches!(d, Difference::Held { .. }));
     let shown: Vec<&Difference> = differences.iter().take(args.show).collect();
     let report = json!({
         "node_id": node,
@@ -207,6 +249,9 @@ pub async fn verify(cli: &Cli, args: &VerifyArgs) -> Result<u8, CliError> {
         "missing": missing,
         "extra": extra,
         "diverging": diverging,
+        "unstored": unstored,
+        "held": held,
+        "lost": read.fold.stats.lost,
         "differences": shown,
     });
     match cli.format {
@@ -221,13 +266,19 @@ pub async fn verify(cli: &Cli, args: &VerifyArgs) -> Result<u8, CliError> {
                     serde_json::to_string(difference).unwrap_or_default()
                 );
             }
+            if held > 0 {
+                println!("note: {held} items are held on this node, too large for the bus: raise the server's max_payload, then run `dlq reconcile --retry-parked`");
+            }
+            if unstored > 0 {
+                println!("note: {unstored} items were published, not stored on this node (the sink failed to store them and the caller was told so); they are not a loss");
+            }
             if backlog.count > 0 {
                 println!("note: {} events are still unpublished; run `dlq reconcile` first for a meaningful comparison", backlog.count);
             }
         }
         _ => println!("{report}"),
     }
-    Ok(if differences.is_empty() {
+    Ok(if !differences.iter().any(Difference::is_disagreement) {
         EXIT_OK
     } else {
         EXIT_DIFFERENCES

@@ -6,7 +6,7 @@ use tokio::time::Instant;
 
 use super::{Cli, CliError};
 use crate::bus::context::{context_path, NatsContext};
-use crate::bus::{BusAuth, BusConfig, NatsBus};
+use crate::bus::{payload_warning, BusAuth, BusConfig, NatsBus};
 use crate::config::Config;
 use crate::emitter::EmitterBuilder;
 use crate::serve::client::discovery::ServeFile;
@@ -194,6 +194,9 @@ pub async fn emitter_with_sink(
             return Err(err.into());
         }
     };
+    if let Some(line) = payload_warning(bus.max_payload(), config.sink.max_event_bytes) {
+        tracing::warn!("{line}");
+    }
     // A server that refuses the credentials or TLS is not fatal: the bus logged why (one
     // error line naming the fix), and what this command stores stays durable and unpublished
     // until the reconciler can publish it with fixed settings.

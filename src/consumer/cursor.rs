@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::event::Event;
+use crate::domain::event::{Event, EventKind};
 
 /// One chain of a node's events: an epoch's, or those without an epoch. Saved as
 /// `{"applied", "waiting"}`, the form a whole node's cursor had before epochs, so a store
@@ -115,6 +115,27 @@ impl NodeCursor {
     pub fn ready(&self, event: &Event) -> bool {
         let (chain, seq) = event.needs();
         self.applied_in(chain) >= seq
+    }
+
+    /// When `event` is the full event of a stub waiting in its chain: takes the stub's place
+    /// (the stub stood in for it; applied now, it would hold its item for an event already
+    /// here). False otherwise.
+    pub fn replace_waiting_stub(&mut self, event: &Event) -> bool {
+        let chain = match event.epoch.as_deref() {
+            None => Some(&mut self.legacy),
+            Some(epoch) => self.epochs.get_mut(epoch),
+        };
+        let Some(waiting) = chain.and_then(|chain| chain.waiting.get_mut(&event.seq)) else {
+            return false;
+        };
+        let stands_in = matches!(
+            &waiting.kind,
+            EventKind::Held { held_event_id, .. } if *held_event_id == event.event_id
+        );
+        if stands_in {
+            *waiting = event.clone();
+        }
+        stands_in
     }
 
     /// Keeps `event` until [`NodeCursor::take_ready`] finds it ready.

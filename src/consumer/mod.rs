@@ -22,10 +22,13 @@ pub use durable::{
     run_durable, ConsumeError, DurableConfig, DurableRun, ABSENT, APPLIED, DUPLICATES, LAG,
     OLDEST_WAITING_AGE, READ_BY_SEQUENCE, WAITING,
 };
-pub use fold::{AcceptedGap, Chain, Fold, FoldStats, NodeCursor, Offer, MAX_WAITING_PER_NODE};
+pub use fold::{
+    AcceptedGap, Chain, Fold, FoldStats, HeldItem, HeldItems, NodeCursor, Offer,
+    MAX_WAITING_PER_NODE,
+};
 pub use foreign::{classify, Foreign, FOREIGN, MAX_MESSAGE_BYTES};
 pub use store::{ConsumerStore, PendingSave, StoreError};
 pub use stream::{
     for_each_message, read_from_start, ReadError, StreamMessage, StreamRead, StreamSpan,
 };
-pub use verify::{compare, compare_node, Difference};
+pub use verify::{compare, compare_node, explain_held, Difference};

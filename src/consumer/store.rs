@@ -15,7 +15,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use thiserror::Error;
 
-use super::fold::{AcceptedGap, Chain, Fold, FoldStats};
+use super::fold::{AcceptedGap, Chain, Fold, FoldStats, HeldItem};
 use super::item_log::{self, Change, ChangeRef, Chunks, COMPACT_SLACK};
 use crate::domain::projection::StoredItem;
 use crate::sink::sled_open::{open_waiting_for_lock, LOCK_WAIT};
@@ -38,6 +38,8 @@ const CHECKPOINT: &[u8] = b"m/checkpoint";
 const STATS: &[u8] = b"m/stats";
 /// Gaps an operator accepted, by time: the audit trail of `--accept-gap`.
 const ACCEPTED_GAP: &[u8] = b"g";
+/// An item held back until its full event comes: `h` + job + NUL + item → [`HeldItem`] JSON.
+const HELD: &[u8] = b"h";
 
 /// The store could not be used.
 #[derive(Debug, Error)]
@@ -269,6 +271,18 @@ impl ConsumerStore {
             let id = String::from_utf8_lossy(key.get(VOLATILE.len()..).unwrap_or_default());
             fold.volatile_seen.insert(id.into_owned());
         }
+        for entry in self.db.scan_prefix(HELD) {
+            let (key, value) = entry.map_err(|e| self.io(e))?;
+            let rest = key.get(HELD.len()..).unwrap_or_default();
+            let Some(split) = rest.iter().position(|&b| b == 0) else {
+                let shown = String::from_utf8_lossy(&key);
+                return Err(self.io(format!("malformed held key {shown:?}")));
+            };
+            let job = String::from_utf8_lossy(&rest[..split]).into_owned();
+            let item = String::from_utf8_lossy(&rest[split + 1..]).into_owned();
+            let held: HeldItem = serde_json::from_slice(&value).map_err(|e| self.io(e))?;
+            fold.held.insert((job, item), held);
+        }
         if let Some(stats) = self.db.get(STATS).map_err(|e| self.io(e))? {
             fold.stats = serde_json::from_slice::<FoldStats>(&stats).map_err(|e| self.io(e))?;
         }
@@ -335,6 +349,13 @@ impl ConsumerStore {
         }
         for id in &touched.volatile {
             batch.insert(key(VOLATILE, &[id]), &[]);
+        }
+        for (job, item) in &touched.held {
+            let key = key(HELD, &[job, item]);
+            match fold.held.get(&(job.clone(), item.clone())) {
+                Some(held) => batch.insert(key, serde_json::to_vec(held).map_err(|e| self.io(e))?),
+                None => batch.remove(key),
+            }
         }
         let stats = serde_json::to_vec(&fold.stats).map_err(|e| self.io(e))?;
         batch.insert(STATS, stats);

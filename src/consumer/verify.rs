@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use super::fold::HeldItems;
 use crate::domain::event::Event;
 use crate::domain::projection::{MemoryProjection, StoredItem};
 
@@ -22,6 +23,33 @@ pub enum Difference {
         job_id: String,
         /// The item.
         item_id: String,
+    },
+    /// In the consumer's projection, not in the sink, and its last event is a volatile one of
+    /// this node: published when the sink failed to store it (the caller was told
+    /// `NotStored`). Not a loss and not an extra: published, not stored on this node.
+    Unstored {
+        /// The job.
+        job_id: String,
+        /// The item.
+        item_id: String,
+        /// The volatile event id it was published under.
+        event_id: String,
+    },
+    /// In the sink, and held back in the consumer: a stub of this node stood in for one of its
+    /// events, too large for the bus, and the full event has not come yet. Not a loss: it
+    /// comes once the bus takes it (`dlq reconcile --retry-parked` after raising the
+    /// server's `max_payload`).
+    Held {
+        /// The job.
+        job_id: String,
+        /// The item.
+        item_id: String,
+        /// The node holding the full event.
+        node: String,
+        /// Why the bus refused it.
+        reason: String,
+        /// Its size in bytes.
+        size_bytes: u64,
     },
     /// In both, but not equal.
     Diverging {
@@ -75,9 +103,69 @@ pub fn compare_node<E>(
         remaining
             .into_iter()
             .filter(|(_, theirs)| node.is_none_or(|node| written_by(theirs, node)))
-            .map(|((job_id, item_id), _)| Difference::Extra { job_id, item_id }),
+            .map(|((job_id, item_id), theirs)| {
+                if Event::is_volatile_id(&theirs.last_event_id) {
+                    let event_id = theirs.last_event_id;
+                    Difference::Unstored {
+                        job_id,
+                        item_id,
+                        event_id,
+                    }
+                } else {
+                    Difference::Extra { job_id, item_id }
+                }
+            }),
     );
     Ok(differences)
+}
+
+impl Difference {
+    /// Whether the sink and the consumer disagree: every difference but
+    /// [`Difference::Unstored`] and [`Difference::Held`], which both sides explain.
+    pub fn is_disagreement(&self) -> bool {
+        !matches!(self, Difference::Unstored { .. } | Difference::Held { .. })
+    }
+
+    /// The item the difference is about.
+    fn key(&self) -> (&str, &str) {
+        match self {
+            Difference::Missing { job_id, item_id }
+            | Difference::Extra { job_id, item_id }
+            | Difference::Unstored {
+                job_id, item_id, ..
+            }
+            | Difference::Held {
+                job_id, item_id, ..
+            }
+            | Difference::Diverging {
+                job_id, item_id, ..
+            } => (job_id, item_id),
+        }
+    }
+}
+
+/// Explains the differences of items the consumer holds back ([`HeldItems`]): a missing or
+/// diverging item waiting for its full event is [`Difference::Held`], not a disagreement.
+pub fn explain_held(differences: Vec<Difference>, held: &HeldItems) -> Vec<Difference> {
+    differences
+        .into_iter()
+        .map(|difference| {
+            let (job, item) = difference.key();
+            let waiting = held.get(&(job.to_owned(), item.to_owned()));
+            match (waiting, &difference) {
+                (Some(waiting), Difference::Missing { .. } | Difference::Diverging { .. }) => {
+                    Difference::Held {
+                        job_id: job.to_owned(),
+                        item_id: item.to_owned(),
+                        node: waiting.node.clone(),
+                        reason: waiting.reason.clone(),
+                        size_bytes: waiting.size_bytes,
+                    }
+                }
+                _ => difference,
+            }
+        })
+        .collect()
 }
 
 /// Whether `node` wrote the item's last event (see [`Event::id_written_by`]).
@@ -112,6 +200,21 @@ mod tests {
         assert!(compare_node(sink(), &consumer, Some("node-a"))
             .unwrap()
             .is_empty());
+        let unstored = stored_item("job-a", "2", "node-a:v17-0");
+        consumer
+            .items
+            .insert(("job-a".into(), "2".into()), unstored);
+        let apart = compare_node(sink(), &consumer, Some("node-a")).unwrap();
+        assert_eq!(
+            apart,
+            vec![Difference::Unstored {
+                job_id: "job-a".into(),
+                item_id: "2".into(),
+                event_id: "node-a:v17-0".into()
+            }]
+        );
+        assert!(!apart[0].is_disagreement());
+        consumer.items.remove(&("job-a".into(), "2".into()));
         let lost = compare_node(
             Vec::<Result<StoredItem, ()>>::new(),
             &consumer,

@@ -17,15 +17,17 @@
 //! reconciler, which publishes everything left behind once the bus is back.
 //!
 //! When the sink fails, a dead-letter is still published without a durable copy (a volatile
-//! id), but only when the sink provably never stored it: a store timeout on a request the
-//! writer had already taken is [`EmitError::Unconfirmed`] and publishes nothing, because the
-//! writer stores it late and the reconciler publishes that copy (see `sink::writer`, `Claim`).
+//! id, outside every chain), but only when the sink provably never stored it: a store timeout
+//! on a request the writer had already taken is [`EmitError::Unconfirmed`] and publishes
+//! nothing then, because the writer stores it late and the reconciler publishes that copy (see
+//! `sink::writer`, `Claim`); if the late write fails, the volatile copy is published then.
 
 pub mod anti_entropy;
 mod background;
 mod publish;
 pub mod reconciler;
 mod retention;
+mod stand_in;
 mod topic_policy;
 
 use std::collections::HashSet;
@@ -52,7 +54,7 @@ use crate::domain::command::Command;
 use crate::domain::event::{Event, EventKind};
 use crate::domain::model::DeadLetteredItem;
 use crate::metrics as m;
-use crate::sink::{Sink, SinkError};
+use crate::sink::{LateAnswer, Sink, SinkError};
 use anti_entropy::{AntiEntropy, Tracker};
 use background::Background;
 use publish::Waiter;
@@ -87,7 +89,8 @@ pub enum EmitError {
     },
     /// The sink failed and did not store the events. A dead-letter was still published to the
     /// bus under a volatile id (`published`), which is safe only because the sink provably
-    /// never stored it (or, for [`SinkError::NotDurable`], published under its stored ids).
+    /// never stored it; consumers apply it outside every chain and `dlq verify` lists it as
+    /// published, not stored on this node.
     #[error("not stored durably ({source}); published to the bus: {published}")]
     NotStored {
         /// What the sink said.
@@ -98,8 +101,9 @@ pub enum EmitError {
         published: bool,
     },
     /// The sink's writer took the command but did not confirm it within the store timeout.
-    /// It is stored late unless the disk fails (the writer then counts
-    /// `dlq_sink_failures_total` and logs it), and the reconciler publishes what was stored.
+    /// It is stored late, and the reconciler publishes what was stored; or the late write
+    /// fails, and the emitter counts `dlq_late_store_failures_total{topic}` and publishes a
+    /// volatile copy of a dead-letter (stored, or reported).
     /// Nothing was published now, so the bus never holds a second copy: do not emit it again.
     #[error("{source}")]
     Unconfirmed {
@@ -351,27 +355,57 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
     /// before returning [`EmitError::NotStored`]), for both promises alike.
     async fn append(&self, topic: &str, command: Command) -> Result<Vec<Event>, EmitError> {
         let volatile = self.volatile_event(topic, &command);
-        match self.inner.sink.append(command).await {
-            Ok(events) => Ok(events),
-            Err(SinkError::NotFound { job_id, item_id }) => {
+        match self.inner.sink.append_with_late(command).await {
+            (Ok(events), _) => Ok(events),
+            (Err(SinkError::NotFound { job_id, item_id }), _) => {
                 Err(EmitError::NotFound { job_id, item_id })
             }
-            Err(SinkError::Rejected(reason)) => Err(EmitError::Rejected(reason)),
-            Err(err @ SinkError::Unconfirmed(_)) => {
+            (Err(SinkError::Rejected(reason)), _) => Err(EmitError::Rejected(reason)),
+            (Err(err @ SinkError::Unconfirmed(_)), late) => {
                 // The writer has it: a volatile copy now would be a second one later.
                 metrics::counter!(m::SINK_FAILURES).increment(1);
                 warn!(error = %err, topic, "sink slow; the reconciler publishes the event once stored");
                 self.inner.wake_reconciler.notify_one();
+                if let Some(late) = late {
+                    self.watch_late_answer(topic, late, volatile);
+                }
                 Err(EmitError::Unconfirmed { source: err })
             }
-            Err(err) => Err(self.publish_unstored(topic, err, volatile).await),
+            (Err(err), _) => Err(self.publish_unstored(topic, err, volatile).await),
         }
     }
 
-    /// The sink failed and did not store the command (or stored it without making it durable):
-    /// publish what we can so the failure is not lost twice. Only reached for errors where the
-    /// writer provably never stored the command (`Timeout` means it was withdrawn unread,
-    /// `Io`/`Closed` that nothing was written) or handed back the stored events (`NotDurable`).
+    /// `Unconfirmed` means "stored, or reported": waits for the writer's late answer, and if
+    /// the late write failed, counts it (`dlq_late_store_failures_total`) and publishes the
+    /// volatile copy of a dead-letter, as for any write the sink did not store.
+    fn watch_late_answer(&self, topic: &str, late: LateAnswer, volatile: Option<Event>) {
+        let emitter = self.clone();
+        let topic = topic.to_owned();
+        let task = tokio::spawn(async move {
+            let Some(Err(err)) = late.wait().await else {
+                return;
+            };
+            metrics::counter!(m::LATE_STORE_FAILURES, "topic" => topic.clone()).increment(1);
+            warn!(error = %err, topic, "a write reported as stored late failed; publishing its volatile copy");
+            let events: Vec<Event> = volatile.into_iter().collect();
+            if !events.is_empty() {
+                emitter
+                    .publish_all(&topic, &events, false, Waiter::Background)
+                    .await;
+            }
+        });
+        if let Ok(mut tasks) = self.inner.tasks.lock() {
+            tasks.retain(|task| !task.is_finished());
+            tasks.push(task);
+        }
+    }
+
+    /// The sink failed and did not store the command: publish a volatile copy of a
+    /// dead-letter so the failure is not lost twice. Only reached for errors where the writer
+    /// provably never stored the command (`Timeout` means it was withdrawn unread,
+    /// `Io`/`Closed` that nothing was written, `NotDurable` that the log refused the group).
+    /// Never under the ids of a refused group: its sequences are burned, and a copy under a
+    /// stored id would be taken by consumers for an event this node holds.
     async fn publish_unstored(
         &self,
         topic: &str,
@@ -380,10 +414,7 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
     ) -> EmitError {
         metrics::counter!(m::SINK_FAILURES).increment(1);
         warn!(error = %err, topic, "sink failed; publishing without durable copy");
-        let events = match err {
-            SinkError::NotDurable { ref events, .. } => events.clone(),
-            _ => volatile.into_iter().collect(),
-        };
+        let events: Vec<Event> = volatile.into_iter().collect();
         let published = !events.is_empty()
             && self
                 .publish_all(topic, &events, false, Waiter::Caller)

@@ -15,6 +15,10 @@
 //! pass at the same event and every later event behind it, so the reconciler **parks** it
 //! ([`Sink::park`]: still stored, listed by `dlq status`, retried by
 //! `dlq reconcile --retry-parked`), counts `dlq_parked_total{reason}`, logs it and goes on.
+//! Before parking it publishes a stand-in at the event's place in its chain
+//! ([`super::stand_in`]), so no consumer waits for it: a stub (id, item, reason, size) for an
+//! event refused for good, whose full event follows once the bus takes it; a loss marker
+//! (counted, `dlq_loss_markers_total`) for an entry that cannot be read.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,8 +31,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::bus::Bus;
-use crate::domain::event::EncodedEvent;
+use crate::domain::event::{EncodedEvent, Event};
 use crate::emitter::anti_entropy::Tracker;
+use crate::emitter::stand_in;
 use crate::emitter::InFlight;
 use crate::metrics as m;
 use crate::sink::{Sink, SinkError};
@@ -142,7 +147,12 @@ impl<S: Sink, B: Bus> Reconciler<S, B> {
                     Ok(Some(event)) => event,
                     Ok(None) => break,
                     // Parked, the entry leaves the unpublished set: the next read goes past it.
+                    // A loss marker takes its place in its chain first.
                     Err(SinkError::Unreadable { seq, reason }) => {
+                        if !self.publish_loss_marker(seq, &reason).await? {
+                            report.interrupted = true;
+                            continue;
+                        }
                         self.park(seq, None, &reason, "unreadable", &mut report)?;
                         continue;
                     }
@@ -170,6 +180,11 @@ impl<S: Sink, B: Bus> Reconciler<S, B> {
                 }
                 Err(err) if err.is_permanent() => {
                     let reason = err.to_string();
+                    // A stub takes its place in its chain first, so consumers go on.
+                    if !self.publish_stub(&event, &reason).await {
+                        report.interrupted = true;
+                        continue;
+                    }
                     self.park(
                         event.seq,
                         Some(&event.event_id),
@@ -182,6 +197,45 @@ impl<S: Sink, B: Bus> Reconciler<S, B> {
                     debug!(event_id = %event.event_id, error = %err, "reconcile publish failed");
                     report.interrupted = true;
                 }
+            }
+        }
+    }
+
+    /// Publishes the stub of `event`, which the bus refused for good ([`Event::stub`]); false
+    /// when the bus failed in a way worth retrying (the pass stops; the event stays
+    /// unpublished). An event that cannot be decoded, or a stub refused too, is parked
+    /// without one (logged: consumers then wait for it until the gap is accepted).
+    async fn publish_stub(&self, event: &EncodedEvent, reason: &str) -> bool {
+        let stub = match event.decode() {
+            Ok(full) => full.stub(reason, event.json.len() as u64),
+            Err(err) => {
+                warn!(event_id = %event.event_id, error = %err, "cannot decode the refused event: parked without a stub");
+                return true;
+            }
+        };
+        self.publish_stand_in(&stub, "stub").await
+    }
+
+    /// Publishes the loss marker of the unreadable entry `seq` ([`stand_in::loss_marker`]);
+    /// false when the bus failed in a way worth retrying.
+    async fn publish_loss_marker(&self, seq: u64, reason: &str) -> Result<bool, SinkError> {
+        let Some(marker) = stand_in::loss_marker(self.sink.as_ref(), seq, reason)? else {
+            return Ok(true);
+        };
+        metrics::counter!(m::LOSS_MARKERS).increment(1);
+        Ok(self.publish_stand_in(&marker, "loss marker").await)
+    }
+
+    async fn publish_stand_in(&self, stand_in: &Event, what: &str) -> bool {
+        match self.bus.publish(stand_in).await {
+            Ok(_) => true,
+            Err(err) if err.is_permanent() => {
+                warn!(event_id = %stand_in.event_id, error = %err, "the bus refused the {what} too: consumers wait for this event until the gap is accepted");
+                true
+            }
+            Err(err) => {
+                debug!(event_id = %stand_in.event_id, error = %err, "publishing the {what} failed");
+                false
             }
         }
     }
@@ -388,7 +442,10 @@ mod tests {
         assert_eq!(r.sink.unpark_all().unwrap(), 1);
         assert_eq!(r.pass().await.unwrap().published, 1);
         assert!(r.sink.parked().unwrap().is_empty());
-        assert_eq!(r.bus.acked.lock().unwrap().len(), 5);
+        // The four others, the stub that stood in for mem:1 meanwhile, and mem:1 itself.
+        let acked = r.bus.acked.lock().unwrap().clone();
+        assert_eq!(acked.len(), 6, "{acked:?}");
+        assert!(acked.iter().any(|id| id == "mem:1~held"), "{acked:?}");
     }
 
     #[tokio::test(start_paused = true)]

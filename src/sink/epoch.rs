@@ -8,6 +8,10 @@
 //! epoch's first event, in the same atomic batch, and that event names what the directory held
 //! when it was opened (the last logged event's epoch and sequence), so consumers can order the
 //! node's epochs ([`crate::domain::event::Event::needs`]).
+//!
+//! The same holds inside an epoch: a group the log refused burns its sequences, so the next
+//! group's first event names the last event made durable before it ([`Epoch::predecessor`]),
+//! and consumers never wait for a burned sequence.
 
 use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
@@ -26,12 +30,11 @@ use crate::domain::event::EPOCH_HEX;
 pub(crate) struct Epoch {
     /// The random id ([`EPOCH_HEX`] hex digits).
     pub(crate) id: String,
-    /// The epoch of the last event in the log at open (`None`: no event, or one without epoch).
+    /// The epoch of the last event made durable: at open, the last event in the log (`None`:
+    /// no event, or one without epoch); once a group of this epoch is durable, this epoch.
     pub(crate) prev_epoch: Option<String>,
-    /// The sequence of the last event in the log at open (0: none).
+    /// The sequence of the last event made durable (0: none).
     pub(crate) prev_seq: u64,
-    /// Whether an event of this epoch has been committed (the next is not the first).
-    pub(crate) started: bool,
 }
 
 /// The fields of a logged event that say where it belongs.
@@ -52,8 +55,23 @@ impl Epoch {
             id: random_id(path),
             prev_epoch,
             prev_seq,
-            started: false,
         })
+    }
+
+    /// What the event at `seq`, the first of a group, must name as its predecessor: the last
+    /// event made durable before it, unless that is `seq - 1` of this epoch (the rule that
+    /// needs no field). Set on the epoch's first event and on the first event after a burned
+    /// group; later events of a group follow their predecessor directly.
+    pub(crate) fn predecessor(&self, seq: u64) -> Option<(Option<String>, u64)> {
+        let follows = self.prev_epoch.as_deref() == Some(self.id.as_str())
+            && self.prev_seq.checked_add(1) == Some(seq);
+        (!follows).then(|| (self.prev_epoch.clone(), self.prev_seq))
+    }
+
+    /// Records that this epoch's events up to `through` are durable.
+    pub(crate) fn committed(&mut self, through: u64) {
+        self.prev_epoch = Some(self.id.clone());
+        self.prev_seq = through;
     }
 }
 
@@ -117,7 +135,6 @@ mod tests {
             log.append(&[json.as_bytes()]).unwrap();
         }
         let epoch = Epoch::open(Path::new("/data"), &log.reader()).unwrap();
-        assert!(!epoch.started);
         (epoch.prev_epoch, epoch.prev_seq)
     }
 
@@ -137,6 +154,33 @@ mod tests {
             (Some("00000000000000aa".into()), 5)
         );
         assert_eq!(named(&[(6, "garbage")]), (None, 0));
+    }
+
+    /// The epoch's first event names what the directory held; inside the epoch only the first
+    /// event after a burned group names anything, and it names the last durable one.
+    #[test]
+    fn only_an_event_after_a_jump_names_its_predecessor() {
+        let mut epoch = Epoch {
+            id: "00000000000000e1".into(),
+            prev_epoch: Some("00000000000000e0".into()),
+            prev_seq: 4,
+        };
+        assert_eq!(
+            epoch.predecessor(5),
+            Some((Some("00000000000000e0".into()), 4))
+        );
+        // The first group (5..=6) was refused: the next still names the old epoch's 4.
+        assert_eq!(
+            epoch.predecessor(7),
+            Some((Some("00000000000000e0".into()), 4))
+        );
+        epoch.committed(8);
+        assert_eq!(epoch.predecessor(9), None);
+        // 9..=10 burned.
+        assert_eq!(
+            epoch.predecessor(11),
+            Some((Some("00000000000000e1".into()), 8))
+        );
     }
 
     #[test]

@@ -122,6 +122,29 @@ pub(crate) use sled_sink::MAX_VALUE_BYTES;
 pub use sled_sink::{KeyValue, SinkConfig, SledSink};
 pub use snapshot::refresh_snapshot;
 
+/// The writer's final answer to an append whose caller was told [`SinkError::Unconfirmed`].
+pub struct LateAnswer(tokio::sync::oneshot::Receiver<Result<Vec<Event>, SinkError>>);
+
+impl LateAnswer {
+    pub(crate) fn new(
+        answer: tokio::sync::oneshot::Receiver<Result<Vec<Event>, SinkError>>,
+    ) -> Self {
+        LateAnswer(answer)
+    }
+
+    /// Waits for the writer's answer: the stored events, or why the late write failed. `None`
+    /// when the writer stopped without answering (the sink was closed).
+    pub async fn wait(self) -> Option<Result<Vec<Event>, SinkError>> {
+        self.0.await.ok()
+    }
+}
+
+impl std::fmt::Debug for LateAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LateAnswer")
+    }
+}
+
 /// The backlog of events the bus has not acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Backlog {
@@ -138,6 +161,17 @@ pub trait Sink: Send + Sync + 'static {
         &self,
         command: Command,
     ) -> impl Future<Output = Result<Vec<Event>, SinkError>> + Send;
+
+    /// Like [`append`](Sink::append), and when the answer is [`SinkError::Unconfirmed`], also
+    /// the writer's final answer, still to come ([`LateAnswer`]): so a caller told "stored
+    /// late" learns when the late write failed instead. Sinks that never answer
+    /// `Unconfirmed` keep this default (no late answer).
+    fn append_with_late(
+        &self,
+        command: Command,
+    ) -> impl Future<Output = (Result<Vec<Event>, SinkError>, Option<LateAnswer>)> + Send {
+        async move { (self.append(command).await, None) }
+    }
 
     /// Records that the bus acknowledged the event with log sequence `seq`.
     fn mark_published(&self, seq: u64) -> Result<(), SinkError>;
@@ -209,7 +243,9 @@ pub enum SinkError {
     /// failed): they are not known to be durable, and may or may not be on disk.
     #[error("the events were not made durable (they may or may not be on disk): {reason}")]
     NotDurable {
-        /// The events, so the caller can still publish them under their ids.
+        /// The events as they were staged. Their sequences are burned (never used again, and
+        /// nobody's predecessor): never publish them under these ids; the emitter publishes
+        /// a volatile copy of a dead-letter instead.
         events: Vec<Event>,
         /// The flush error.
         reason: String,

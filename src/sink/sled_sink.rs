@@ -19,7 +19,8 @@ use super::publish_state::{PendingKey, PublishState};
 use super::reads::TreeView;
 use super::writer::{Claim, Request};
 use super::{
-    keys, log_node, open, sled_open, Backlog, Faults, LogRetention, Parked, Sink, SinkError,
+    keys, log_node, open, sled_open, Backlog, Faults, LateAnswer, LogRetention, Parked, Sink,
+    SinkError,
 };
 use crate::domain::command::Command;
 use crate::domain::event::{EncodedEvent, Event};
@@ -320,26 +321,39 @@ fn corrupt(seq: u64, err: impl std::fmt::Display) -> SinkError {
 
 impl Sink for SledSink {
     async fn append(&self, command: Command) -> Result<Vec<Event>, SinkError> {
+        // The late answer is dropped: the writer then counts and logs a late failure itself.
+        self.append_with_late(command).await.0
+    }
+
+    async fn append_with_late(
+        &self,
+        command: Command,
+    ) -> (Result<Vec<Event>, SinkError>, Option<LateAnswer>) {
         let timeout = self.inner.store_timeout;
         let claim = Claim::default();
-        let attempt = async {
-            let (reply, answer) = oneshot::channel();
-            let command = Box::new(command);
-            let claim = claim.clone();
-            self.send(Request::Append {
-                command,
-                reply,
-                claim,
-            })
-            .await?;
-            answer.await.map_err(|_| SinkError::Closed)?
+        let (reply, mut answer) = oneshot::channel();
+        let deadline = tokio::time::Instant::now() + timeout;
+        let request = Request::Append {
+            command: Box::new(command),
+            reply,
+            claim: claim.clone(),
         };
-        match tokio::time::timeout(timeout, attempt).await {
-            Ok(Err(SinkError::Closed)) if !claim.withdraw() => Err(SinkError::Unconfirmed(timeout)),
-            Ok(result) => result,
+        let waited = match tokio::time::timeout_at(deadline, self.send(request)).await {
+            Ok(Err(err)) => return (Err(err), None),
+            Ok(Ok(())) => tokio::time::timeout_at(deadline, &mut answer).await,
+            // Never queued: withdrawn below.
+            Err(elapsed) => Err(elapsed),
+        };
+        match waited {
+            Ok(Ok(result)) => (result, None),
+            Ok(Err(_)) if !claim.withdraw() => (Err(SinkError::Unconfirmed(timeout)), None),
+            Ok(Err(_)) => (Err(SinkError::Closed), None),
             // Withdrawn before the writer took it: it will never be stored.
-            Err(_) if claim.withdraw() => Err(SinkError::Timeout(timeout)),
-            Err(_) => Err(SinkError::Unconfirmed(timeout)),
+            Err(_) if claim.withdraw() => (Err(SinkError::Timeout(timeout)), None),
+            Err(_) => (
+                Err(SinkError::Unconfirmed(timeout)),
+                Some(LateAnswer::new(answer)),
+            ),
         }
     }
 

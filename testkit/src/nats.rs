@@ -185,6 +185,13 @@ impl NatsServer {
         &self.store
     }
 
+    /// Replaces the configuration file of a server started with
+    /// [`NatsServer::start_with_config`]; the next [`NatsServer::restart`] reads it (to raise
+    /// `max_payload`, say).
+    pub fn set_config(&self, config: &str) {
+        std::fs::write(self.dir.join("server.conf"), config).expect("write server.conf");
+    }
+
     /// The server's log file (appended to across restarts).
     pub fn log_path(&self) -> PathBuf {
         self.dir.join("nats-server.log")

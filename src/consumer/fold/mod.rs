@@ -5,19 +5,23 @@
 //! them: per chain (one per epoch of its data directory, and one for events without an epoch,
 //! see [`super::cursor`]), an event whose predecessor has not been applied yet waits in a
 //! buffer, an event already applied (same node and chain, sequence not above the last applied)
-//! is a duplicate and dropped. Inside a chain the predecessor of `seq` is `seq - 1`, or
-//! `prev_seq` when the node announced a jump; the first event of an epoch comes after the chain
-//! and sequence it names. Events the sink failed to store (`seq == 0`) are applied once, by
-//! event id.
+//! is a duplicate and dropped. Inside a chain the predecessor of `seq` is `seq - 1`, or the
+//! chain and sequence the event names (`prev_epoch`, `prev_seq`): the first event of an epoch,
+//! and the first after sequences the node's log burned, come after the event they name.
+//! Events the sink failed to store (`seq == 0`) are applied once, by event id. A stub (in place
+//! of an event too large for the bus) takes that event's place in its chain and holds its item
+//! until the full event comes ([`held`]); a loss marker takes the place of an unreadable one
+//! and is counted.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 pub use super::cursor::{Chain, NodeCursor};
+pub use held::{HeldItem, HeldItems};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::event::Event;
+use crate::domain::event::{Event, EventKind};
 use crate::domain::projection::MemoryProjection;
 
 /// What became of one offered event.
@@ -64,6 +68,9 @@ pub struct FoldStats {
     pub applied: u64,
     /// Duplicates dropped.
     pub duplicates: u64,
+    /// Loss markers applied: events their node stored but could not read to publish.
+    #[serde(default)]
+    pub lost: u64,
 }
 
 /// A projection built from an event stream.
@@ -75,6 +82,9 @@ pub struct Fold {
     pub nodes: BTreeMap<String, NodeCursor>,
     /// Ids of applied events that the sink never stored (`seq == 0`).
     pub volatile_seen: HashSet<String>,
+    /// Items held back on their node (a stub took the place of an event too large for the
+    /// bus), with their later events; see [`held`].
+    pub held: HeldItems,
     /// Counters.
     pub stats: FoldStats,
     /// What changed since [`Fold::take_touched`] was last called (for incremental persistence).
@@ -94,6 +104,8 @@ pub struct Touched {
     pub epochs: BTreeMap<String, BTreeSet<String>>,
     /// Volatile event ids newly seen.
     pub volatile: Vec<String>,
+    /// `(job_id, item_id)` of items held, or released, or whose held events changed.
+    pub held: BTreeSet<(String, String)>,
 }
 
 impl Touched {
@@ -130,6 +142,20 @@ impl Fold {
 
     /// Offers one event, in whatever order it arrived.
     pub fn offer(&mut self, event: Event) -> Offer {
+        // The full event a stub stood in for: its chain position is applied already.
+        if let Some(ready) = held::release(&mut self.held, &event) {
+            self.stats.applied += 1;
+            if let (false, Some(item_id)) = (self.untracked, event.kind.item_id()) {
+                let key = (event.job_id.clone(), item_id.to_owned());
+                self.touched.held.insert(key);
+            }
+            if let held::Released::Ready(ready) = ready {
+                for event in ready {
+                    self.project(event);
+                }
+            }
+            return Offer::Applied { unblocked: 0 };
+        }
         if event.seq == 0 {
             if !self.volatile_seen.insert(event.event_id.clone()) {
                 self.stats.duplicates += 1;
@@ -146,6 +172,12 @@ impl Fold {
             Some(cursor) => cursor,
             None => self.nodes.entry(event.node_id.clone()).or_default(),
         };
+        if cursor.replace_waiting_stub(&event) {
+            if !self.untracked {
+                self.touched.touch(&event.node_id, event.epoch.as_deref());
+            }
+            return Offer::Buffered;
+        }
         if cursor.is_duplicate(&event) {
             self.stats.duplicates += 1;
             return Offer::Duplicate;
@@ -226,12 +258,6 @@ impl Fold {
 
     fn apply(&mut self, event: Event) {
         self.stats.applied += 1;
-        if !self.untracked {
-            if let Some(item_id) = event.kind.item_id() {
-                let key = (event.job_id.clone(), item_id.to_owned());
-                self.touched.items.insert(key);
-            }
-        }
         if event.seq > 0 {
             match self.nodes.get_mut(&event.node_id) {
                 Some(cursor) => cursor.mark_applied(&event),
@@ -245,11 +271,35 @@ impl Fold {
                 self.touched.touch(&event.node_id, event.epoch.as_deref());
             }
         }
-        self.projection.apply_owned(event);
+        if matches!(event.kind, EventKind::Lost { .. }) {
+            self.stats.lost += 1;
+        }
+        self.project(event);
+    }
+
+    /// Applies an event to the projection, unless its item is held (or the event holds it).
+    fn project(&mut self, event: Event) {
+        let key = match (self.untracked, event.kind.item_id()) {
+            (false, Some(item_id)) => Some((event.job_id.clone(), item_id.to_owned())),
+            _ => None,
+        };
+        if let Some(key) = &key {
+            self.touched.items.insert(key.clone());
+        }
+        match held::route(&mut self.held, event) {
+            Some(event) => self.projection.apply_owned(event),
+            None => self.touched.held.extend(key),
+        }
     }
 }
 
+mod held;
+
 #[cfg(test)]
 mod epoch_tests;
+#[cfg(test)]
+mod held_tests;
+#[cfg(test)]
+mod jump_tests;
 #[cfg(test)]
 mod tests;

@@ -10,8 +10,10 @@
 //! them beyond it.
 //!
 //! A node's events form chains, one per epoch (plus the chain of events without one): inside a
-//! chain the predecessor of `seq` is `seq - 1`; the first event of an epoch names what the
-//! directory held when it was opened (`prev_epoch`, `prev_seq`), see [`Event::needs`].
+//! chain the predecessor of `seq` is `seq - 1` unless the event names another; the first event
+//! of an epoch names what the directory held when it was opened, and the first event after a
+//! group the log refused names the last durable event before it (`prev_epoch`, `prev_seq`), see
+//! [`Event::needs`].
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -42,12 +44,15 @@ pub struct Event {
     /// when it was opened (`None` when it held none, or only events without an epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prev_epoch: Option<String>,
-    /// With an epoch: set exactly on the epoch's first event, to the sequence of the last
-    /// event the directory held when it was opened (0 for an empty directory).
+    /// With an epoch: set when the event's predecessor is not `seq - 1` of its epoch, to the
+    /// sequence of the last event made durable before it (with `prev_epoch` naming that
+    /// event's epoch): on the epoch's first event (what the directory held when it was
+    /// opened, 0 for an empty directory), and on the first event after sequences the log
+    /// burned (a group it refused; `prev_epoch` is then the event's own epoch).
     /// Without an epoch (older events): set only when the previous sequence this node used is
     /// not `seq - 1` (after a crash the sequence jumps to the reserved floor).
     /// Either way a consumer applying the node's events in order must not wait for the
-    /// sequences between.
+    /// sequences between: a burned sequence is nobody's predecessor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prev_seq: Option<u64>,
     /// When the event was written.
@@ -119,6 +124,30 @@ pub enum EventKind {
         /// The last publish error.
         error: String,
     },
+    /// A stub: a stored event of this node too large for the bus (parked by the reconciler),
+    /// published in its place with its node, epoch, sequence and predecessor, so its chain
+    /// goes on. Consumers hold the item back ("held on node N, too large for the bus") until
+    /// the full event follows, which replaces the stub. Its event id is the held event's id
+    /// with `~held` appended.
+    Held {
+        /// The id of the event held back.
+        held_event_id: String,
+        /// The held event's kind.
+        held_kind: String,
+        /// The item it concerns, if any.
+        item_id: Option<String>,
+        /// Why it is held (the bus's refusal).
+        held_reason: String,
+        /// Its size in bytes.
+        size_bytes: u64,
+    },
+    /// A loss marker: a stored event of this node whose log entry cannot be read, published in
+    /// its place so its chain goes on. Consumers count it; what it held is lost. Its event id
+    /// is the lost position's id with `~lost` appended.
+    Lost {
+        /// Why the entry is unreadable.
+        lost_reason: String,
+    },
 }
 
 /// Why an item left the queue.
@@ -144,6 +173,8 @@ impl EventKind {
             EventKind::ItemRemoved { .. } => "item_removed",
             EventKind::FlagsUpdated { .. } => "flags_updated",
             EventKind::EmitFailed { .. } => "emit_failed",
+            EventKind::Held { .. } => "held",
+            EventKind::Lost { .. } => "lost",
         }
     }
 
@@ -154,7 +185,8 @@ impl EventKind {
             EventKind::FailureAppended { item_id, .. }
             | EventKind::ItemRemoved { item_id, .. }
             | EventKind::FlagsUpdated { item_id, .. } => Some(item_id),
-            EventKind::EmitFailed { .. } => None,
+            EventKind::Held { item_id, .. } => item_id.as_deref(),
+            EventKind::EmitFailed { .. } | EventKind::Lost { .. } => None,
         }
     }
 }
@@ -203,6 +235,30 @@ impl Event {
     /// plus a process-local counter), and marked so that nobody mistakes it for a log position.
     pub fn volatile_id(node_id: &str, nanos: i64, counter: u64) -> String {
         format!("{node_id}:v{nanos}-{counter}")
+    }
+
+    /// The stub published in place of this stored event, which the bus refused for good
+    /// (`reason`; its JSON is `size` bytes): same node, epoch, sequence and predecessor.
+    pub fn stub(&self, reason: &str, size: u64) -> Event {
+        Event {
+            event_id: format!("{}~held", self.event_id),
+            kind: EventKind::Held {
+                held_event_id: self.event_id.clone(),
+                held_kind: self.kind.name().to_owned(),
+                item_id: self.kind.item_id().map(str::to_owned),
+                held_reason: reason.to_owned(),
+                size_bytes: size,
+            },
+            ..self.clone()
+        }
+    }
+
+    /// Whether `event_id` has the form of [`Event::volatile_id`]: an event the sink of its
+    /// node failed to store.
+    pub fn is_volatile_id(event_id: &str) -> bool {
+        event_id
+            .rsplit_once(':')
+            .is_some_and(|(node, rest)| !node.is_empty() && rest.starts_with('v') && rest.len() > 1)
     }
 
     /// Serialises the event as the JSON sent on the bus and stored in the log.
@@ -273,5 +329,8 @@ mod tests {
         assert!(!Event::id_written_by(&Event::legacy_id("n:1", 7), "n"));
         assert!(!Event::id_written_by("node-b:3", "node"));
         assert!(!Event::id_written_by("n:", "n"));
+        assert!(Event::is_volatile_id(&Event::volatile_id("n:1", 5, 2)));
+        assert!(!Event::is_volatile_id(&Event::stored_id("n", epoch, 7)));
+        assert!(!Event::is_volatile_id(&Event::legacy_id("n", 7)));
     }
 }

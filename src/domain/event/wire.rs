@@ -21,6 +21,8 @@ pub(super) enum Tag {
     ItemRemoved,
     FlagsUpdated,
     EmitFailed,
+    Held,
+    Lost,
 }
 
 impl Tag {
@@ -32,6 +34,8 @@ impl Tag {
             Tag::ItemRemoved => "item_removed",
             Tag::FlagsUpdated => "flags_updated",
             Tag::EmitFailed => "emit_failed",
+            Tag::Held => "held",
+            Tag::Lost => "lost",
         }
     }
 }
@@ -67,6 +71,11 @@ pub(super) struct WireEvent {
     reason: Option<RemovalReason>,
     failed_event_id: Option<String>,
     error: Option<String>,
+    held_event_id: Option<String>,
+    held_kind: Option<String>,
+    held_reason: Option<String>,
+    size_bytes: Option<u64>,
+    lost_reason: Option<String>,
 }
 
 /// A field the event's kind requires is missing.
@@ -110,6 +119,16 @@ impl TryFrom<WireEvent> for Event {
                 failed_event_id: need(w.failed_event_id, "failed_event_id")?,
                 attempts: need(w.attempts, "attempts")?,
                 error: need(w.error, "error")?,
+            },
+            Tag::Held => EventKind::Held {
+                held_event_id: need(w.held_event_id, "held_event_id")?,
+                held_kind: need(w.held_kind, "held_kind")?,
+                item_id: w.item_id,
+                held_reason: need(w.held_reason, "held_reason")?,
+                size_bytes: need(w.size_bytes, "size_bytes")?,
+            },
+            Tag::Lost => EventKind::Lost {
+                lost_reason: need(w.lost_reason, "lost_reason")?,
             },
         };
         Ok(Event {
@@ -202,6 +221,16 @@ mod tests {
                 failed_event_id: "n:8".into(),
                 attempts: 3,
                 error: "timeout".into(),
+            },
+            EventKind::Held {
+                held_event_id: "n:7".into(),
+                held_kind: "dead_lettered".into(),
+                item_id: Some("i1".into()),
+                held_reason: "message too large".into(),
+                size_bytes: 1200,
+            },
+            EventKind::Lost {
+                lost_reason: "corrupt log entry".into(),
             },
         ]
     }

@@ -295,15 +295,23 @@ impl Writer {
             .into_iter()
             .zip(*seq..)
             .map(|(draft, seq)| {
-                // The epoch's first event names what the directory held when it was opened.
-                let first = !self.epoch.started && seq == group_first;
+                // The group's first event names the last durable event when that is not
+                // `seq - 1` of this epoch: the epoch's first event, or the first after a
+                // group the log refused (its sequences are burned: nobody may wait for them).
+                let (prev_epoch, prev_seq) = match (seq == group_first)
+                    .then(|| self.epoch.predecessor(seq))
+                    .flatten()
+                {
+                    Some((epoch, prev)) => (epoch, Some(prev)),
+                    None => (None, None),
+                };
                 Event {
                     event_id: Event::stored_id(&self.node_id, &self.epoch.id, seq),
                     node_id: self.node_id.clone(),
                     seq,
                     epoch: Some(self.epoch.id.clone()),
-                    prev_epoch: first.then(|| self.epoch.prev_epoch.clone()).flatten(),
-                    prev_seq: first.then_some(self.epoch.prev_seq),
+                    prev_epoch,
+                    prev_seq,
                     timestamp: now,
                     job_id: draft.job_id,
                     topic: draft.topic,
@@ -333,9 +341,9 @@ impl Writer {
         let range = self.log.append(payloads).map_err(|err| err.to_string())?;
         // Counted by the benchmarks (`dlq_testkit::group_commits`): one per fdatasync'd group.
         debug!(events = payloads.len(), "sink group made durable");
-        self.epoch.started = true;
         self.changed = true;
         let through = range.end.saturating_sub(1);
+        self.epoch.committed(through);
         if range.end != end {
             // Cannot happen: the group's sequences were taken from the log's next sequence.
             warn!(?range, end, "the log handed out other sequences than staged; the projection is applied from the log");
