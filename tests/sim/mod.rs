@@ -1,0 +1,117 @@
+//! A seeded whole-system simulation (issue 33), in the spirit of TigerBeetle's VOPR and
+//! FoundationDB's simulator: [`ops`] generates a seed's operations, [`world`] holds the real
+//! parts, [`driver`] applies each operation, [`oracle`] checks what must hold at rest, and
+//! [`run_seed`] ties them together and reports a failing seed with the command that replays it.
+
+pub mod driver;
+pub mod model;
+pub mod ops;
+pub mod oracle;
+pub mod world;
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use ops::{Op, Switches};
+
+/// What one seed did.
+pub struct Outcome {
+    pub seed: u64,
+    pub ops: usize,
+    pub violations: Vec<String>,
+    pub trace: Vec<String>,
+    pub crash_states: u64,
+    pub counts: oracle::Counts,
+    pub acked: u64,
+    pub millis: u128,
+}
+
+/// Runs seed `seed`: `count` generated operations under `switches`, then the oracle.
+pub async fn run_seed(seed: u64, count: usize, switches: Switches) -> Outcome {
+    let started = Instant::now();
+    let ops = ops::generate(seed, count, switches);
+    let mut world = world::World::new().await;
+    let mut violations = Vec::new();
+    for (n, op) in ops.iter().enumerate() {
+        match driver::apply(&mut world, op).await {
+            Ok(outcome) => world.trace.push(format!("{n:>3} {op:?} → {outcome}")),
+            Err(driver::Fatal(reason)) => {
+                world.trace.push(format!("{n:>3} {op:?} → FATAL"));
+                violations.push(format!("after operation {n}: {reason}"));
+                break;
+            }
+        }
+    }
+    let mut counts = oracle::Counts::default();
+    if violations.is_empty() {
+        violations.extend(oracle::quiesce(&mut world).await);
+        let (wrong, found) = oracle::check(&mut world, !switches.rebuild_after_retention).await;
+        violations.extend(wrong);
+        counts = found;
+    }
+    let _ = world.shutdown().await;
+    Outcome {
+        seed,
+        ops: ops.len(),
+        violations,
+        trace: std::mem::take(&mut world.trace),
+        crash_states: world.crash_states,
+        counts,
+        acked: world.model.acked,
+        millis: started.elapsed().as_millis(),
+    }
+}
+
+/// The report of a failing seed: the violations, the command that replays it, the trace.
+pub fn report(outcome: &Outcome, count: usize, switches: Switches, test: &str) -> String {
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "seed {} failed ({} violations):",
+        outcome.seed,
+        outcome.violations.len()
+    );
+    for violation in outcome.violations.iter().take(12) {
+        let _ = writeln!(text, "  - {violation}");
+    }
+    let _ = writeln!(
+        text,
+        "replay: DLQ_SIM_SEED={} DLQ_SIM_OPS={count} DLQ_SIM_SWITCHES={switches} cargo test -p dlq --test sim_whole_system -- --include-ignored --nocapture {test}",
+        outcome.seed
+    );
+    let _ = writeln!(text, "operations:");
+    for line in &outcome.trace {
+        let _ = writeln!(text, "  {}", shorten(line));
+    }
+    text
+}
+
+fn shorten(line: &str) -> String {
+    if line.chars().count() <= 160 {
+        return line.to_owned();
+    }
+    let cut: String = line.chars().take(157).collect();
+    format!("{cut}...")
+}
+
+/// A one-line summary of a seed that held.
+pub fn summary(outcome: &Outcome) -> String {
+    format!(
+        "seed {}: {} ops, {} acknowledged, {} crash states offered, {} events in the log, {} messages in the stream, {} items, {} parked, {} ms",
+        outcome.seed,
+        outcome.ops,
+        outcome.acked,
+        outcome.crash_states,
+        outcome.counts.events_in_log,
+        outcome.counts.messages_in_stream,
+        outcome.counts.items,
+        outcome.counts.parked,
+        outcome.millis
+    )
+}
+
+/// Every operation kind the generator made for these seeds (for the figures).
+#[allow(dead_code)]
+pub fn kinds(ops: &[Op]) -> usize {
+    ops.len()
+}

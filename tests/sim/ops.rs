@@ -1,0 +1,291 @@
+//! The operations of the simulation and their seeded generator.
+//!
+//! A seed fixes the whole list of operations (what to do, in which order, with which faults);
+//! the world then runs them on real parts, so a seed replays the same operations (the timing
+//! of the real threads, nats-server and sled may still differ between runs).
+
+use std::fmt;
+
+/// A small deterministic generator (SplitMix64): the same seed gives the same operations.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// True with probability `percent`/100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// Which operations whose bugs issue 33 names may be generated. Each switch turns on the
+/// operations (or the mix of operations) one scenario needs; with all off the generator only
+/// makes what holds on today's code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Switches {
+    /// Scenario 1: rebuilds after retention deleted (or is about to delete) segments, and the
+    /// oracle's own rebuild without a checkpoint first.
+    pub rebuild_after_retention: bool,
+    /// Scenario 2: failed appends in a seed that also runs retention.
+    pub failed_write_with_retention: bool,
+    /// Scenario 3: failed appends while the bus is down (their sequences burn unpublished).
+    pub failed_write_bus_down: bool,
+    /// Scenario 4: oversized events and failed log reads (parked events).
+    pub parked_events: bool,
+    /// Scenario 5: failed appends while the bus is up (published though not stored).
+    pub failed_write_bus_up: bool,
+}
+
+impl Switches {
+    /// Every switch on: what the simulation runs once the fixes of issue 33 are merged.
+    pub const ALL: Switches = Switches {
+        rebuild_after_retention: true,
+        failed_write_with_retention: true,
+        failed_write_bus_down: true,
+        parked_events: true,
+        failed_write_bus_up: true,
+    };
+
+    /// Reads `all`, `none` or a comma-separated list of `s1`..`s5`.
+    pub fn parse(text: &str) -> Option<Switches> {
+        let mut switches = Switches::default();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part {
+                "all" => switches = Switches::ALL,
+                "none" => {}
+                "s1" => switches.rebuild_after_retention = true,
+                "s2" => switches.failed_write_with_retention = true,
+                "s3" => switches.failed_write_bus_down = true,
+                "s4" => switches.parked_events = true,
+                "s5" => switches.failed_write_bus_up = true,
+                _ => return None,
+            }
+        }
+        Some(switches)
+    }
+}
+
+impl fmt::Display for Switches {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = [
+            (self.rebuild_after_retention, "s1"),
+            (self.failed_write_with_retention, "s2"),
+            (self.failed_write_bus_down, "s3"),
+            (self.parked_events, "s4"),
+            (self.failed_write_bus_up, "s5"),
+        ];
+        let on: Vec<&str> = names.iter().filter(|(on, _)| *on).map(|(_, n)| *n).collect();
+        if on.is_empty() {
+            write!(f, "none")
+        } else {
+            write!(f, "{}", on.join(","))
+        }
+    }
+}
+
+/// A log call an injected fault hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultAt {
+    Write,
+    Sync,
+    Create,
+    Remove,
+    SyncDir,
+    Rename,
+}
+
+/// One step of a simulation run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// `tasks` concurrent `dead_letter`s of items `first..first+tasks` of job `job`.
+    Emit { tasks: u8, job: u8, first: u16 },
+    /// The durable-only `store` of one item.
+    Store { job: u8, item: u16 },
+    /// Removes one item (resolved).
+    Remove { job: u8, item: u16 },
+    /// Clears up to `limit` items of a job.
+    Clear { job: u8, limit: u8 },
+    /// A dead-letter above the bus's `max_payload` (under the sink's `max_event_bytes`).
+    Oversized { job: u8, item: u16 },
+    /// An emit like [`Op::Emit`] whose append hits a failing log call (`at`: a write, an
+    /// `fdatasync` or a segment's creation) with `errno`.
+    FailedEmit {
+        at: FaultAt,
+        errno: i32,
+        tasks: u8,
+        job: u8,
+        first: u16,
+    },
+    /// A checkpoint whose log call `at` (an unlink, the directory fsync, a rename) fails.
+    FailedCheckpoint { at: FaultAt, errno: i32 },
+    /// The next read of the log fails with EIO (whoever reads it: the reconciler, a query),
+    /// then the reconciler is woken; the fault is cleared after this operation.
+    FailedRead,
+    /// A checkpoint (sled flushed, publish state saved, done segments deleted).
+    Checkpoint,
+    /// Power cut: the log in crash state number `pick` (modulo their count), sled as of the
+    /// last checkpoint; then reopen.
+    Crash { pick: u64 },
+    /// Clean shutdown and reopen.
+    Restart,
+    /// Time jumps past the log retention: from now on every done segment may go.
+    TimeJump,
+    /// `rebuild_projection`.
+    Rebuild,
+    /// nats-server killed / restarted / frozen / thawed.
+    BusKill,
+    BusRestart,
+    BusFreeze,
+    BusThaw,
+    /// The durable consumer catches up.
+    ConsumerCatchUp,
+}
+
+/// What the generator tracks to respect the switches.
+#[derive(Default)]
+struct State {
+    bus_down: bool,
+    bus_frozen: bool,
+    retention: bool,
+    failed_write: bool,
+    next_item: u16,
+}
+
+const JOBS: u64 = 3;
+
+/// The operations of seed `seed`: `count` of them.
+pub fn generate(seed: u64, count: usize, switches: Switches) -> Vec<Op> {
+    let mut rng = Rng::new(seed);
+    let mut state = State::default();
+    let mut ops = Vec::with_capacity(count + 8);
+    while ops.len() < count {
+        let op = pick(&mut rng, &mut state, switches);
+        if let Some(op) = op {
+            ops.push(op);
+        }
+    }
+    ops
+}
+
+fn pick(rng: &mut Rng, state: &mut State, switches: Switches) -> Option<Op> {
+    let job = rng.below(JOBS) as u8;
+    let known = state.next_item.max(1);
+    Some(match rng.below(100) {
+        0..=29 => {
+            let tasks = 1 + rng.below(6) as u8;
+            let first = state.next_item;
+            // Sometimes the same ids again: failures merge into existing items.
+            let first = if rng.chance(25) {
+                rng.below(u64::from(known)) as u16
+            } else {
+                state.next_item += u16::from(tasks);
+                first
+            };
+            Op::Emit { tasks, job, first }
+        }
+        30..=35 => {
+            state.next_item += 1;
+            Op::Store {
+                job,
+                item: state.next_item - 1,
+            }
+        }
+        36..=43 => Op::Remove {
+            job,
+            item: rng.below(u64::from(known)) as u16,
+        },
+        44..=46 => Op::Clear {
+            job,
+            limit: 1 + rng.below(3) as u8,
+        },
+        47..=50 if switches.parked_events => {
+            state.next_item += 1;
+            Op::Oversized {
+                job,
+                item: state.next_item - 1,
+            }
+        }
+        51..=57 => return append_fault(rng, state, switches),
+        58..=60 => Op::FailedCheckpoint {
+            at: [FaultAt::Remove, FaultAt::SyncDir, FaultAt::Rename][rng.below(3) as usize],
+            errno: errno(rng),
+        },
+        61..=62 if switches.parked_events && switches.failed_write_bus_up => Op::FailedRead,
+        63..=69 => Op::Checkpoint,
+        70..=73 => Op::Crash { pick: rng.next() },
+        74..=76 => Op::Restart,
+        77..=78 if !state.retention && (!state.failed_write || switches.failed_write_with_retention) => {
+            state.retention = true;
+            Op::TimeJump
+        }
+        79..=82 if !state.retention || switches.rebuild_after_retention => Op::Rebuild,
+        83..=86 => bus(rng, state),
+        87..=91 => Op::ConsumerCatchUp,
+        _ => return None,
+    })
+}
+
+fn errno(rng: &mut Rng) -> i32 {
+    if rng.chance(50) {
+        28 // ENOSPC
+    } else {
+        5 // EIO
+    }
+}
+
+/// A failed append (the fault, then the emit it hits), when the switches allow it now.
+fn append_fault(rng: &mut Rng, state: &mut State, switches: Switches) -> Option<Op> {
+    let bus_ok = if state.bus_down || state.bus_frozen {
+        switches.failed_write_bus_down
+    } else {
+        switches.failed_write_bus_up
+    };
+    if !bus_ok || (state.retention && !switches.failed_write_with_retention) {
+        return None;
+    }
+    state.failed_write = true;
+    let at = [FaultAt::Write, FaultAt::Sync, FaultAt::Create][rng.below(3) as usize];
+    let tasks = 1 + rng.below(3) as u8;
+    let first = state.next_item;
+    state.next_item += u16::from(tasks);
+    Some(Op::FailedEmit {
+        at,
+        errno: errno(rng),
+        tasks,
+        job: rng.below(JOBS) as u8,
+        first,
+    })
+}
+
+fn bus(rng: &mut Rng, state: &mut State) -> Op {
+    if state.bus_frozen {
+        state.bus_frozen = false;
+        return Op::BusThaw;
+    }
+    if state.bus_down {
+        state.bus_down = false;
+        return Op::BusRestart;
+    }
+    if rng.chance(70) {
+        state.bus_down = true;
+        Op::BusKill
+    } else {
+        state.bus_frozen = true;
+        Op::BusFreeze
+    }
+}
