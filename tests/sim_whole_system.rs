@@ -5,7 +5,7 @@
 //! oracle checks every promise (see `sim/oracle.rs`).
 //!
 //! `DLQ_SIM_SEED=N` replays one seed, `DLQ_SIM_SEEDS=N` runs N seeds from `DLQ_SIM_FIRST_SEED`
-//! (default 1), `DLQ_SIM_OPS=N` operations per seed, `DLQ_SIM_SWITCHES=all|none|s1,..,s5` the
+//! (default 1), `DLQ_SIM_OPS=N` operations per seed, `DLQ_SIM_SWITCHES=all|none|s1,..,s6` the
 //! scenario switches (`sim/ops.rs`). `scripts/sim.sh --long` runs many seeds.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -26,6 +26,7 @@ const CI_SWITCHES: Switches = Switches {
     failed_write_bus_down: false,
     parked_events: false,
     failed_write_bus_up: false,
+    repair_then_crash: false,
 };
 
 /// Seeds that broke a promise on the code before the fixes of issue 33, with every switch on.
@@ -38,7 +39,7 @@ fn env_number<T: std::str::FromStr>(name: &str) -> Option<T> {
 fn env_switches(default: Switches) -> Switches {
     match std::env::var("DLQ_SIM_SWITCHES") {
         Ok(text) => Switches::parse(&text)
-            .unwrap_or_else(|| panic!("DLQ_SIM_SWITCHES={text}: use all, none or s1,..,s5")),
+            .unwrap_or_else(|| panic!("DLQ_SIM_SWITCHES={text}: use all, none or s1,..,s6")),
         Err(_) => default,
     }
 }
@@ -78,7 +79,13 @@ fn seeds(default_first: u64, default_count: u64) -> Vec<u64> {
 async fn seeds_keep_every_promise() {
     let count = env_number("DLQ_SIM_OPS").unwrap_or(CI_OPS);
     let switches = env_switches(CI_SWITCHES);
-    run(seeds(1, CI_SEEDS), count, switches, "seeds_keep_every_promise").await;
+    run(
+        seeds(1, CI_SEEDS),
+        count,
+        switches,
+        "seeds_keep_every_promise",
+    )
+    .await;
 }
 
 /// The seeds that found the scenarios of issue 33 on the code before its fixes, every switch on.
@@ -90,5 +97,11 @@ async fn issue_33_regression_seeds() {
         Some(seed) => vec![seed],
         None => REGRESSION_SEEDS.to_vec(),
     };
-    run(seeds, count, env_switches(Switches::ALL), "issue_33_regression_seeds").await;
+    run(
+        seeds,
+        count,
+        env_switches(Switches::ALL),
+        "issue_33_regression_seeds",
+    )
+    .await;
 }

@@ -28,8 +28,13 @@ pub struct Outcome {
 
 /// Runs seed `seed`: `count` generated operations under `switches`, then the oracle.
 pub async fn run_seed(seed: u64, count: usize, switches: Switches) -> Outcome {
-    let started = Instant::now();
     let ops = ops::generate(seed, count, switches);
+    run_ops(seed, &ops, switches).await
+}
+
+/// Runs the operations `ops` (of seed `seed`), then the oracle.
+pub async fn run_ops(seed: u64, ops: &[Op], switches: Switches) -> Outcome {
+    let started = Instant::now();
     let mut world = world::World::new().await;
     let mut violations = Vec::new();
     for (n, op) in ops.iter().enumerate() {
@@ -71,8 +76,12 @@ pub fn report(outcome: &Outcome, count: usize, switches: Switches, test: &str) -
         outcome.seed,
         outcome.violations.len()
     );
+    let _ = writeln!(text, "  looks like: {}", classify(outcome).join("; "));
     for violation in outcome.violations.iter().take(12) {
         let _ = writeln!(text, "  - {violation}");
+    }
+    if outcome.violations.len() > 12 {
+        let _ = writeln!(text, "  - ... {} more", outcome.violations.len() - 12);
     }
     let _ = writeln!(
         text,
@@ -84,6 +93,40 @@ pub fn report(outcome: &Outcome, count: usize, switches: Switches, test: &str) -
         let _ = writeln!(text, "  {}", shorten(line));
     }
     text
+}
+
+/// Which of issue 33's scenarios (or the simulation's own finding) a failing seed's
+/// violations look like, from their wording and the trace.
+pub fn classify(outcome: &Outcome) -> Vec<&'static str> {
+    let any = |needle: &str| outcome.violations.iter().any(|v| v.contains(needle));
+    let traced = |needle: &str| outcome.trace.iter().any(|t| t.contains(needle));
+    let mut found = Vec::new();
+    if any("differs from a rebuild") || (any("lost by the sink") && traced("rebuilt from")) {
+        found.push("scenario 1 (rebuild x retention deletes items)");
+    }
+    if any("does not open") {
+        found.push("scenario 2 (failed write x retention: the directory never opens)");
+    }
+    let waiting = any("wait for a predecessor");
+    if waiting && (traced("FAILED") || traced("late write failed")) {
+        found.push("scenario 3 (a burned sequence stalls consumers)");
+    }
+    if any("told Unconfirmed") {
+        found.push("scenario 3 (Unconfirmed, then the late write failed: lost)");
+    }
+    if waiting && outcome.counts.parked > 0 {
+        found.push("scenario 4 (parked events stall consumers)");
+    }
+    if (any("verify: extra") || (any("verify: diverging") && !waiting)) && traced("FAILED") {
+        found.push("scenario 5 (unstored events: verify reports extras)");
+    }
+    if any("~anti-entropy") {
+        found.push("s6 (a repaired message published again after a power cut)");
+    }
+    if found.is_empty() {
+        found.push("none of the known scenarios");
+    }
+    found
 }
 
 fn shorten(line: &str) -> String {
@@ -108,10 +151,4 @@ pub fn summary(outcome: &Outcome) -> String {
         outcome.counts.parked,
         outcome.millis
     )
-}
-
-/// Every operation kind the generator made for these seeds (for the figures).
-#[allow(dead_code)]
-pub fn kinds(ops: &[Op]) -> usize {
-    ops.len()
 }

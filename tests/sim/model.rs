@@ -10,6 +10,9 @@ pub enum Expect {
     Absent,
     /// `NotStored`/`Unconfirmed`: it may or may not be (or become) stored.
     Doubtful,
+    /// Told `Unconfirmed` ("stored, or reported"), and the late write failed: it must be in
+    /// the sink or, published as an unstored copy, in the consumers.
+    Reported,
 }
 
 /// Expected items by (job, item).

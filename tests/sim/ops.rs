@@ -43,12 +43,18 @@ pub struct Switches {
     pub rebuild_after_retention: bool,
     /// Scenario 2: failed appends in a seed that also runs retention.
     pub failed_write_with_retention: bool,
-    /// Scenario 3: failed appends while the bus is down (their sequences burn unpublished).
+    /// Scenario 3: failed appends while the bus is down (their sequences burn unpublished),
+    /// and a write the caller was told is `Unconfirmed` that then fails.
     pub failed_write_bus_down: bool,
     /// Scenario 4: oversized events and failed log reads (parked events).
     pub parked_events: bool,
     /// Scenario 5: failed appends while the bus is up (published though not stored).
     pub failed_write_bus_up: bool,
+    /// Found by this simulation (not one of the five): a message lost from the stream
+    /// and put back by anti-entropy (under a repair id), then a power cut before the next
+    /// checkpoint: the reconciler publishes the event again under its own id, and the stream
+    /// holds it twice. Off, every lost message is followed by a checkpoint.
+    pub repair_then_crash: bool,
 }
 
 impl Switches {
@@ -59,9 +65,10 @@ impl Switches {
         failed_write_bus_down: true,
         parked_events: true,
         failed_write_bus_up: true,
+        repair_then_crash: true,
     };
 
-    /// Reads `all`, `none` or a comma-separated list of `s1`..`s5`.
+    /// Reads `all`, `none` or a comma-separated list of `s1`..`s6`.
     pub fn parse(text: &str) -> Option<Switches> {
         let mut switches = Switches::default();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -73,6 +80,7 @@ impl Switches {
                 "s3" => switches.failed_write_bus_down = true,
                 "s4" => switches.parked_events = true,
                 "s5" => switches.failed_write_bus_up = true,
+                "s6" => switches.repair_then_crash = true,
                 _ => return None,
             }
         }
@@ -88,8 +96,13 @@ impl fmt::Display for Switches {
             (self.failed_write_bus_down, "s3"),
             (self.parked_events, "s4"),
             (self.failed_write_bus_up, "s5"),
+            (self.repair_then_crash, "s6"),
         ];
-        let on: Vec<&str> = names.iter().filter(|(on, _)| *on).map(|(_, n)| *n).collect();
+        let on: Vec<&str> = names
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, n)| *n)
+            .collect();
         if on.is_empty() {
             write!(f, "none")
         } else {
@@ -113,26 +126,55 @@ pub enum FaultAt {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     /// `tasks` concurrent `dead_letter`s of items `first..first+tasks` of job `job`.
-    Emit { tasks: u8, job: u8, first: u16 },
+    Emit {
+        tasks: u8,
+        job: u8,
+        first: u16,
+    },
+    /// A slow disk: the writer takes the dead-letter, stalls past the store timeout (the
+    /// caller is told `Unconfirmed`), and then its write fails at `at`.
+    UnconfirmedThenFailed {
+        at: FaultAt,
+        job: u8,
+        item: u16,
+    },
     /// The durable-only `store` of one item.
-    Store { job: u8, item: u16 },
+    Store {
+        job: u8,
+        item: u16,
+    },
     /// Removes one item (resolved).
-    Remove { job: u8, item: u16 },
+    Remove {
+        job: u8,
+        item: u16,
+    },
     /// Clears up to `limit` items of a job.
-    Clear { job: u8, limit: u8 },
+    Clear {
+        job: u8,
+        limit: u8,
+    },
     /// A dead-letter above the bus's `max_payload` (under the sink's `max_event_bytes`).
-    Oversized { job: u8, item: u16 },
+    Oversized {
+        job: u8,
+        item: u16,
+    },
     /// An emit like [`Op::Emit`] whose append hits a failing log call (`at`: a write, an
-    /// `fdatasync` or a segment's creation) with `errno`.
+    /// `fdatasync` or a segment's creation) with `errno`; cleared after it.
     FailedEmit {
         at: FaultAt,
+        /// Calls of that kind that still succeed first (a new segment's header is synced
+        /// before the group is).
+        skip: u8,
         errno: i32,
         tasks: u8,
         job: u8,
         first: u16,
     },
     /// A checkpoint whose log call `at` (an unlink, the directory fsync, a rename) fails.
-    FailedCheckpoint { at: FaultAt, errno: i32 },
+    FailedCheckpoint {
+        at: FaultAt,
+        errno: i32,
+    },
     /// The next read of the log fails with EIO (whoever reads it: the reconciler, a query),
     /// then the reconciler is woken; the fault is cleared after this operation.
     FailedRead,
@@ -140,7 +182,19 @@ pub enum Op {
     Checkpoint,
     /// Power cut: the log in crash state number `pick` (modulo their count), sled as of the
     /// last checkpoint; then reopen.
-    Crash { pick: u64 },
+    Crash {
+        pick: u64,
+    },
+    /// Power cut in the middle of `tasks` concurrent dead-letters (bus down, so nothing of
+    /// them is published): the log at trace point `at` (of the operations the emits made, per
+    /// mille) in crash state `pick`, sled as of the last checkpoint; then reopen.
+    CrashDuring {
+        tasks: u8,
+        job: u8,
+        first: u16,
+        at: u16,
+        pick: u64,
+    },
     /// Clean shutdown and reopen.
     Restart,
     /// Time jumps past the log retention: from now on every done segment may go.
@@ -152,6 +206,12 @@ pub enum Op {
     BusRestart,
     BusFreeze,
     BusThaw,
+    /// The stream loses a message: a dead-letter is emitted and, once published and the newest
+    /// message, deleted from the stream; anti-entropy must put it back (bus up only).
+    LoseMessage {
+        job: u8,
+        item: u16,
+    },
     /// The durable consumer catches up.
     ConsumerCatchUp,
 }
@@ -164,6 +224,10 @@ struct State {
     retention: bool,
     failed_write: bool,
     next_item: u16,
+    /// The last operation reopened the sink (its next append starts a fresh segment).
+    reopened: bool,
+    /// The last operation was a failed append.
+    failed_last: bool,
 }
 
 const JOBS: u64 = 3;
@@ -174,9 +238,31 @@ pub fn generate(seed: u64, count: usize, switches: Switches) -> Vec<Op> {
     let mut state = State::default();
     let mut ops = Vec::with_capacity(count + 8);
     while ops.len() < count {
-        let op = pick(&mut rng, &mut state, switches);
+        // The edges where parts meet come up more often than at random: a failed append as
+        // the first write after a reopen (a fresh segment), a reopen right after one.
+        let op = if state.reopened && rng.chance(30) {
+            append_fault(&mut rng, &mut state, switches)
+        } else if state.failed_last && rng.chance(30) {
+            Some(if rng.chance(50) {
+                Op::Restart
+            } else {
+                Op::Crash { pick: rng.next() }
+            })
+        } else {
+            None
+        };
+        let op = op.or_else(|| pick(&mut rng, &mut state, switches));
         if let Some(op) = op {
+            state.reopened = matches!(
+                op,
+                Op::Restart | Op::TimeJump | Op::Crash { .. } | Op::CrashDuring { .. }
+            );
+            state.failed_last = matches!(op, Op::FailedEmit { .. });
+            let lost = matches!(op, Op::LoseMessage { .. });
             ops.push(op);
+            if lost && !switches.repair_then_crash {
+                ops.push(Op::Checkpoint);
+            }
         }
     }
     ops
@@ -226,16 +312,47 @@ fn pick(rng: &mut Rng, state: &mut State, switches: Switches) -> Option<Op> {
             errno: errno(rng),
         },
         61..=62 if switches.parked_events && switches.failed_write_bus_up => Op::FailedRead,
+        95..=96 if switches.failed_write_bus_down => {
+            state.next_item += 1;
+            Op::UnconfirmedThenFailed {
+                at: [FaultAt::Write, FaultAt::Sync][rng.below(2) as usize],
+                job,
+                item: state.next_item - 1,
+            }
+        }
         63..=69 => Op::Checkpoint,
-        70..=73 => Op::Crash { pick: rng.next() },
+        70..=71 => Op::Crash { pick: rng.next() },
+        72..=73 => {
+            let tasks = 2 + rng.below(6) as u8;
+            state.next_item += u16::from(tasks);
+            state.bus_down = true;
+            state.bus_frozen = false;
+            Op::CrashDuring {
+                tasks,
+                job,
+                first: state.next_item - u16::from(tasks),
+                at: rng.below(1001) as u16,
+                pick: rng.next(),
+            }
+        }
         74..=76 => Op::Restart,
-        77..=78 if !state.retention && (!state.failed_write || switches.failed_write_with_retention) => {
+        77..=78
+            if !state.retention
+                && (!state.failed_write || switches.failed_write_with_retention) =>
+        {
             state.retention = true;
             Op::TimeJump
         }
         79..=82 if !state.retention || switches.rebuild_after_retention => Op::Rebuild,
         83..=86 => bus(rng, state),
         87..=91 => Op::ConsumerCatchUp,
+        92..=94 => {
+            state.next_item += 1;
+            Op::LoseMessage {
+                job,
+                item: state.next_item - 1,
+            }
+        }
         _ => return None,
     })
 }
@@ -255,7 +372,14 @@ fn append_fault(rng: &mut Rng, state: &mut State, switches: Switches) -> Option<
     } else {
         switches.failed_write_bus_up
     };
-    if !bus_ok || (state.retention && !switches.failed_write_with_retention) {
+    // In a seed that ran retention only scenario 2's switch allows it (its symptom, a
+    // directory that no longer opens, ends the run before the consumers are checked).
+    let allowed = if state.retention {
+        switches.failed_write_with_retention
+    } else {
+        bus_ok
+    };
+    if !allowed {
         return None;
     }
     state.failed_write = true;
@@ -265,6 +389,7 @@ fn append_fault(rng: &mut Rng, state: &mut State, switches: Switches) -> Option<
     state.next_item += u16::from(tasks);
     Some(Op::FailedEmit {
         at,
+        skip: rng.below(3) as u8,
         errno: errno(rng),
         tasks,
         job: rng.below(JOBS) as u8,

@@ -39,7 +39,9 @@ pub async fn quiesce(world: &mut World) -> Vec<String> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let left = world.sink().backlog().map(|b| b.count);
-    vec![format!("the reconciler did not drain the backlog in 60 s: {left:?} left")]
+    vec![format!(
+        "the reconciler did not drain the backlog in 60 s: {left:?} left"
+    )]
 }
 
 /// Every check of the oracle; returns the violations.
@@ -58,8 +60,12 @@ pub async fn check(world: &mut World, rebuild_first_checkpoints: bool) -> (Vec<S
             }
         };
         match (expect, held) {
-            (Expect::Present, false) => wrong.push(format!("acknowledged item {job}/{id} lost by the sink")),
-            (Expect::Absent, true) => wrong.push(format!("removed item {job}/{id} is back in the sink")),
+            (Expect::Present, false) => {
+                wrong.push(format!("acknowledged item {job}/{id} lost by the sink"))
+            }
+            (Expect::Absent, true) => {
+                wrong.push(format!("removed item {job}/{id} is back in the sink"))
+            }
             _ => {}
         }
     }
@@ -75,22 +81,52 @@ pub async fn check(world: &mut World, rebuild_first_checkpoints: bool) -> (Vec<S
     // 2. No event id twice in the stream.
     let messages = dlq_testkit::stream::stream_messages(&world.server.url(), "DLQ").await;
     counts.messages_in_stream = messages.len() as u64;
-    let mut seen: BTreeMap<String, u32> = BTreeMap::new();
-    for (_, body) in &messages {
+    let mut seen: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for (msg_id, body) in &messages {
         let id = body["event_id"].as_str().unwrap_or_default().to_owned();
-        *seen.entry(id).or_default() += 1;
+        seen.entry(id).or_default().push(msg_id);
     }
-    for (id, n) in seen.iter().filter(|(_, n)| **n > 1) {
-        wrong.push(format!("event {id} is {n} times in the stream"));
+    for (id, msg_ids) in seen.iter().filter(|(_, m)| m.len() > 1) {
+        wrong.push(format!(
+            "event {id} is {} times in the stream (message ids {msg_ids:?})",
+            msg_ids.len()
+        ));
     }
     // 3. A consumer reading from the start, and the durable consumer: nothing waits, and
     // `verify` finds no difference.
     match read_from_start(&BusConfig::at(world.server.url()), "DLQ", None).await {
-        Ok(read) => consumer_checks("read from the start", read.fold.waiting(), &items, &read.fold.projection, &mut wrong),
+        Ok(read) => {
+            consumer_checks(
+                "read from the start",
+                read.fold.waiting(),
+                &items,
+                &read.fold.projection,
+                &mut wrong,
+            );
+            // "Stored, or reported": an unconfirmed write that failed late must be somewhere.
+            for ((job, id), expect) in &world.model.items {
+                let key = (job.clone(), id.clone());
+                let stored = items
+                    .iter()
+                    .any(|s| s.item.job_id == *job && s.item.item_id == *id);
+                if *expect == Expect::Reported
+                    && !stored
+                    && !read.fold.projection.items.contains_key(&key)
+                {
+                    wrong.push(format!("{job}/{id} was told Unconfirmed, its late write failed, and it is neither stored nor published"));
+                }
+            }
+        }
         Err(err) => wrong.push(format!("the stream cannot be read: {err}")),
     }
     match world.consume().await {
-        Some(Ok(run)) => consumer_checks("durable consumer", run.fold.waiting(), &items, &run.fold.projection, &mut wrong),
+        Some(Ok(run)) => consumer_checks(
+            "durable consumer",
+            run.fold.waiting(),
+            &items,
+            &run.fold.projection,
+            &mut wrong,
+        ),
         Some(Err(err)) => wrong.push(format!("the durable consumer failed: {err}")),
         None => wrong.push("the bus is not up after quiescence".into()),
     }
@@ -145,7 +181,9 @@ fn describe(difference: &Difference) -> String {
             item_id,
             sink_version,
             consumer_version,
-        } => format!("diverging {job_id}/{item_id} (sink v{sink_version}, consumer v{consumer_version})"),
+        } => format!(
+            "diverging {job_id}/{item_id} (sink v{sink_version}, consumer v{consumer_version})"
+        ),
     }
 }
 

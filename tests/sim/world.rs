@@ -22,6 +22,8 @@ use super::model::Model;
 pub const MAX_PAYLOAD: usize = 4096;
 const NODE: &str = "sim-node";
 const PUBLISH_TIMEOUT: Duration = Duration::from_millis(300);
+/// The sink's store timeout; a stalled writer exceeds it.
+pub const STORE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The bus as the operations left it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +81,7 @@ impl World {
             crash_states: 0,
         };
         world.open().await.expect("a new sink opens");
+        world.checkpoint().await.expect("a new sink checkpoints");
         world
     }
 
@@ -95,7 +98,7 @@ impl World {
         config.node_id = Some(NODE.into());
         config.segment_bytes = 8 * 1024; // a rotation every few emits
         config.checkpoint_every = Duration::from_secs(3600); // only the operations checkpoint
-        config.store_timeout = Duration::from_secs(5);
+        config.store_timeout = STORE_TIMEOUT;
         config.log_sim = Some(self.sim.clone());
         if self.retention_zero {
             config.log_retention = LogRetention {
@@ -106,8 +109,8 @@ impl World {
         config
     }
 
-    /// Opens the sink and the emitter on the current directory and disk, then checkpoints (so
-    /// the sled copy is a durable state). Err: the directory does not open.
+    /// Opens the sink and the emitter on the current directory and disk (opening checkpoints
+    /// nothing: the last sled copy stays what a power cut finds). Err: it does not open.
     pub async fn open(&mut self) -> Result<(), String> {
         let sink = SledSink::open(self.config()).map_err(|err| err.to_string())?;
         let bus = NatsBus::connect(BusConfig {
@@ -142,7 +145,7 @@ impl World {
         if self.bus == BusState::Up {
             self.wait_bus(true).await;
         }
-        self.checkpoint().await.map(|_| ())
+        Ok(())
     }
 
     /// Waits (bounded) until the emitter's client sees the bus as `healthy`.
@@ -170,22 +173,41 @@ impl World {
         copy_dir(&self.data, &self.checkpoint_copy);
     }
 
-    /// Clean shutdown (errors are reported, not fatal).
+    /// Clean shutdown (errors are reported, not fatal); closing checkpoints, so sled's files
+    /// are copied after it.
     pub async fn shutdown(&mut self) -> Result<(), String> {
-        match self.emitter.take() {
+        let closed = match self.emitter.take() {
             Some(emitter) => emitter.shutdown().await.map_err(|err| err.to_string()),
             None => Ok(()),
+        };
+        self.copy_sled();
+        closed
+    }
+
+    /// Stops the process of a power cut: its sled files are left behind as they are.
+    async fn abandon(&mut self) {
+        if let Some(emitter) = self.emitter.take() {
+            let _ = emitter.shutdown().await;
         }
     }
 
     /// Power cut: the log in one of its crash states, sled as of the last checkpoint, in a new
     /// directory; the old process is stopped afterwards (it writes only to what was left behind).
     pub async fn crash(&mut self, pick: u64) -> Result<String, String> {
-        let states = self.sim.disk().crash_states();
+        self.crash_into(self.sim.disk(), pick).await
+    }
+
+    /// Power cut with the log's disk model in state `disk`: one of its crash states is opened.
+    pub async fn crash_into(
+        &mut self,
+        disk: dlq::sink::log::crash::Disk,
+        pick: u64,
+    ) -> Result<String, String> {
+        let states = disk.crash_states();
         self.crash_states += states.len() as u64;
         let index = (pick % states.len().max(1) as u64) as usize;
         let files = states.get(index).cloned().unwrap_or_default();
-        let _ = self.shutdown().await;
+        self.abandon().await;
         self.generation += 1;
         self.data = self.work.path().join(format!("data-{}", self.generation));
         copy_dir(&self.checkpoint_copy, &self.data);
@@ -208,10 +230,12 @@ impl World {
             accept_gaps: Vec::new(),
         };
         let run = run_durable(&config, &self.store, CancellationToken::new());
-        Some(match tokio::time::timeout(Duration::from_secs(60), run).await {
-            Ok(result) => result.map_err(|err| err.to_string()),
-            Err(_) => Err("the durable consumer did not catch up within 60 s".into()),
-        })
+        Some(
+            match tokio::time::timeout(Duration::from_secs(60), run).await {
+                Ok(result) => result.map_err(|err| err.to_string()),
+                Err(_) => Err("the durable consumer did not catch up within 60 s".into()),
+            },
+        )
     }
 }
 
