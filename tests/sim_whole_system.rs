@@ -16,7 +16,7 @@ use sim::ops::Switches;
 /// Operations per seed in CI.
 const CI_OPS: usize = 40;
 /// Seeds per CI run.
-const CI_SEEDS: u64 = 6;
+const CI_SEEDS: u64 = 24;
 
 /// What CI runs today: the operations whose bugs issue 33 names (still unfixed on this branch)
 /// are switched off. After the fixes merge, turn them on (see docs/testing.md).
@@ -29,8 +29,46 @@ const CI_SWITCHES: Switches = Switches {
     repair_then_crash: false,
 };
 
-/// Seeds that broke a promise on the code before the fixes of issue 33, with every switch on.
-const REGRESSION_SEEDS: &[u64] = &[];
+/// Seeds that broke a promise on the code before the fixes of issue 33 (main at 1f7005b), each
+/// with the switches it was found under (40 operations) and the scenario it showed.
+const REGRESSION_SEEDS: &[(u64, &str, &str)] = &[
+    (
+        6,
+        "s1",
+        "1: a rebuild after retention loses the items kept whole",
+    ),
+    (
+        11,
+        "s1",
+        "1: a rebuild after retention loses the items kept whole",
+    ),
+    (
+        5,
+        "s3",
+        "3: a failed append with the bus down burns a sequence; consumers wait",
+    ),
+    (
+        4,
+        "s3",
+        "3: the failed append is the emitter's own EmitFailed audit event",
+    ),
+    (
+        10,
+        "s3",
+        "3: Unconfirmed, then the late write fails: neither stored nor published",
+    ),
+    (1, "s4", "4: parked (oversized) events stall consumers"),
+    (
+        1,
+        "s5",
+        "5: a failed append with the bus up: verify reports extras",
+    ),
+    (
+        7,
+        "s6",
+        "s6: a repaired stream loss, then a power cut: the event twice in the stream",
+    ),
+];
 
 fn env_number<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -88,20 +126,65 @@ async fn seeds_keep_every_promise() {
     .await;
 }
 
-/// The seeds that found the scenarios of issue 33 on the code before its fixes, every switch on.
+/// The seeds that found the scenarios of issue 33 on the code before its fixes, and scenario 2
+/// as the generator once found it (seed 68 of an earlier generator), as a fixed list.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "issue 33: fails until the seam fixes merge"]
 async fn issue_33_regression_seeds() {
-    let count = env_number("DLQ_SIM_OPS").unwrap_or(CI_OPS);
-    let seeds = match env_number("DLQ_SIM_SEED") {
-        Some(seed) => vec![seed],
-        None => REGRESSION_SEEDS.to_vec(),
-    };
-    run(
-        seeds,
-        count,
-        env_switches(Switches::ALL),
-        "issue_33_regression_seeds",
-    )
-    .await;
+    let mut failures = Vec::new();
+    for (seed, switches, scenario) in REGRESSION_SEEDS {
+        let switches = Switches::parse(switches).expect("valid switches");
+        let outcome = sim::run_seed(*seed, CI_OPS, switches).await;
+        eprintln!(
+            "scenario {scenario}: seed {seed}: {} violations",
+            outcome.violations.len()
+        );
+        if !outcome.violations.is_empty() {
+            failures.push(format!(
+                "scenario {scenario}:\n{}",
+                sim::report(&outcome, CI_OPS, switches, "issue_33_regression_seeds")
+            ));
+        }
+    }
+    let outcome = sim::run_ops(0, &scenario_2_ops(), Switches::ALL).await;
+    eprintln!(
+        "scenario 2: fixed operations: {} violations",
+        outcome.violations.len()
+    );
+    if !outcome.violations.is_empty() {
+        failures.push(format!(
+            "scenario 2 (fixed operations):\n{}",
+            sim::report(&outcome, 0, Switches::ALL, "issue_33_regression_seeds")
+        ));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Scenario 2 as the generator found it: retention on (a time jump), the first append after a
+/// reopen fails at its group's `fdatasync` (the segment's header sync before it succeeds), and
+/// the next open finds only that empty segment.
+fn scenario_2_ops() -> Vec<sim::ops::Op> {
+    use sim::ops::{FaultAt, Op};
+    vec![
+        Op::Emit {
+            tasks: 5,
+            job: 0,
+            first: 0,
+        },
+        Op::Emit {
+            tasks: 5,
+            job: 1,
+            first: 5,
+        },
+        Op::TimeJump,
+        Op::FailedEmit {
+            at: FaultAt::Sync,
+            skip: 1,
+            errno: 5,
+            tasks: 1,
+            job: 0,
+            first: 20,
+        },
+        Op::Restart,
+    ]
 }

@@ -14,6 +14,9 @@ use std::time::Instant;
 
 use ops::{Op, Switches};
 
+/// Longest one operation may take (every wait inside is bounded; this bounds their sum).
+const OP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+
 /// What one seed did.
 pub struct Outcome {
     pub seed: u64,
@@ -38,7 +41,13 @@ pub async fn run_ops(seed: u64, ops: &[Op], switches: Switches) -> Outcome {
     let mut world = world::World::new().await;
     let mut violations = Vec::new();
     for (n, op) in ops.iter().enumerate() {
-        match driver::apply(&mut world, op).await {
+        let applied = tokio::time::timeout(OP_TIMEOUT, driver::apply(&mut world, op)).await;
+        let applied = applied.unwrap_or_else(|_| {
+            Err(driver::Fatal(format!(
+                "the operation did not end within {OP_TIMEOUT:?}"
+            )))
+        });
+        match applied {
             Ok(outcome) => world.trace.push(format!("{n:>3} {op:?} → {outcome}")),
             Err(driver::Fatal(reason)) => {
                 world.trace.push(format!("{n:>3} {op:?} → FATAL"));
@@ -49,10 +58,23 @@ pub async fn run_ops(seed: u64, ops: &[Op], switches: Switches) -> Outcome {
     }
     let mut counts = oracle::Counts::default();
     if violations.is_empty() {
-        violations.extend(oracle::quiesce(&mut world).await);
-        let (wrong, found) = oracle::check(&mut world, !switches.rebuild_after_retention).await;
-        violations.extend(wrong);
-        counts = found;
+        let checked = tokio::time::timeout(OP_TIMEOUT * 3, async {
+            let mut wrong = oracle::quiesce(&mut world).await;
+            let (more, found) = oracle::check(&mut world, !switches.rebuild_after_retention).await;
+            wrong.extend(more);
+            (wrong, found)
+        })
+        .await;
+        match checked {
+            Ok((wrong, found)) => {
+                violations.extend(wrong);
+                counts = found;
+            }
+            Err(_) => violations.push(format!(
+                "the oracle did not end within {:?}",
+                OP_TIMEOUT * 3
+            )),
+        }
     }
     let _ = world.shutdown().await;
     Outcome {
@@ -104,11 +126,14 @@ pub fn classify(outcome: &Outcome) -> Vec<&'static str> {
     if any("differs from a rebuild") || (any("lost by the sink") && traced("rebuilt from")) {
         found.push("scenario 1 (rebuild x retention deletes items)");
     }
-    if any("does not open") {
+    if any("does not open") && any("the projection holds events up to sequence") {
         found.push("scenario 2 (failed write x retention: the directory never opens)");
     }
     let waiting = any("wait for a predecessor");
-    if waiting && (traced("FAILED") || traced("late write failed")) {
+    // A failed append burns its sequences, also when it hits the emitter's own `EmitFailed`
+    // audit event (the caller then sees its item stored).
+    let failed_append = traced("FailedEmit") || traced("UnconfirmedThenFailed");
+    if waiting && failed_append {
         found.push("scenario 3 (a burned sequence stalls consumers)");
     }
     if any("told Unconfirmed") {
@@ -117,7 +142,7 @@ pub fn classify(outcome: &Outcome) -> Vec<&'static str> {
     if waiting && outcome.counts.parked > 0 {
         found.push("scenario 4 (parked events stall consumers)");
     }
-    if (any("verify: extra") || (any("verify: diverging") && !waiting)) && traced("FAILED") {
+    if (any("verify: extra") || (any("verify: diverging") && !waiting)) && failed_append {
         found.push("scenario 5 (unstored events: verify reports extras)");
     }
     if any("~anti-entropy") {
