@@ -10,22 +10,23 @@ use dlq::sink::log::sim::OpKind;
 use dlq::sink::SinkError;
 use dlq_testkit::items::failed_once;
 
+use super::incidents;
 use super::model::Expect;
 use super::ops::{FaultAt, Op};
-use super::world::{BusState, World, MAX_PAYLOAD, STORE_TIMEOUT};
+use super::world::{BusState, World, MAX_PAYLOAD};
 
 /// What went wrong so badly that the run cannot go on (the directory does not open).
 pub struct Fatal(pub String);
 
-fn job(j: u8) -> String {
+pub(super) fn job(j: u8) -> String {
     format!("job-{j}")
 }
 
-fn item_id(n: u16) -> String {
+pub(super) fn item_id(n: u16) -> String {
     format!("item-{n}")
 }
 
-fn item(job: &str, id: &str, blob: usize) -> DeadLetteredItem {
+pub(super) fn item(job: &str, id: &str, blob: usize) -> DeadLetteredItem {
     let data = serde_json::json!({ "id": id, "blob": "x".repeat(blob) });
     failed_once(
         (job, id),
@@ -36,7 +37,7 @@ fn item(job: &str, id: &str, blob: usize) -> DeadLetteredItem {
     )
 }
 
-fn op_kind(at: FaultAt) -> OpKind {
+pub(super) fn op_kind(at: FaultAt) -> OpKind {
     match at {
         FaultAt::Write => OpKind::Write,
         FaultAt::Sync => OpKind::Sync,
@@ -48,7 +49,7 @@ fn op_kind(at: FaultAt) -> OpKind {
 }
 
 /// Records an emit's outcome in the model; returns a short word for the trace.
-fn record(
+pub(super) fn record(
     world: &mut World,
     job: &str,
     id: &str,
@@ -109,36 +110,8 @@ pub async fn apply(world: &mut World, op: &Op) -> Result<String, Fatal> {
             world.sim.clear_faults();
             out
         }
-        Op::UnconfirmedThenFailed {
-            at,
-            job: j,
-            item: n,
-        } => {
-            let (job, id) = (job(*j), item_id(*n));
-            let faults = world.sink().faults().clone();
-            faults.set_stall(STORE_TIMEOUT + Duration::from_millis(500));
-            // Every call of that kind fails while the stalled writer writes the group.
-            world.sim.inject(op_kind(*at), 0, usize::MAX, 5);
-            let result = world
-                .emitter()
-                .dead_letter("sim", item(&job, &id, 100))
-                .await;
-            // The writer sleeps out its stall, then fails the write; wait until it is idle.
-            tokio::time::sleep(Duration::from_millis(800)).await;
-            faults.set_stall(Duration::ZERO);
-            let _ = world.sink().checkpoint().await;
-            world.sim.clear_faults();
-            world.copy_sled();
-            match result {
-                Err(err) if err.is_unconfirmed() => {
-                    world.model.set(&job, &id, Expect::Reported);
-                    "unconfirmed, then the late write failed".into()
-                }
-                other => {
-                    let word = record(world, &job, &id, &other);
-                    format!("not unconfirmed: {word}")
-                }
-            }
+        Op::UnconfirmedThenFailed { at, job, item } => {
+            incidents::unconfirmed_then_failed(world, *at, *job, *item).await
         }
         Op::Store { job: j, item: n } => {
             let (job, id) = (job(*j), item_id(*n));
@@ -227,7 +200,7 @@ pub async fn apply(world: &mut World, op: &Op) -> Result<String, Fatal> {
             first,
             at,
             pick,
-        } => crash_during(world, *job, *first, *tasks, *at, *pick).await?,
+        } => incidents::crash_during(world, *job, *first, *tasks, *at, *pick).await?,
         Op::Restart => restart(world).await?,
         Op::TimeJump => {
             world.retention_zero = true;
@@ -265,7 +238,7 @@ pub async fn apply(world: &mut World, op: &Op) -> Result<String, Fatal> {
             world.wait_bus(true).await;
             "thawed".into()
         }
-        Op::LoseMessage { job: j, item: n } => lose_message(world, *j, *n).await?,
+        Op::LoseMessage { job: j, item: n } => incidents::lose_message(world, *j, *n).await?,
         Op::ConsumerCatchUp => match world.consume().await {
             None => "skipped: bus not up".into(),
             Some(Ok(run)) => format!(
@@ -278,133 +251,7 @@ pub async fn apply(world: &mut World, op: &Op) -> Result<String, Fatal> {
     })
 }
 
-/// The bus goes down, `tasks` dead-letters run concurrently, and the power is cut at a point of
-/// the log operations they made: an emit acknowledged after that point is doubtful (it may or
-/// may not have reached the disk before the cut), one acknowledged before must survive.
-async fn crash_during(
-    world: &mut World,
-    j: u8,
-    first: u16,
-    tasks: u8,
-    at: u16,
-    pick: u64,
-) -> Result<String, Fatal> {
-    if world.bus == BusState::Frozen {
-        world.server.cont();
-    }
-    world.server.kill();
-    world.bus = BusState::Down;
-    world.wait_bus(false).await;
-    let job = job(j);
-    let start_disk = world.sim.disk();
-    let start = world.sim.trace_len();
-    let ids: Vec<String> = (0..u16::from(tasks)).map(|k| item_id(first + k)).collect();
-    let results = {
-        let (emitter, sim) = (world.emitter(), world.sim.clone());
-        let calls = ids.iter().map(|id| {
-            let sim = sim.clone();
-            let call = emitter.dead_letter("sim", item(&job, id, 100));
-            async move {
-                let result = call.await;
-                (result, sim.trace_len())
-            }
-        });
-        futures::future::join_all(calls).await
-    };
-    let trace = world.sim.trace();
-    let made = trace.len().saturating_sub(start);
-    let point = start + made * usize::from(at) / 1000;
-    let mut words = Vec::new();
-    for (id, (result, acked_at)) in ids.iter().zip(&results) {
-        let word = record(world, &job, id, result);
-        if result.is_ok() && *acked_at > point {
-            world.model.set(&job, id, Expect::Doubtful);
-            words.push("after-cut");
-        } else {
-            words.push(word);
-        }
-    }
-    let mut disk = start_disk;
-    for op in trace.get(start..point).unwrap_or_default() {
-        disk.apply(op);
-    }
-    let opened = world.crash_into(disk, pick).await.map_err(open_failed)?;
-    Ok(format!(
-        "{}; cut at trace {point} of {start}..{}; {opened}",
-        words.join(" "),
-        trace.len()
-    ))
-}
-
-/// Emits one dead-letter; once it is published and the newest message, deletes it from the
-/// stream and waits (bounded) for anti-entropy to publish it again.
-async fn lose_message(world: &mut World, j: u8, n: u16) -> Result<String, Fatal> {
-    if world.bus != BusState::Up {
-        return Ok("skipped: bus not up".into());
-    }
-    let (job, id) = (job(j), item_id(n));
-    let result = world
-        .emitter()
-        .dead_letter("sim", item(&job, &id, 100))
-        .await;
-    let word = record(world, &job, &id, &result);
-    let Ok(Receipt {
-        event_ids,
-        published: true,
-    }) = result
-    else {
-        return Ok(format!("{word}; not published, nothing deleted"));
-    };
-    let client = async_nats::connect(world.server.url())
-        .await
-        .map_err(|e| Fatal(format!("connect: {e}")))?;
-    let js = async_nats::jetstream::new(client);
-    let mut stream = js
-        .get_stream("DLQ")
-        .await
-        .map_err(|e| Fatal(format!("stream: {e}")))?;
-    let last = stream
-        .info()
-        .await
-        .map_err(|e| Fatal(format!("stream info: {e}")))?
-        .state
-        .last_sequence;
-    let message = stream
-        .get_raw_message(last)
-        .await
-        .map_err(|e| Fatal(format!("get {last}: {e}")))?;
-    let body: serde_json::Value = serde_json::from_slice(&message.payload).unwrap_or_default();
-    if body["event_id"].as_str() != event_ids.first().map(String::as_str) {
-        return Ok(format!("{word}; not the newest message, nothing deleted"));
-    }
-    let before = world
-        .emitter()
-        .anti_entropy_stats()
-        .unwrap_or_default()
-        .republished;
-    stream
-        .delete_message(last)
-        .await
-        .map_err(|e| Fatal(format!("delete {last}: {e}")))?;
-    for _ in 0..300 {
-        let now = world
-            .emitter()
-            .anti_entropy_stats()
-            .unwrap_or_default()
-            .republished;
-        if now > before {
-            return Ok(format!(
-                "{word}; message {last} deleted, anti-entropy put it back"
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Err(Fatal(format!(
-        "anti-entropy did not publish deleted message {last} ({job}/{id}) again within 15 s"
-    )))
-}
-
-fn open_failed(reason: String) -> Fatal {
+pub(super) fn open_failed(reason: String) -> Fatal {
     Fatal(format!("the data directory does not open: {reason}"))
 }
 

@@ -4,9 +4,11 @@
 //! [`run_seed`] ties them together and reports a failing seed with the command that replays it.
 
 pub mod driver;
+pub mod incidents;
 pub mod model;
 pub mod ops;
 pub mod oracle;
+pub mod switches;
 pub mod world;
 
 use std::fmt::Write as _;
