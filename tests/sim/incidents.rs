@@ -148,7 +148,7 @@ pub async fn lose_message(world: &mut World, j: u8, n: u16) -> Result<String, Fa
         .delete_message(last)
         .await
         .map_err(|e| Fatal(format!("delete {last}: {e}")))?;
-    for _ in 0..300 {
+    for _ in 0..1200 {
         let now = world
             .emitter()
             .anti_entropy_stats()
@@ -162,6 +162,6 @@ pub async fn lose_message(world: &mut World, j: u8, n: u16) -> Result<String, Fa
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Err(Fatal(format!(
-        "anti-entropy did not publish deleted message {last} ({job}/{id}) again within 15 s"
+        "anti-entropy did not publish deleted message {last} ({job}/{id}) again within 60 s"
     )))
 }
