@@ -15,7 +15,7 @@ use super::world::{BusState, World, STORE_TIMEOUT};
 pub async fn unconfirmed_then_failed(world: &mut World, at: FaultAt, j: u8, n: u16) -> String {
     let (job, id) = (job(j), item_id(n));
     let faults = world.sink().faults().clone();
-    faults.set_stall(STORE_TIMEOUT + Duration::from_millis(500));
+    faults.set_stall(STORE_TIMEOUT + Duration::from_millis(300));
     // Every call of that kind fails while the stalled writer writes the group.
     world.sim.inject(op_kind(at), 0, usize::MAX, 5);
     let result = world
