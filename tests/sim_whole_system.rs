@@ -43,6 +43,16 @@ const REGRESSION_SEEDS: &[(u64, &str, &str)] = &[
         "1: a rebuild after retention loses the items kept whole",
     ),
     (
+        104,
+        "s2",
+        "2: a failed first append after a reopen, then retention: the directory never opens",
+    ),
+    (
+        170,
+        "s2",
+        "2: a failed first append after a reopen, then retention: the directory never opens",
+    ),
+    (
         5,
         "s3",
         "3: a failed append with the bus down burns a sequence; consumers wait",
@@ -127,7 +137,7 @@ async fn seeds_keep_every_promise() {
 }
 
 /// The seeds that found the scenarios of issue 33 on the code before its fixes, and scenario 2
-/// as the generator once found it (seed 68 of an earlier generator), as a fixed list.
+/// also as fixed operations (the shortest way there).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "issue 33: fails until the seam fixes merge"]
 async fn issue_33_regression_seeds() {
@@ -160,7 +170,7 @@ async fn issue_33_regression_seeds() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Scenario 2 as the generator found it: retention on (a time jump), the first append after a
+/// Scenario 2 as the generator finds it: retention on (a time jump), the first append after a
 /// reopen fails at its group's `fdatasync` (the segment's header sync before it succeeds), and
 /// the next open finds only that empty segment.
 fn scenario_2_ops() -> Vec<sim::ops::Op> {
