@@ -21,11 +21,11 @@ const CI_SEEDS: u64 = 24;
 /// What CI runs today: the operations whose bugs issue 33 names (still unfixed on this branch)
 /// are switched off. After the fixes merge, turn them on (see docs/testing.md).
 const CI_SWITCHES: Switches = Switches {
-    rebuild_after_retention: false,
-    failed_write_with_retention: false,
-    failed_write_bus_down: false,
-    parked_events: false,
-    failed_write_bus_up: false,
+    rebuild_after_retention: true,
+    failed_write_with_retention: true,
+    failed_write_bus_down: true,
+    parked_events: true,
+    failed_write_bus_up: true,
     repair_then_crash: false,
 };
 
@@ -139,7 +139,6 @@ async fn seeds_keep_every_promise() {
 /// The seeds that found the scenarios of issue 33 on the code before its fixes, and scenario 2
 /// also as fixed operations (the shortest way there).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 33: fails until the seam fixes merge"]
 async fn issue_33_regression_seeds() {
     let mut failures = Vec::new();
     for (seed, switches, scenario) in REGRESSION_SEEDS {

@@ -24,8 +24,8 @@ pub enum Difference {
         /// The item.
         item_id: String,
     },
-    /// In the consumer's projection, not in the sink, and its last event is a volatile one of
-    /// this node: published when the sink failed to store it (the caller was told
+    /// In the consumer's projection, not in the sink or ahead of it, and its last event is a
+    /// volatile one: published when the sink failed to store it (the caller was told
     /// `NotStored`). Not a loss and not an extra: published, not stored on this node.
     Unstored {
         /// The job.
@@ -90,6 +90,15 @@ pub fn compare_node<E>(
                 job_id: key.0,
                 item_id: key.1,
             }),
+            // The consumer applied a volatile event the sink could not store: published, not
+            // stored on this node, as for an item the sink lacks.
+            Some(theirs) if theirs != stored && Event::is_volatile_id(&theirs.last_event_id) => {
+                differences.push(Difference::Unstored {
+                    job_id: key.0,
+                    item_id: key.1,
+                    event_id: theirs.last_event_id,
+                })
+            }
             Some(theirs) if theirs != stored => differences.push(Difference::Diverging {
                 job_id: key.0,
                 item_id: key.1,
