@@ -395,3 +395,40 @@ fn without_fdatasync_the_exhaustive_model_reports_lost_events() {
         report.violations
     );
 }
+
+/// A power cut kept the second page of the group it interrupted and not the first: the newest
+/// segment ends in zeros, then a frame. Opening cuts that off; when the cut fails, opening
+/// fails with what to do, and following it (open again once the disk works) loses nothing.
+#[test]
+fn a_failed_cut_of_a_hole_fails_the_open_and_opening_again_loses_nothing() {
+    use dlq::sink::log::{frame, segment, LogError};
+    let mut bytes = segment::MAGIC.to_vec();
+    frame::encode(1, b"{\"n\":1}", &mut bytes);
+    frame::encode(2, b"{\"n\":2}", &mut bytes);
+    let durable = bytes.len();
+    frame::encode(3, &vec![b'x'; 5000], &mut bytes);
+    frame::encode(4, b"{\"n\":4}", &mut bytes);
+    bytes[durable..4096].fill(0);
+    let files = [(segment::name(1), bytes)].into_iter().collect();
+    let fs = SimFs::from_files(&files);
+
+    fs.inject(OpKind::Write, 0, 1, EIO);
+    let err = LogWriter::open(fs.clone(), config()).unwrap_err();
+    assert!(
+        matches!(&err, LogError::CutTail { offset, .. } if *offset == durable),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("open again"), "{err}");
+
+    let (mut writer, recovery) = LogWriter::open(fs.clone(), config()).unwrap();
+    assert_eq!(recovery.cut, vec![(segment::name(1), durable)]);
+    let read = |writer: &LogWriter<SimFs>| -> Vec<u64> {
+        writer.records(0).map(|r| r.unwrap().seq).collect()
+    };
+    assert_eq!(read(&writer), vec![1, 2]);
+    let next = writer.append(&[b"{\"n\":5}".to_vec()]).unwrap();
+    assert!(next.start > 2, "{next:?}");
+    drop(writer);
+    let (writer, _) = LogWriter::open(fs, config()).unwrap();
+    assert_eq!(read(&writer), vec![1, 2, next.start]);
+}
