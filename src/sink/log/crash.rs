@@ -27,9 +27,11 @@
 //!
 //! # Keeping the count finite
 //!
-//! A [`Model`] says how much of that is enumerated: torn at every byte ([`Tears::EveryByte`],
-//! for small cases) or at sampled bytes ([`Tears::Sampled`]: the first 40 bytes, every 61st,
-//! the last, and each page boundary); every subset of the touched pages up to
+//! A [`Model`] says how much of that is enumerated: every file torn at every byte
+//! ([`Tears::EveryByte`], for small cases) or the file written last torn at sampled bytes
+//! ([`Tears::Sampled`]: the first 40 bytes, every 61st, the last, and each page boundary;
+//! other files keep whole writes, in any subset of pages: a workload whose failing creates
+//! leave several half-written files would otherwise multiply their tears); every subset of the touched pages up to
 //! [`Model::exhaustive_pages`] pages, above that the empty and the full subset, each page
 //! alone, and [`Model::samples`] subsets drawn from [`Model::seed`] (the same seed gives the
 //! same states). Identical contents of a file are visited once. [`Disk::for_each_state`]
@@ -116,7 +118,8 @@ pub type Files = BTreeMap<String, Vec<u8>>;
 pub enum Tears {
     /// At every byte: for small cases.
     EveryByte,
-    /// At the points of [`tear_points`] and at each page boundary.
+    /// The file written last only, at the points of [`tear_points`] and at each page
+    /// boundary; other files keep whole writes (in any subset of pages).
     Sampled,
 }
 
@@ -325,10 +328,11 @@ impl Inode {
     }
 
     /// Visits every content a crash may leave of the inode (see the module doc), each distinct
-    /// content once (`seen` holds the hashes of those visited).
+    /// content once (`seen` holds the hashes of those visited); its writes torn only if `torn`.
     fn for_each_version(
         &self,
         model: &Model,
+        torn: bool,
         seed: u64,
         seen: &mut HashSet<u64>,
         visit: &mut dyn FnMut(&[u8]) -> ControlFlow<()>,
@@ -364,7 +368,7 @@ impl Inode {
             let mut image = base.clone();
             let mut touched = BTreeSet::new();
             for change in &self.pending {
-                if let Change::Write { at, bytes } = change {
+                if let (Change::Write { at, bytes }, true) = (change, torn) {
                     for cut in model.cuts(*at, bytes.len()) {
                         let mut torn = image.clone();
                         write_at(&mut torn, *at, bytes.get(..cut).unwrap_or_default());
@@ -385,7 +389,7 @@ impl Inode {
             }
         }
         match &self.before_cut {
-            Some(before) => before.for_each_version(model, seed, seen, visit),
+            Some(before) => before.for_each_version(model, torn, seed, seen, visit),
             None => ControlFlow::Continue(()),
         }
     }
@@ -412,6 +416,8 @@ pub struct Disk {
     durable_dir: BTreeMap<String, usize>,
     dir: BTreeMap<String, usize>,
     unsynced_dir: Vec<Op>,
+    /// The inode written last: under [`Tears::Sampled`] the only one whose writes are torn.
+    last_written: Option<usize>,
 }
 
 impl Disk {
@@ -464,6 +470,7 @@ impl Disk {
                 self.unsynced_dir.push(op.clone());
             }
             Op::Write { ino, at, bytes } => {
+                self.last_written = Some(*ino);
                 if let Some(inode) = self.inodes.get_mut(ino) {
                     let (at, bytes) = (*at, bytes.clone());
                     inode.pending.push(Change::Write { at, bytes });
@@ -543,7 +550,8 @@ impl Disk {
         let inode = self.inodes.get(ino).unwrap_or(&empty);
         let seed = SplitMix(seed ^ (*ino as u64).wrapping_mul(0x2545_F491_4F6C_DD1D)).next();
         let mut seen = HashSet::new();
-        inode.for_each_version(model, seed, &mut seen, &mut |bytes| {
+        let torn = model.tears == Tears::EveryByte || self.last_written == Some(*ino);
+        inode.for_each_version(model, torn, seed, &mut seen, &mut |bytes| {
             files.insert(name.clone(), bytes.to_vec());
             self.product(rest, model, seed, files, visit)
         })
