@@ -341,6 +341,7 @@ async fn check(skip_fdatasync: bool, rounds: u64, budget: u64, keep: Keep) -> Ch
     let empty = SimFs::new().disk();
     let total = crash::for_each_crash_state(&empty, &trace, |_, _| ControlFlow::Continue(()));
     let step = (total / budget).max(1);
+    eprintln!("{total} crash states in the trace, every {step}th checked");
     let mut picked = Vec::new();
     let mut n = 0u64;
     crash::for_each_crash_state(&empty, &trace, |p, files| {

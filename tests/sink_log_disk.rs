@@ -325,3 +325,38 @@ fn reserved_zeros_left_by_an_unclean_end_are_no_torn_tail() {
         "the segment closed cleanly keeps its reserved space: {len} bytes"
     );
 }
+
+/// What a power cut can leave on a real disk: the newest segment's last group with its first
+/// page never written (zeros, the blocks reserved ahead) and its second page written. Opening
+/// keeps every frame before the hole, cuts the rest off the file (`ftruncate` + `fdatasync`),
+/// and the next segment goes on above; opening again finds the same events.
+#[test]
+fn a_hole_then_frames_ending_the_newest_segment_is_cut_off_at_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let mut writer = open(&dir).unwrap();
+    writer.append(&events(3)).unwrap();
+    let kept = read_all(&writer);
+    let file = dir.join(segment::name(writer.segments()[0]));
+    drop(writer);
+    let mut bytes = std::fs::read(&file).unwrap();
+    let durable = bytes.iter().rposition(|&b| b != 0).unwrap() + 1;
+    bytes.truncate(durable);
+    // The interrupted group: a large frame across the page boundary, then a small one.
+    dlq::sink::log::frame::encode(4, &vec![b'x'; 5000], &mut bytes);
+    let last = bytes.len();
+    dlq::sink::log::frame::encode(5, b"{\"event_id\":\"e-5\"}", &mut bytes);
+    bytes[durable..4096].fill(0);
+    std::fs::write(&file, &bytes).unwrap();
+
+    let (mut writer, recovery) = LogWriter::open(RealFs::open(&dir).unwrap(), config()).unwrap();
+    assert_eq!(recovery.cut, vec![(segment::name(1), durable)]);
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), durable as u64);
+    assert_eq!(read_all(&writer), kept);
+    assert!(last > 4096);
+    let next = writer.append(&events(1)).unwrap();
+    drop(writer);
+    let writer = open(&dir).unwrap();
+    let seqs: Vec<u64> = read_all(&writer).iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(seqs, vec![1, 2, 3, next.start]);
+}

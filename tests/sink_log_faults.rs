@@ -94,6 +94,7 @@ fn append_through_fault(kind: OpKind, errno: i32) {
     assert!(next.start > handed_out.max(seqs.end - 1));
     // And every crash state of the whole run, faults included, is sound.
     let report = recorder.check(5);
+    eprintln!("{kind:?}: {} crash states", report.states);
     assert!(
         report.violations.is_empty(),
         "{kind:?}: {:#?}",

@@ -71,10 +71,6 @@ macro_rules! on_backend {
 }
 
 impl LogFs for FaultFs {
-    fn sidecar_dir(&self) -> Option<&Path> {
-        self.dir()
-    }
-
     type File = FaultFile;
 
     fn create(&self, name: &str) -> io::Result<FaultFile> {
@@ -120,6 +116,22 @@ impl LogFs for FaultFs {
     fn sync_file(&self, name: &str) -> io::Result<()> {
         self.check(LogOp::Sync)?;
         on_backend!(self, fs => fs.sync_file(name))
+    }
+
+    fn len(&self, name: &str) -> io::Result<u64> {
+        self.check(LogOp::Read)?;
+        on_backend!(self, fs => fs.len(name))
+    }
+
+    fn truncate(&self, name: &str, len: u64) -> io::Result<()> {
+        self.check(LogOp::Write)?;
+        self.check(LogOp::Sync)?;
+        on_backend!(self, fs => fs.truncate(name, len))
+    }
+
+    fn store(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        self.check(LogOp::Store)?;
+        on_backend!(self, fs => fs.store(name, bytes))
     }
 }
 

@@ -56,6 +56,18 @@ pub enum LogError {
         #[source]
         source: io::Error,
     },
+    /// Opening could not cut a crash's torn tail (a hole, then frames of the group the crash
+    /// interrupted) off the newest segment.
+    #[error("cannot cut the torn tail off log segment {file} at byte {offset}: {source}; the bytes after it are the unacknowledged remains of the append a crash interrupted, and nothing may be appended after them until they are gone. Free disk space (ENOSPC) or check the disk (EIO), then open again")]
+    CutTail {
+        /// The file.
+        file: String,
+        /// Where its intact frames end.
+        offset: usize,
+        /// The error of the file system.
+        #[source]
+        source: io::Error,
+    },
     /// Renaming a new segment to its final name failed.
     #[error("cannot rename log segment {from} to {to}: {source}; the group was not acknowledged. Check the disk; the next append starts a new segment")]
     Rename {

@@ -3,19 +3,21 @@
 //!
 //! A [`Recorder`] wraps the writer's calls and notes, at which point of the trace each group
 //! was acknowledged and each deletion started. [`Recorder::check`] then, for every crash state
-//! ([`crash::for_each_crash_state`]):
+//! of a [`Model`] ([`crash::for_each_crash_state_with`]):
 //!
 //! 1. opens the log on it: a crash state must always open;
 //! 2. reads every event: each must carry exactly the bytes written under its sequence, in
 //!    increasing order, and every event acknowledged before the crash point must be there
 //!    (unless a deletion covering it had started);
 //! 3. appends one more group: its sequences must be above every sequence found and every one
-//!    acknowledged, and it must read back.
+//!    acknowledged, and it must read back;
+//! 4. opens the log once more: it must hold the same events (what the first open left, a torn
+//!    tail cut off or not, opens again).
 
 use std::collections::BTreeMap;
 use std::ops::{ControlFlow, Range};
 
-use super::crash::{self, Disk, Files};
+use super::crash::{self, Disk, Files, Model};
 use super::sim::SimFs;
 use super::{LogConfig, LogError, LogWriter};
 
@@ -24,6 +26,9 @@ use super::{LogConfig, LogError, LogWriter};
 pub struct Report {
     /// Crash states opened and checked.
     pub states: u64,
+    /// Of those, the states whose newest segment ended in a hole followed by frames, cut off
+    /// as a torn tail at open (the page model at work).
+    pub holes: u64,
     /// Broken promises, each naming the crash point.
     pub violations: Vec<String>,
 }
@@ -101,18 +106,26 @@ impl Recorder {
         self.acked.iter().flat_map(|(_, seqs)| seqs.clone())
     }
 
-    /// Checks every crash state after every prefix of the trace; stops collecting after
-    /// `max_violations` violations.
+    /// Checks every crash state of the default [`Model`] after every prefix of the trace;
+    /// stops collecting after `max_violations` violations.
     pub fn check(&self, max_violations: usize) -> Report {
+        self.check_with(&Model::default(), max_violations)
+    }
+
+    /// [`Recorder::check`] under `model`.
+    pub fn check_with(&self, model: &Model, max_violations: usize) -> Report {
         let trace = self.fs.trace();
         let mut report = Report::default();
-        crash::for_each_crash_state(&self.initial, &trace, |point, files| {
+        crash::for_each_crash_state_with(model, &self.initial, &trace, |point, files| {
             report.states += 1;
-            if let Err(violation) = self.check_state(point, files) {
-                let total = trace.len();
-                report.violations.push(format!(
-                    "crash after {point} of {total} operations: {violation}"
-                ));
+            match self.check_state(point, files) {
+                Ok(hole) => report.holes += u64::from(hole),
+                Err(violation) => {
+                    let total = trace.len();
+                    report.violations.push(format!(
+                        "crash after {point} of {total} operations: {violation}"
+                    ));
+                }
             }
             if report.violations.len() >= max_violations {
                 ControlFlow::Break(())
@@ -123,9 +136,11 @@ impl Recorder {
         report
     }
 
-    fn check_state(&self, point: usize, files: &Files) -> Result<(), String> {
+    /// Checks one crash state; `Ok(true)` when opening cut a hole and frames off its newest
+    /// segment.
+    fn check_state(&self, point: usize, files: &Files) -> Result<bool, String> {
         let fs = SimFs::from_files(files);
-        let (mut writer, _) = LogWriter::open(fs, self.config.clone())
+        let (mut writer, recovery) = LogWriter::open(fs.clone(), self.config.clone())
             .map_err(|err| format!("recovery failed: {err}"))?;
         let mut last = 0;
         let mut found = Vec::new();
@@ -177,6 +192,17 @@ impl Recorder {
                 "the group appended after recovery reads back as {back:?}"
             ));
         }
-        Ok(())
+        // Opened once more (a restart after the recovery), the log holds the same events.
+        drop(writer);
+        let (writer, _) = LogWriter::open(fs, self.config.clone())
+            .map_err(|err| format!("the second open after recovery failed: {err}"))?;
+        let again: Result<Vec<u64>, _> = writer.records(0).map(|r| r.map(|r| r.seq)).collect();
+        found.push(after.start);
+        if again.as_ref().ok() != Some(&found) {
+            return Err(format!(
+                "the second open after recovery reads {again:?}, not {found:?}"
+            ));
+        }
+        Ok(!recovery.cut.is_empty())
     }
 }

@@ -7,12 +7,17 @@
 //! [`RealFs`] does exactly what each call says and nothing more: the directory fsync after a
 //! create, rename or unlink is the writer's call to [`LogFs::sync_dir`].
 //!
-//! One thing [`RealFile`] adds below the trait: it reserves a segment's blocks ahead of its
-//! writes (`fallocate`, [`PREALLOCATE_BYTES`] at a time) and writes at its own offset, so an
-//! append allocates nothing and its `fdatasync` has less to commit than a plain append's. The file
-//! is then longer than what was written, its end zeros; [`SegmentFile::seal`] gives the
-//! space back when the writer is done with the segment, and a crash leaves the zeros, which
-//! the segment scan takes for the segment's end (`super::segment::scan`).
+//! One thing a [`SegmentFile`] does below the writer: it reserves a segment's blocks ahead of
+//! its writes (`fallocate`, [`PREALLOCATE_BYTES`] at a time on the real disk, the same
+//! [`reservation`] rule in [`super::sim::SimFile`], which records it in the crash trace) and
+//! writes at its own offset, so an append allocates nothing and its `fdatasync` has less to
+//! commit than a plain append's. The file is then longer than what was written, its end zeros;
+//! [`SegmentFile::seal`] gives the space back when the writer is done with the segment, and a
+//! crash leaves the zeros, which the segment scan takes for the segment's end
+//! (`super::segment::scan`).
+//!
+//! Sidecar indexes (`super::sidecar`) go through the trait too ([`LogFs::store`]), so the
+//! simulated directory records them and the crash enumeration covers them.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -40,11 +45,15 @@ pub trait LogFs {
     fn sync_dir(&self) -> io::Result<()>;
     /// Makes the data of an existing file durable (`fdatasync`), for files found at open.
     fn sync_file(&self, name: &str) -> io::Result<()>;
-    /// The directory on the real disk where sealed segments' sidecar indexes are kept
-    /// (`super::sidecar`); `None`: none are kept.
-    fn sidecar_dir(&self) -> Option<&Path> {
-        None
-    }
+    /// The length of `name` as the operating system shows it now.
+    fn len(&self, name: &str) -> io::Result<u64>;
+    /// Cuts the existing file `name` back to its first `len` bytes and makes the cut durable
+    /// (`ftruncate`, then `fdatasync`): for a torn tail found at open.
+    fn truncate(&self, name: &str, len: u64) -> io::Result<()>;
+    /// Writes the small file `name` whole: under `{name}.tmp`, `fdatasync`ed, then renamed into
+    /// place (the directory is not fsynced: a crash may keep the old file or none). For the
+    /// sidecar indexes, which the log can do without.
+    fn store(&self, name: &str, bytes: &[u8]) -> io::Result<()>;
 }
 
 /// A file open for appending.
@@ -91,10 +100,6 @@ impl RealFs {
 }
 
 impl LogFs for RealFs {
-    fn sidecar_dir(&self) -> Option<&Path> {
-        Some(&self.dir)
-    }
-
     type File = RealFile;
 
     fn create(&self, name: &str) -> io::Result<RealFile> {
@@ -145,11 +150,44 @@ impl LogFs for RealFs {
     fn sync_file(&self, name: &str) -> io::Result<()> {
         File::open(self.dir.join(name))?.sync_data()
     }
+
+    fn len(&self, name: &str) -> io::Result<u64> {
+        Ok(fs::metadata(self.dir.join(name))?.len())
+    }
+
+    fn truncate(&self, name: &str, len: u64) -> io::Result<()> {
+        let file = OpenOptions::new().write(true).open(self.dir.join(name))?;
+        file.set_len(len)?;
+        file.sync_data()
+    }
+
+    fn store(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        use std::io::Write as _;
+        let (tmp, path) = (self.dir.join(format!("{name}.tmp")), self.dir.join(name));
+        let written = File::create(&tmp)
+            .and_then(|mut file| {
+                file.write_all(bytes)?;
+                file.sync_data()
+            })
+            .and_then(|()| fs::rename(&tmp, &path));
+        if written.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        written
+    }
 }
 
 /// How much of a segment [`RealFile`] reserves at a time ahead of its writes: one
 /// `fallocate`, and one `fdatasync` that commits a size change, per 8 MiB appended.
 pub const PREALLOCATE_BYTES: u64 = 8 << 20;
+
+/// Where a file reserved up to `reserved`, with `written` bytes appended, must be reserved to
+/// (a whole number of `chunk`s) before `len` more bytes are appended; `None` when it need not
+/// grow. The one rule of [`RealFile`] and the simulated file.
+pub fn reservation(written: u64, reserved: u64, len: u64, chunk: u64) -> Option<u64> {
+    let end = written.saturating_add(len);
+    (end > reserved).then(|| end.div_ceil(chunk.max(1)).saturating_mul(chunk.max(1)))
+}
 
 /// A segment open for appending on the real file system.
 #[derive(Debug)]
@@ -166,13 +204,9 @@ impl RealFile {
     /// file system cannot (no `fallocate`, or no space for the whole chunk), the append
     /// allocates its own blocks as a plain append would.
     fn reserve(&mut self, len: u64) {
-        let end = self.written.saturating_add(len);
-        if end <= self.reserved {
+        let Some(want) = reservation(self.written, self.reserved, len, PREALLOCATE_BYTES) else {
             return;
-        }
-        let want = end
-            .div_ceil(PREALLOCATE_BYTES)
-            .saturating_mul(PREALLOCATE_BYTES);
+        };
         if fallocate(&self.file, self.reserved, want - self.reserved).is_ok() {
             self.reserved = want;
         }

@@ -58,10 +58,15 @@
 //!   are a **torn tail** (a crash or a failed write cut the append short; the group was never
 //!   acknowledged): they are ignored and reported in [`Recovery::torn`]. Any segment may end
 //!   so, not only the last, since failed groups abandon their segment.
-//! * a bad frame followed by an intact one, a bad header, a frame with the wrong sequence, or
-//!   a segment starting at or below the previous one's last event is damage no crash leaves:
-//!   opening refuses with [`LogError::Damaged`] / [`LogError::Overlap`], naming the file, the
-//!   offset and what to do, rather than drop acknowledged events silently.
+//! * in the newest segment only, a bad frame followed by intact frames with a **hole** (zeros
+//!   up to a sector boundary) between them is a torn tail too: a crash keeps unsynced pages in
+//!   any subset, and no acknowledged frame can follow a hole. Opening cuts such a tail off
+//!   ([`Recovery::cut`]) before anything is appended after it. The argument, and its limit, is
+//!   in [`segment`]'s module doc.
+//! * a bad frame followed by an intact one anywhere else, a bad header, a frame with the wrong
+//!   sequence, or a segment starting at or below the previous one's last event is damage no
+//!   crash leaves: opening refuses with [`LogError::Damaged`] / [`LogError::Overlap`], naming
+//!   the file, the offset and what to do, rather than drop acknowledged events silently.
 //! * unfinished segments (`*.seg.tmp`) are deleted; every segment is `fdatasync`ed (a killed
 //!   process leaves unsynced bytes readable, which must not be built on before they are
 //!   durable) and the directory fsynced; the durable mark is the last intact event.
@@ -86,9 +91,10 @@
 //!
 //! # I/O
 //!
-//! All file-system calls go through [`io::LogFs`]: [`io::RealFs`] on disk, and [`sim::SimFs`]
-//! in tests, which records a trace from which [`crash`] builds every crash state and which can
-//! inject ENOSPC/EIO into any kind of call.
+//! All file-system calls go through [`io::LogFs`] (the sidecar indexes and the blocks reserved
+//! ahead of the appends included): [`io::RealFs`] on disk, and [`sim::SimFs`] in tests, which
+//! records a trace from which [`crash`] builds every crash state (POSIX's model, page by page)
+//! and which can inject ENOSPC/EIO into any kind of call.
 
 pub mod crash;
 mod error;

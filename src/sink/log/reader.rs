@@ -22,6 +22,9 @@ pub struct Recovery {
     /// Torn tails found (file, offset, what was torn), each the end of an append a crash or a
     /// failed write cut short; the events before them are kept, the bytes ignored.
     pub torn: Vec<(String, usize, FrameError)>,
+    /// Torn tails of the newest segment with intact frames after a hole (file, offset): cut
+    /// off at open, before anything is appended after them (`super::segment`'s module doc).
+    pub cut: Vec<(String, usize)>,
     /// Segments whose creation never finished (`*.seg.tmp`), to be deleted.
     pub unfinished: Vec<String>,
     /// Segments whose frames were taken from a sidecar that fits them instead of a scan.
@@ -63,6 +66,7 @@ pub fn recover<F: LogFs>(fs: &F, lazy_through: u64) -> Result<Recovery, LogError
         .find(|&i| bound(i) > lazy_through)
         .unwrap_or(segments.len().saturating_sub(1));
     let mut torn = Vec::new();
+    let mut cut = Vec::new();
     let mut from_sidecars = 0;
     loop {
         let mut previous_last = 0;
@@ -78,16 +82,18 @@ pub fn recover<F: LogFs>(fs: &F, lazy_through: u64) -> Result<Recovery, LogError
             if let Some(index) = indexes.get_mut(i).filter(|index| !index.is_scanned()) {
                 // A sidecar that fits the segment's length as it is now (a sealed segment's,
                 // or the active one's as the last clean close left it) saves the scan.
-                let kept = fs
-                    .sidecar_dir()
-                    .and_then(|dir| sidecar::load(dir, first_seq));
+                let kept = sidecar::load(fs, first_seq);
                 *index = match kept {
                     Some(kept) => {
                         from_sidecars += 1;
                         kept
                     }
                     None => {
-                        let (scanned, tail) = scan_segment(fs, first_seq)?;
+                        let newest = i + 1 == segments.len();
+                        let (scanned, tail, frames_after) = scan_segment(fs, first_seq, newest)?;
+                        if frames_after.is_some() {
+                            cut.push((file.clone(), scanned_len(&scanned)));
+                        }
                         if let Some(reason) = tail {
                             torn.push((file, scanned_len(&scanned), reason));
                         }
@@ -116,6 +122,7 @@ pub fn recover<F: LogFs>(fs: &F, lazy_through: u64) -> Result<Recovery, LogError
         last_seq,
         next_seq: last_seq.max(reserved).saturating_add(1),
         torn,
+        cut,
         unfinished,
         from_sidecars,
         index: LogIndex::new(indexes, last_seq),
@@ -128,28 +135,36 @@ fn scanned_len(index: &SegmentIndex) -> usize {
     usize::try_from(end).unwrap_or(usize::MAX)
 }
 
-/// Scans one segment: its index, and the torn tail after its last intact frame, if any.
+/// Scans one segment (`newest`: the newest of the log, see `segment::scan_newest`): its
+/// index, the torn tail after its last intact frame, if any, and where an intact frame follows
+/// that tail after a hole.
 fn scan_segment<F: LogFs>(
     fs: &F,
     first_seq: u64,
-) -> Result<(SegmentIndex, Option<FrameError>), LogError> {
-    let scan = scan_file(fs, first_seq)?;
+    newest: bool,
+) -> Result<(SegmentIndex, Option<FrameError>, Option<usize>), LogError> {
+    let scan = scan_file(fs, first_seq, newest)?;
     let mut index = SegmentIndex::new(first_seq, segment::MAGIC.len() as u64);
     index.push(
         scan.frames
             .iter()
             .map(|(_, payload)| frame::encoded_len(payload.len())),
     );
-    Ok((index, scan.torn))
+    Ok((index, scan.torn, scan.frames_after))
 }
 
-fn scan_file<F: LogFs>(fs: &F, first_seq: u64) -> Result<segment::Scan, LogError> {
+fn scan_file<F: LogFs>(fs: &F, first_seq: u64, newest: bool) -> Result<segment::Scan, LogError> {
     let file = segment::name(first_seq);
     let bytes = fs.read(&file).map_err(|source| LogError::Read {
         file: file.clone(),
         source,
     })?;
-    segment::scan(&bytes, first_seq).map_err(|(offset, damage)| LogError::Damaged {
+    let scan = if newest {
+        segment::scan_newest(&bytes, first_seq)
+    } else {
+        segment::scan(&bytes, first_seq)
+    };
+    scan.map_err(|(offset, damage)| LogError::Damaged {
         file,
         offset,
         damage,
@@ -267,16 +282,13 @@ impl<F: LogFs + Clone> LogReader<F> {
     fn scan_unscanned(&self, from: u64, to: u64) -> Result<(), LogError> {
         let wanted = self.index().unscanned_from(from);
         for first_seq in wanted.into_iter().filter(|&first| first <= to) {
-            let dir = self.fs.sidecar_dir();
-            let kept = dir.and_then(|dir| sidecar::load(dir, first_seq));
+            let kept = sidecar::load(&self.fs, first_seq);
             let scanned = match kept {
                 Some(index) => index,
                 None => {
                     // An unscanned segment is an old, sealed one: its sidecar stays valid.
-                    let (scanned, _) = scan_segment(&self.fs, first_seq)?;
-                    if let Some(dir) = dir {
-                        sidecar::store(dir, &scanned);
-                    }
+                    let (scanned, _, _) = scan_segment(&self.fs, first_seq, false)?;
+                    sidecar::store(&self.fs, &scanned);
                     scanned
                 }
             };

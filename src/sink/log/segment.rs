@@ -5,11 +5,53 @@
 //! `{first_seq:020}.seg.tmp`, its header written and synced, then renamed to its final name, so
 //! a final name always holds a whole header. The name reserves `first_seq`: opening never hands
 //! out a sequence below any segment's first one.
+//!
+//! # What a crash can leave after the last intact frame
+//!
+//! The scan reads frames up to the first bytes that are not an intact frame with the expected
+//! sequence, at offset `v`. What follows decides between a **torn tail** (the residue of an
+//! append no `fdatasync` completed: ignored) and **damage** (refused with the file and the
+//! offset, since acknowledged events may be in it). The crash model is POSIX's, page by page
+//! (`super::crash`): of unsynced bytes, any subset of their pages may persist, so a crash can
+//! leave a **hole** (zeros up to a page boundary) followed by intact frames. The argument
+//! for where that may be taken for a torn tail:
+//!
+//! 1. In one segment the writer appends a group with one write and makes it durable with one
+//!    `fdatasync` before it writes the next; after a failed write or `fdatasync` it cuts the
+//!    segment back to its last durable group (`ftruncate`, then `fdatasync`) and never appends
+//!    to it again. So at any instant the bytes of a segment that no completed `fdatasync`
+//!    covers are those of **one** group, the last written to it, and nothing follows them.
+//! 2. No acknowledged frame follows a hole in one segment: its `fdatasync` would have covered
+//!    the hole (every byte before it was written earlier) — unless the hole is damage.
+//! 3. A segment other than the newest holds no unsynced byte: a newer segment is created only
+//!    after the group before it was made durable (rotation) or cut off durably (a failed
+//!    group: the next append retries the cut and fails until it succeeds); and opening cuts
+//!    a torn tail with frames after it off the newest segment (`LogFs::truncate`) before
+//!    anything is appended after it. So in an older segment any bad frame followed by an
+//!    intact one is damage: [`scan`] refuses it.
+//! 4. In the newest segment ([`scan_newest`]), a bad frame followed by intact frames is a
+//!    torn tail when a **hole** lies between them: a [`SECTOR`]-aligned run of zeros
+//!    (`[max(b - SECTOR, v), b)` zero for some multiple `b` of [`SECTOR`] with
+//!    `v < b <= n`, `n` the next intact frame). A crash leaves exactly that: the frame at `v`
+//!    is broken because a page of it did not persist, that page reads as zeros from the
+//!    durable end or its start up to its end (page boundaries are sector multiples), and the
+//!    frame at `n` lies after it, all of its pages kept. A flipped bit, a checksum mismatch
+//!    or other bytes with intact frames after them is still damage.
+//!
+//! The limit: damage that zeroes whole sectors of the **newest** segment and leaves intact
+//! frames after them reads like a crash's hole, and the acknowledged frames after it are taken
+//! for the torn tail of the last group. Nothing on disk tells them apart without a durable
+//! record of the segment's synced end per group (one more `fdatasync` per group); the sink's
+//! open check (the projection's newest sequence against the log's) catches such a loss for
+//! every event already checkpointed.
 
 use super::frame::{self, FrameError};
 
 /// The first bytes of every segment: format and version.
 pub const MAGIC: &[u8; 8] = b"DLQSEG1\n";
+
+/// The smallest unit a disk writes: a hole a crash leaves ends at a multiple of it.
+pub const SECTOR: usize = 512;
 
 const EXTENSION: &str = ".seg";
 const TMP_EXTENSION: &str = ".seg.tmp";
@@ -60,6 +102,9 @@ pub struct Scan {
     pub valid_len: usize,
     /// A torn tail after them, if any: what was wrong with the bytes at `valid_len`.
     pub torn: Option<FrameError>,
+    /// Where an intact frame follows the torn tail, after a hole (only in the newest segment:
+    /// see the module doc). Opening cuts such a tail off.
+    pub frames_after: Option<usize>,
 }
 
 impl Scan {
@@ -99,13 +144,23 @@ pub enum Damage {
     },
 }
 
-/// Validates the bytes of the segment that starts at `first_seq`. Frames must carry
-/// `first_seq`, `first_seq + 1`, ... . The first bytes that are not an intact frame end the
-/// segment: nothing but zeros is the space reserved ahead of the appends
+/// Validates the bytes of an older segment (not the newest) that starts at `first_seq`.
+/// Frames must carry `first_seq`, `first_seq + 1`, ... . The first bytes that are not an intact
+/// frame end the segment: nothing but zeros is the space reserved ahead of the appends
 /// (`super::io::RealFile`), not an error; a **torn tail** (returned in [`Scan::torn`]) when
 /// other bytes and no intact frame follow, which is what a crash during an append leaves; and
-/// [`Damage::Middle`] with the offset when an intact frame follows.
+/// [`Damage::Middle`] with the offset when an intact frame follows (see the module doc).
 pub fn scan(bytes: &[u8], first_seq: u64) -> Result<Scan, (usize, Damage)> {
+    scan_in(bytes, first_seq, false)
+}
+
+/// [`scan`] for the newest segment: a bad frame followed by intact frames, with a hole between
+/// them, is a torn tail too ([`Scan::frames_after`]; see the module doc).
+pub fn scan_newest(bytes: &[u8], first_seq: u64) -> Result<Scan, (usize, Damage)> {
+    scan_in(bytes, first_seq, true)
+}
+
+fn scan_in(bytes: &[u8], first_seq: u64, newest: bool) -> Result<Scan, (usize, Damage)> {
     if bytes.get(..MAGIC.len()) != Some(MAGIC.as_slice()) {
         return Err((0, Damage::Header));
     }
@@ -133,13 +188,16 @@ pub fn scan(bytes: &[u8], first_seq: u64) -> Result<Scan, (usize, Damage)> {
             Err(_) if rest.iter().all(|&b| b == 0) => break,
             Err(reason) => {
                 let last = expected.saturating_sub(1);
-                if let Some(next) = frame::intact_frame_after(bytes, at + 1, last) {
+                let next = frame::intact_frame_after(bytes, at + 1, last);
+                if let Some(next) = next.filter(|&next| !(newest && hole_between(bytes, at, next)))
+                {
                     return Err((at, Damage::Middle { reason, next }));
                 }
                 return Ok(Scan {
                     frames,
                     valid_len: at,
                     torn: Some(reason),
+                    frames_after: next,
                 });
             }
         }
@@ -148,5 +206,19 @@ pub fn scan(bytes: &[u8], first_seq: u64) -> Result<Scan, (usize, Damage)> {
         frames,
         valid_len: at,
         torn: None,
+        frames_after: None,
+    })
+}
+
+/// Whether a hole lies between the bad frame at `from` and the intact frame at `to`: for some
+/// multiple `b` of [`SECTOR`] with `from < b <= to`, the bytes `max(b - SECTOR, from)..b` are
+/// all zeros.
+fn hole_between(bytes: &[u8], from: usize, to: usize) -> bool {
+    let first = (from / SECTOR + 1) * SECTOR;
+    (first..=to).step_by(SECTOR).any(|b| {
+        let start = b.saturating_sub(SECTOR).max(from);
+        bytes
+            .get(start..b)
+            .is_some_and(|run| run.iter().all(|&byte| byte == 0))
     })
 }

@@ -6,16 +6,17 @@
 //! {first_seq:020}.idx = MAGIC | first_seq u64 | end u64 | count u32 | start u32 * count | crc u32
 //! ```
 //! (little endian; the CRC-32 covers every byte before it). The file is only a cache: written
-//! without fsync when the writer seals a segment or a reader has scanned one, checked before
-//! use (CRC, first sequence, the segment's current length, ascending offsets) and ignored when
-//! anything is off; every frame read through it is checked again (CRC and sequence). The log's
-//! durability never depends on it. Only a log on the real disk keeps sidecars.
-
-use std::path::Path;
+//! whole ([`LogFs::store`]: a temporary name, `fdatasync`, rename, no directory fsync) when the
+//! writer seals a segment or a reader has scanned one, checked before use (CRC, first
+//! sequence, the segment's current length, ascending offsets) and ignored when anything is off;
+//! every frame read through it is checked again (CRC and sequence). The log's durability never
+//! depends on it. It goes through the log's file trait, so the simulated directory records it
+//! and every crash state of it is checked with the log.
 
 use tracing::debug;
 
 use super::index::SegmentIndex;
+use super::io::LogFs;
 use super::segment;
 
 const MAGIC: &[u8; 8] = b"DLQIDX1\n";
@@ -75,32 +76,25 @@ pub(super) fn decode(bytes: &[u8], first_seq: u64, segment_len: u64) -> Option<S
     fits.then(|| SegmentIndex::from_parts(first_seq, starts, end))
 }
 
-/// The index of the segment starting at `first_seq` from its sidecar in `dir`, if one fits.
-pub(super) fn load(dir: &Path, first_seq: u64) -> Option<SegmentIndex> {
-    let segment_len = std::fs::metadata(dir.join(segment::name(first_seq)))
-        .ok()?
-        .len();
-    let bytes = std::fs::read(dir.join(name(first_seq))).ok()?;
+/// The index of the segment starting at `first_seq` from its sidecar, if one fits.
+pub(super) fn load<F: LogFs>(fs: &F, first_seq: u64) -> Option<SegmentIndex> {
+    let segment_len = fs.len(&segment::name(first_seq)).ok()?;
+    let bytes = fs.read(&name(first_seq)).ok()?;
     decode(&bytes, first_seq, segment_len)
 }
 
-/// Writes the sidecar of a sealed segment's `index` into `dir` (a temporary name, then a
-/// rename); a failure only costs the next reader a scan.
-pub(super) fn store(dir: &Path, index: &SegmentIndex) {
-    let (tmp, path) = (
-        dir.join(format!("{}.tmp", name(index.first_seq))),
-        dir.join(name(index.first_seq)),
-    );
-    let written = std::fs::write(&tmp, encode(index)).and_then(|()| std::fs::rename(&tmp, &path));
-    if let Err(err) = written {
-        let _ = std::fs::remove_file(&tmp);
-        debug!(file = %path.display(), error = %err, "cannot write a segment's sidecar index; readers scan the segment instead");
+/// Writes the sidecar of a sealed segment's `index` ([`LogFs::store`]); a failure only costs
+/// the next reader a scan.
+pub(super) fn store<F: LogFs>(fs: &F, index: &SegmentIndex) {
+    let file = name(index.first_seq);
+    if let Err(err) = fs.store(&file, &encode(index)) {
+        debug!(file = %file, error = %err, "cannot write a segment's sidecar index; readers scan the segment instead");
     }
 }
 
 /// Deletes the sidecar of the segment starting at `first_seq`, if there is one.
-pub(super) fn remove(dir: &Path, first_seq: u64) {
-    let _ = std::fs::remove_file(dir.join(name(first_seq)));
+pub(super) fn remove<F: LogFs>(fs: &F, first_seq: u64) {
+    let _ = fs.remove(&name(first_seq));
 }
 
 #[cfg(test)]

@@ -8,13 +8,23 @@
 //! given errno; a failed write still appends the first half of its bytes (a short write), a
 //! failed `fdatasync` leaves the writes doubtful: on disk or a hole of zeros after a crash,
 //! whatever later `fdatasync`s do (see [`Op::FailedSync`]).
+//!
+//! A [`SimFile`] reserves its blocks ahead of its appends as [`super::io::RealFile`] does
+//! (`fallocate`, recorded as [`Op::Allocate`], [`SIM_PREALLOCATE_BYTES`] at a time) and writes
+//! at its own offset; sealing and cutting it are recorded cuts. Sidecars
+//! ([`LogFs::store`]) are recorded too: created under a temporary name, written, synced,
+//! renamed. So the crash enumeration covers all of them.
 
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::crash::{Disk, Files, Op};
-use super::io::{LogFs, SegmentFile};
+use super::crash::{Disk, Files, Op, PAGE};
+use super::io::{self as log_io, LogFs, SegmentFile};
+
+/// How much of a simulated segment is reserved at a time ahead of its appends: one page, so
+/// the crash states hold the zeros a reservation leaves without files of megabytes.
+pub const SIM_PREALLOCATE_BYTES: u64 = PAGE as u64;
 
 /// ENOSPC: no space left on the device.
 pub const ENOSPC: i32 = 28;
@@ -38,6 +48,10 @@ pub enum OpKind {
     SyncDir,
     /// [`LogFs::read`] and [`LogFs::list`].
     Read,
+    /// The `fallocate` ahead of an append (a failure only means the append allocates).
+    Allocate,
+    /// [`LogFs::store`] (a sidecar).
+    Store,
 }
 
 #[derive(Debug, Clone)]
@@ -178,6 +192,10 @@ impl State {
 pub struct SimFile {
     fs: SimFs,
     ino: usize,
+    /// Bytes appended: where the next append goes.
+    written: u64,
+    /// The file's length: reserved up to here (zeros past `written`).
+    reserved: u64,
 }
 
 impl LogFs for SimFs {
@@ -198,7 +216,15 @@ impl LogFs for SimFs {
         Ok(SimFile {
             fs: self.clone(),
             ino,
+            written: 0,
+            reserved: 0,
         })
+    }
+
+    fn len(&self, name: &str) -> io::Result<u64> {
+        let state = self.lock();
+        let ino = state.ino(name)?;
+        Ok(state.disk.len(ino) as u64)
     }
 
     fn read(&self, name: &str) -> io::Result<Vec<u8>> {
@@ -253,23 +279,88 @@ impl LogFs for SimFs {
         let ino = state.ino(name)?;
         state.sync(ino)
     }
+
+    fn truncate(&self, name: &str, len: u64) -> io::Result<()> {
+        let mut state = self.lock();
+        state.check(OpKind::Write)?;
+        let ino = state.ino(name)?;
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        state.record(Op::Cut { ino, len });
+        state.sync(ino)
+    }
+
+    fn store(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        let mut state = self.lock();
+        state.check(OpKind::Store)?;
+        let tmp = format!("{name}.tmp");
+        if state.disk.lookup(&tmp).is_some() {
+            state.record(Op::Remove { name: tmp.clone() });
+        }
+        let ino = state.disk.next_ino();
+        state.record(Op::Create {
+            name: tmp.clone(),
+            ino,
+        });
+        let bytes = bytes.to_vec();
+        state.record(Op::Write { ino, at: 0, bytes });
+        state.record(Op::SyncData { ino });
+        let to = name.to_owned();
+        state.record(Op::Rename { from: tmp, to });
+        Ok(())
+    }
+}
+
+impl SimFile {
+    /// Reserves blocks for `len` more bytes, as [`super::io::RealFile`] does.
+    fn reserve(&mut self, state: &mut State, len: u64) {
+        let want = log_io::reservation(self.written, self.reserved, len, SIM_PREALLOCATE_BYTES);
+        if let Some(want) = want {
+            if state.check(OpKind::Allocate).is_ok() {
+                let len = usize::try_from(want).unwrap_or(usize::MAX);
+                state.record(Op::Allocate { ino: self.ino, len });
+                self.reserved = want;
+            }
+        }
+    }
+
+    /// Records a cut to `len` (its `fdatasync` is the caller's).
+    fn cut_to(&mut self, state: &mut State, len: u64) {
+        let cut = usize::try_from(len).unwrap_or(usize::MAX);
+        state.record(Op::Cut {
+            ino: self.ino,
+            len: cut,
+        });
+        (self.written, self.reserved) = (len, len);
+    }
 }
 
 impl SegmentFile for SimFile {
     fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        let mut state = self.fs.lock();
-        let ino = self.ino;
+        let fs = self.fs.clone();
+        let mut state = fs.lock();
+        let (ino, at) = (
+            self.ino,
+            usize::try_from(self.written).unwrap_or(usize::MAX),
+        );
+        self.reserve(&mut state, bytes.len() as u64);
         if let Err(err) = state.check(OpKind::Write) {
             let half = bytes.get(..bytes.len() / 2).unwrap_or_default().to_vec();
             if !half.is_empty() {
-                state.record(Op::Write { ino, bytes: half });
+                state.record(Op::Write {
+                    ino,
+                    at,
+                    bytes: half,
+                });
             }
             return Err(err);
         }
         state.record(Op::Write {
             ino,
+            at,
             bytes: bytes.to_vec(),
         });
+        self.written += bytes.len() as u64;
+        self.reserved = self.reserved.max(self.written);
         Ok(())
     }
 
@@ -278,10 +369,23 @@ impl SegmentFile for SimFile {
     }
 
     fn cut(&mut self, len: u64) -> io::Result<()> {
-        let mut state = self.fs.lock();
+        let fs = self.fs.clone();
+        let mut state = fs.lock();
         state.check(OpKind::Write)?;
-        let len = usize::try_from(len).unwrap_or(usize::MAX);
-        state.record(Op::Cut { ino: self.ino, len });
+        self.cut_to(&mut state, len);
         state.sync(self.ino)
+    }
+
+    /// Gives the reserved space back: a cut and its `fdatasync`, recorded; no injected fault
+    /// reaches it (the writer only logs a failed seal, and faults aimed at the appends' calls
+    /// must reach those).
+    fn seal(&mut self) -> io::Result<()> {
+        if self.reserved > self.written {
+            let fs = self.fs.clone();
+            let mut state = fs.lock();
+            self.cut_to(&mut state, self.written);
+            state.record(Op::SyncData { ino: self.ino });
+        }
+        Ok(())
     }
 }

@@ -91,6 +91,16 @@ impl<F: LogFs> LogWriter<F> {
         done_through: u64,
     ) -> Result<(Self, Recovery), LogError> {
         let recovery = reader::recover(&fs, done_through)?;
+        // A hole and frames after it may end only the newest segment: cut them off before a
+        // newer one exists (`super::segment`'s module doc, point 3).
+        for (file, len) in &recovery.cut {
+            fs.truncate(file, *len as u64)
+                .map_err(|source| LogError::CutTail {
+                    file: file.clone(),
+                    offset: *len,
+                    source,
+                })?;
+        }
         for file in &recovery.unfinished {
             fs.remove(file).map_err(|source| LogError::Remove {
                 file: file.clone(),
@@ -238,15 +248,12 @@ impl<F: LogFs> LogWriter<F> {
 
     /// Keeps the frame offsets of the full active segment beside it (`super::sidecar`).
     fn store_sidecar(&self) {
-        let Some(dir) = self.fs.sidecar_dir() else {
-            return;
-        };
         let index = self
             .index
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(sealed) = index.segments().last() {
-            sidecar::store(dir, sealed);
+            sidecar::store(&self.fs, sealed);
         }
     }
 
@@ -379,9 +386,7 @@ impl<F: LogFs> LogWriter<F> {
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
                 Err(source) => return Err(LogError::Remove { file, source }),
             }
-            if let Some(dir) = self.fs.sidecar_dir() {
-                sidecar::remove(dir, first);
-            }
+            sidecar::remove(&self.fs, first);
             self.index_mut().drop_front(1);
             removed += 1;
             // One directory fsync per segment: a crash keeps a prefix of the deletions, so the
