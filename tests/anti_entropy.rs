@@ -109,12 +109,12 @@ async fn deleted_messages_come_back_once_with_their_event_ids() {
     let ids = emit(&emitter, 10).await;
     assert_eq!(stream_len(&server.url(), "DLQ").await, 10);
 
-    // The stream loses three acknowledged messages.
+    // The stream loses three acknowledged messages (each delete answered true). The stream's
+    // length is not asserted here: the 100 ms passes may already be repairing them.
     let handle = stream(&server.url()).await;
     for seq in [2, 5, 9] {
         assert!(handle.delete_message(seq).await.unwrap());
     }
-    assert_eq!(stream_len(&server.url(), "DLQ").await, 7);
 
     wait_for("the three lost events re-published", WAIT, || async {
         stats(&emitter).republished == 3
