@@ -49,7 +49,7 @@
 //! it on demand.
 
 mod applier;
-mod checkpoint;
+pub(crate) mod checkpoint;
 mod counters;
 mod epoch;
 mod fault_fs;

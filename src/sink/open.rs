@@ -1,7 +1,6 @@
 //! Opening a data directory: sled, the migration of an older format, the log's recovery, the
 //! publish state, and applying what the projection has not seen yet.
 
-use std::fs::File;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
@@ -41,16 +40,10 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
         hint: RECOVERY_HINT,
     };
     let db = open_db(&config)?;
-    let log_file = File::open(config.path.join("db"))
-        .map_err(|err| open_error(format!("cannot open sled's log file for fsync: {err}")))?;
     let tree: sled::Tree = (*db).clone();
+    let mut flusher = SledFlusher::open(db, &config.path)
+        .map_err(|err| open_error(format!("cannot open sled's log file for fsync: {err}")))?;
     let node_id = resolve_node_id(&tree, &config)?;
-    let mut flusher = SledFlusher {
-        db,
-        log_file,
-        blobs_dir: config.path.join("blobs"),
-        synced_blobs: Default::default(),
-    };
     let log_config = LogConfig {
         segment_bytes: config.segment_bytes,
         unsafe_skip_fdatasync: config.unsafe_skip_log_fdatasync,
