@@ -11,6 +11,7 @@ use super::checkpoint::SledFlusher;
 use super::epoch::Epoch;
 use super::fault_fs::{Backend, FaultFs};
 use super::log::{io::RealFs, LogConfig, LogWriter};
+use super::log_retention::{LogFloor, Retention};
 use super::migrate::{self, LOG_DIR};
 use super::projection_format::{self, Takeover};
 use super::publish_state::PublishState;
@@ -118,6 +119,7 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
     }
     let epoch = Epoch::open(&config.path, &reader)?;
     let publish = Arc::new(Mutex::new(publish));
+    let floor = LogFloor::default();
     let (requests, rx) = mpsc::channel(config.queue_depth.max(1));
     let applied = Arc::new(Applied::new(applied));
     let (jobs, to_apply) = std::sync::mpsc::channel();
@@ -133,7 +135,10 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
         applier: Some(applier),
         changed: caught_up > 0,
         publish: publish.clone(),
-        retention: config.log_retention,
+        retention: Retention {
+            policy: config.log_retention,
+            floor: floor.clone(),
+        },
         node_id: node_id.clone(),
         epoch,
         limits: Limits {
@@ -168,6 +173,7 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
         applied,
         publish,
         faults,
+        log_floor: floor,
         writer: Mutex::new(Some(handle)),
     })
 }
