@@ -49,6 +49,9 @@ pub const ANTI_ENTROPY_DUPLICATES: &str = "dlq_anti_entropy_duplicates_total";
 pub const ANTI_ENTROPY_TRACKED: &str = "dlq_anti_entropy_tracked_events";
 /// Acknowledged events anti-entropy stopped checking early because `max_tracked` was reached.
 pub const ANTI_ENTROPY_DROPPED: &str = "dlq_anti_entropy_dropped_total";
+/// How long ago the oldest acknowledgement anti-entropy still checks was made (0: none): about
+/// `horizon` plus `interval` while the passes keep up, growing when they fall behind.
+pub const ANTI_ENTROPY_OLDEST_UNCHECKED_AGE: &str = "dlq_anti_entropy_oldest_unchecked_age_seconds";
 /// When the last anti-entropy pass completed (Unix seconds).
 pub const ANTI_ENTROPY_LAST_PASS: &str = "dlq_anti_entropy_last_pass_timestamp_seconds";
 
@@ -137,6 +140,11 @@ pub fn describe() {
     describe_gauge!(
         ANTI_ENTROPY_TRACKED,
         "Acknowledged events anti-entropy still checks"
+    );
+    describe_gauge!(
+        ANTI_ENTROPY_OLDEST_UNCHECKED_AGE,
+        Unit::Seconds,
+        "Age of the oldest acknowledgement anti-entropy has not yet checked past its horizon"
     );
     describe_gauge!(
         ANTI_ENTROPY_LAST_PASS,

@@ -652,6 +652,7 @@ fn deployment_files_are_valid_and_cover_every_exported_metric() {
         dlq::metrics::ANTI_ENTROPY_DUPLICATES,
         dlq::metrics::ANTI_ENTROPY_DROPPED,
         dlq::metrics::ANTI_ENTROPY_TRACKED,
+        dlq::metrics::ANTI_ENTROPY_OLDEST_UNCHECKED_AGE,
         dlq::metrics::ANTI_ENTROPY_LAST_PASS,
     ]
     .into_iter()

@@ -13,6 +13,7 @@ mod failover;
 mod nats;
 mod payload;
 mod probe;
+mod scan;
 pub mod stream;
 
 use std::future::Future;
@@ -29,6 +30,7 @@ pub use failover::{through_failover, FAILOVER_WAIT};
 pub use nats::{connect_client, connect_watched, NatsBus};
 pub use payload::payload_warning;
 pub use probe::{Presence, Probe};
+pub use scan::Extent;
 
 /// The servers of a comma-separated URL list (`nats://a:4222,nats://b:4222`), trimmed, for
 /// async-nats, which parses a single string as one URL.
@@ -94,6 +96,23 @@ pub trait Bus: Send + Sync + 'static {
         probes: &[Probe],
     ) -> impl Future<Output = Result<Vec<Presence>, BusError>> + Send {
         let _ = probes;
+        async {
+            Err(BusError::Rejected(
+                "this bus cannot say what it holds (JetStream only)".into(),
+            ))
+        }
+    }
+
+    /// Calls `visit(stream_seq, msg_id)` for every message the stream holds from stream
+    /// sequence `from` through `to`, in order, reading them in bulk (anti-entropy); returns the
+    /// stream's extent when the read began.
+    fn scan_ids(
+        &self,
+        from: u64,
+        to: u64,
+        visit: &mut (dyn FnMut(u64, &str) + Send),
+    ) -> impl Future<Output = Result<Extent, BusError>> + Send {
+        let _ = (from, to, visit);
         async {
             Err(BusError::Rejected(
                 "this bus cannot say what it holds (JetStream only)".into(),

@@ -501,6 +501,18 @@ impl Bus for NatsBus {
         self.probe_stream(probes).await
     }
 
+    async fn scan_ids(
+        &self,
+        from: u64,
+        to: u64,
+        visit: &mut (dyn FnMut(u64, &str) + Send),
+    ) -> Result<super::Extent, BusError> {
+        if !self.is_healthy() {
+            return Err(BusError::Disconnected);
+        }
+        self.scan_stream_ids(from, to, visit).await
+    }
+
     async fn publish_encoded_as(
         &self,
         event: &EncodedEvent,

@@ -2,7 +2,9 @@
 //!
 //! After each fetched batch the consumer saves what the batch changed (the fold's
 //! [`Touched`](super::fold::Touched) record) together with the stream sequence it reached, as one
-//! sled batch, and flushes. A save is prepared on the consumer's task (the changed items copied
+//! sled batch, and flushes it durably: sled's own flush is not durable (see
+//! `crate::sink::checkpoint`), so the store flushes through the sink's [`SledFlusher`], which
+//! fdatasyncs sled's log and fsyncs its new blob files. A save is prepared on the consumer's task (the changed items copied
 //! out of the fold) and encoded and written on a blocking thread while the next batch is fetched
 //! and folded ([`ConsumerStore::prepare`], [`PendingSave::commit`]); saves are written one at a
 //! time, in order, so the stored state is always the state at its stored checkpoint. The items
@@ -11,13 +13,14 @@
 //! is encoded. The store is a cache of the stream: deleting it only costs a rebuild.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use thiserror::Error;
 
 use super::fold::{AcceptedGap, Chain, Fold, FoldStats, HeldItem};
 use super::item_log::{self, Change, ChangeRef, Chunks, COMPACT_SLACK};
 use crate::domain::projection::StoredItem;
+use crate::sink::checkpoint::{flush_shared, SharedFlusher, SledFlusher};
 use crate::sink::sled_open::{open_waiting_for_lock, LOCK_WAIT};
 
 /// An item as one key (`i` + job + NUL + item → StoredItem JSON): how stores before the chunks
@@ -58,6 +61,7 @@ pub enum StoreError {
 #[must_use = "a prepared save is written only by commit"]
 pub struct PendingSave {
     db: sled::Db,
+    flusher: SharedFlusher,
     path: PathBuf,
     batch: sled::Batch,
     items: ItemWrite,
@@ -87,6 +91,7 @@ impl PendingSave {
     pub fn commit(self) -> Result<(), StoreError> {
         let PendingSave {
             db,
+            flusher,
             path,
             mut batch,
             items:
@@ -120,7 +125,7 @@ impl PendingSave {
             }
         }
         db.apply_batch(batch).map_err(|err| io(err.to_string()))?;
-        db.flush().map_err(|err| io(err.to_string()))?;
+        flush_shared(&flusher).map_err(io)?;
         Ok(())
     }
 }
@@ -129,6 +134,8 @@ impl PendingSave {
 pub struct ConsumerStore {
     path: PathBuf,
     db: sled::Db,
+    /// Makes a save durable.
+    flusher: SharedFlusher,
     /// What the saves prepared so far leave (ahead of sled while one is written).
     saved: Mutex<Saved>,
     /// Stale entries tolerated before a save compacts ([`COMPACT_SLACK`]; smaller in tests).
@@ -170,9 +177,14 @@ impl ConsumerStore {
             path: path.to_owned(),
             reason: err.to_string(),
         })?;
+        let flusher = SledFlusher::open(db.clone(), path).map_err(|err| StoreError::Io {
+            path: path.to_owned(),
+            reason: format!("cannot open sled's log file for fsync: {err}"),
+        })?;
         let store = ConsumerStore {
             path: path.to_owned(),
             db,
+            flusher: Arc::new(Mutex::new(flusher)),
             saved: Mutex::new(Saved::default()),
             slack,
         };
@@ -296,8 +308,21 @@ impl ConsumerStore {
         self.db
             .insert(key(ACCEPTED_GAP, &[&at, &gap.node]), value)
             .map_err(|e| self.io(e))?;
-        self.db.flush().map_err(|e| self.io(e))?;
-        Ok(())
+        self.flush()
+    }
+
+    /// Makes everything written so far durable.
+    fn flush(&self) -> Result<(), StoreError> {
+        flush_shared(&self.flusher).map_err(|e| self.io(e))
+    }
+
+    /// Runs `hook` on every file a save makes durable (power-cut tests).
+    #[cfg(test)]
+    pub(crate) fn on_sync(&self, hook: crate::sink::checkpoint::SyncHook) {
+        self.flusher
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .on_sync = Some(hook);
     }
 
     /// Every gap accepted in this store, oldest first.
@@ -362,6 +387,7 @@ impl ConsumerStore {
         batch.insert(CHECKPOINT, &checkpoint.to_be_bytes());
         Ok(PendingSave {
             db: self.db.clone(),
+            flusher: self.flusher.clone(),
             path: self.path.clone(),
             batch,
             items,
@@ -439,11 +465,15 @@ impl ConsumerStore {
     /// Forgets everything (before a rebuild from the start).
     pub fn clear(&self) -> Result<(), StoreError> {
         self.db.clear().map_err(|e| self.io(e))?;
-        self.db.flush().map_err(|e| self.io(e))?;
+        self.flush()?;
         *self.saved()? = Saved::default();
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "store_power_cut.rs"]
+mod power_cut;
 
 #[cfg(test)]
 mod tests {

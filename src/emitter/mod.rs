@@ -243,9 +243,15 @@ impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
     /// Tokio runtime.
     pub fn build(self) -> Emitter<S, B> {
         let anti_entropy = self.anti_entropy.filter(|config| config.enabled);
-        let tracker = anti_entropy.map(|config| Arc::new(Tracker::new(&config)));
+        let sink = Arc::new(self.sink);
+        let tracker = anti_entropy.map(|config| {
+            let sink = sink.clone();
+            Arc::new(Tracker::new(&config, move |floor| {
+                sink.hold_log_from(floor)
+            }))
+        });
         let inner = Arc::new(Inner {
-            sink: Arc::new(self.sink),
+            sink,
             bus: Arc::new(self.bus),
             policies: self.policies,
             publish_timeout: self.publish_timeout,

@@ -5,6 +5,8 @@
 //! values, large rewritten nodes) are never synced at all. [`SledFlusher::flush`] adds an
 //! `fdatasync` of sled's log file and an fsync of every new blob file and their directory.
 //!
+//! The consumer store (`crate::consumer`) saves through the same [`SledFlusher`].
+//!
 //! A periodic checkpoint's flush runs on a thread of its own ([`BackgroundFlush`]) while the
 //! writer goes on taking appends: a flush after a busy second took 100–200 ms, a stall of every
 //! caller when the writer made it itself.
@@ -12,7 +14,7 @@
 use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -77,15 +79,48 @@ pub(crate) struct SledFlusher {
     pub(crate) blobs_dir: PathBuf,
     /// Blob files already fsync'd.
     pub(crate) synced_blobs: HashSet<OsString>,
+    /// Told the path of every file just made durable (power-cut tests copy it aside).
+    #[cfg(test)]
+    pub(crate) on_sync: Option<SyncHook>,
 }
 
+/// What a power-cut test runs after each file this flusher made durable.
+#[cfg(test)]
+pub(crate) type SyncHook = Arc<dyn Fn(&Path) + Send + Sync>;
+
 impl SledFlusher {
+    /// The flusher of the sled database `db`, opened at `dir` (sled's log is `dir/db`, its
+    /// blobs `dir/blobs`).
+    pub(crate) fn open(db: sled::Db, dir: &Path) -> std::io::Result<Self> {
+        Ok(SledFlusher {
+            log_file: File::open(dir.join("db"))?,
+            db,
+            blobs_dir: dir.join("blobs"),
+            synced_blobs: HashSet::new(),
+            #[cfg(test)]
+            on_sync: None,
+        })
+    }
+
+    #[cfg(test)]
+    fn synced(&self, path: &Path) {
+        if let Some(hook) = &self.on_sync {
+            hook(path);
+        }
+    }
+
+    #[cfg(not(test))]
+    fn synced(&self, _path: &Path) {}
+
     /// Makes everything applied to the database so far survive a crash.
     pub(crate) fn flush(&mut self) -> Result<(), String> {
         let bytes = self.db.flush().map_err(|err| err.to_string())?;
         self.log_file
             .sync_data()
             .map_err(|err| format!("fdatasync of sled's log failed: {err}"))?;
+        if let Some(dir) = self.blobs_dir.parent() {
+            self.synced(&dir.join("db"));
+        }
         self.sync_new_blobs()
             .map_err(|err| format!("fsync of a blob file failed: {err}"))?;
         debug!(bytes, "sink checkpoint");
@@ -106,7 +141,10 @@ impl SledFlusher {
             let name = entry.file_name();
             if !self.synced_blobs.contains(&name) {
                 match File::open(entry.path()) {
-                    Ok(file) => file.sync_all()?,
+                    Ok(file) => {
+                        file.sync_all()?;
+                        self.synced(&entry.path());
+                    }
                     // sled removed it in the meantime: nothing to make durable.
                     Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
                     Err(err) => return Err(err),

@@ -112,4 +112,13 @@ impl Faults {
     pub(crate) fn stall(&self) -> Duration {
         Duration::from_millis(self.inner.stall_ms.load(Ordering::SeqCst))
     }
+
+    /// Sleeps out the [`Faults::set_stall`] stall, ending early once it is set shorter (so a
+    /// test can hold the writer for as long as it needs and then let it go).
+    pub(crate) fn wait_stall(&self) {
+        let started = std::time::Instant::now();
+        while started.elapsed() < self.stall() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 }

@@ -5,8 +5,11 @@
 //! than [`LogRetention::max_age`] (by its file's modification time: when its last event was
 //! written) or while the log is larger than [`LogRetention::max_bytes`]. The segment being
 //! appended to always stays. Live items created in a segment about to go are first kept whole
-//! in sled (`super::inline_items`), so no item pins the log.
+//! in sled (`super::inline_items`), so no item pins the log. Nor does a segment holding an event
+//! anti-entropy still checks ([`LogFloor`]): it must be able to read back what the stream lost.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::fault_fs::FaultFs;
@@ -30,8 +33,41 @@ impl Default for LogRetention {
     }
 }
 
-/// The retention a writer applies.
-pub(crate) type Retention = LogRetention;
+/// The lowest log sequence whose segment must stay whatever the retention (0: none), set by
+/// the sink's handle ([`super::Sink::hold_log_from`]) and read by its writer.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LogFloor(Arc<AtomicU64>);
+
+impl LogFloor {
+    /// Keeps the segments of `floor` and after (`None`: no floor).
+    pub(crate) fn hold_from(&self, floor: Option<u64>) {
+        self.0.store(floor.unwrap_or(0), Ordering::SeqCst);
+    }
+
+    /// `removable` capped below the floor.
+    fn cap(&self, removable: u64) -> u64 {
+        match self.0.load(Ordering::SeqCst) {
+            0 => removable,
+            floor => removable.min(floor - 1),
+        }
+    }
+}
+
+/// The retention a writer applies: the policy, under the floor.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Retention {
+    pub(crate) policy: LogRetention,
+    pub(crate) floor: LogFloor,
+}
+
+impl Retention {
+    /// The highest sequence whose segment may be deleted now (see
+    /// [`LogRetention::removable_through`]), below the floor.
+    pub(crate) fn removable_through(&self, log: &LogWriter<FaultFs>, done_through: u64) -> u64 {
+        self.floor
+            .cap(self.policy.removable_through(log, done_through))
+    }
+}
 
 impl LogRetention {
     /// The highest sequence whose segment may be deleted now, given that every event up to
@@ -73,5 +109,22 @@ impl LogRetention {
             total = total.saturating_sub(len);
         }
         removable
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_floor_keeps_its_segment_and_every_later_one() {
+        let floor = LogFloor::default();
+        assert_eq!(floor.cap(40), 40, "no floor");
+        floor.hold_from(Some(25));
+        assert_eq!((floor.cap(40), floor.cap(10)), (24, 10));
+        floor.hold_from(Some(1));
+        assert_eq!(floor.cap(40), 0);
+        floor.hold_from(None);
+        assert_eq!(floor.cap(40), 40);
     }
 }

@@ -49,7 +49,7 @@
 //! it on demand.
 
 mod applier;
-mod checkpoint;
+pub(crate) mod checkpoint;
 mod counters;
 mod epoch;
 mod fault_fs;
@@ -201,6 +201,13 @@ pub trait Sink: Send + Sync + 'static {
 
     /// The node id stamped on this sink's events.
     fn node_id(&self) -> &str;
+
+    /// Keeps every log segment holding an event from `floor` on, whatever the retention says
+    /// (`None`: no such floor): anti-entropy must be able to read back every event it still
+    /// checks.
+    fn hold_log_from(&self, floor: Option<u64>) {
+        let _ = floor;
+    }
 
     /// Flushes everything, including publish marks, and stops accepting appends.
     fn close(&self) -> impl Future<Output = Result<(), SinkError>> + Send;

@@ -1,7 +1,6 @@
 //! Opening a data directory: sled, the migration of an older format, the log's recovery, the
 //! publish state, and applying what the projection has not seen yet.
 
-use std::fs::File;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
@@ -12,6 +11,7 @@ use super::checkpoint::SledFlusher;
 use super::epoch::Epoch;
 use super::fault_fs::{Backend, FaultFs};
 use super::log::{io::RealFs, LogConfig, LogWriter};
+use super::log_retention::{LogFloor, Retention};
 use super::migrate::{self, LOG_DIR};
 use super::projection_format::{self, Takeover};
 use super::publish_state::PublishState;
@@ -41,16 +41,10 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
         hint: RECOVERY_HINT,
     };
     let db = open_db(&config)?;
-    let log_file = File::open(config.path.join("db"))
-        .map_err(|err| open_error(format!("cannot open sled's log file for fsync: {err}")))?;
     let tree: sled::Tree = (*db).clone();
+    let mut flusher = SledFlusher::open(db, &config.path)
+        .map_err(|err| open_error(format!("cannot open sled's log file for fsync: {err}")))?;
     let node_id = resolve_node_id(&tree, &config)?;
-    let mut flusher = SledFlusher {
-        db,
-        log_file,
-        blobs_dir: config.path.join("blobs"),
-        synced_blobs: Default::default(),
-    };
     let log_config = LogConfig {
         segment_bytes: config.segment_bytes,
         unsafe_skip_fdatasync: config.unsafe_skip_log_fdatasync,
@@ -127,6 +121,7 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
     }
     let epoch = Epoch::open(&config.path, &reader)?;
     let publish = Arc::new(Mutex::new(publish));
+    let floor = LogFloor::default();
     let (requests, rx) = mpsc::channel(config.queue_depth.max(1));
     let applied = Arc::new(Applied::new(applied));
     let (jobs, to_apply) = std::sync::mpsc::channel();
@@ -142,7 +137,10 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
         applier: Some(applier),
         changed: caught_up > 0,
         publish: publish.clone(),
-        retention: config.log_retention,
+        retention: Retention {
+            policy: config.log_retention,
+            floor: floor.clone(),
+        },
         node_id: node_id.clone(),
         epoch,
         limits: Limits {
@@ -177,6 +175,7 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
         applied,
         publish,
         faults,
+        log_floor: floor,
         writer: Mutex::new(Some(handle)),
     })
 }

@@ -113,6 +113,8 @@ pub(super) struct Inner {
     /// Which events the bus acknowledged.
     pub(super) publish: Arc<Mutex<PublishState>>,
     pub(super) faults: Faults,
+    /// The log segments anti-entropy needs kept.
+    pub(super) log_floor: super::log_retention::LogFloor,
     pub(super) writer: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -355,6 +357,10 @@ impl Sink for SledSink {
                 Some(LateAnswer::new(answer)),
             ),
         }
+    }
+
+    fn hold_log_from(&self, floor: Option<u64>) {
+        self.inner.log_floor.hold_from(floor);
     }
 
     fn mark_published(&self, seq: u64) -> Result<(), SinkError> {

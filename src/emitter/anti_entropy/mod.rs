@@ -6,23 +6,33 @@
 //! such event and has marked it published, so the reconciler never sends it again.
 //!
 //! So every durable event the bus acknowledges (on the emit path or by the reconciler) is
-//! remembered with its PubAck's stream sequence ([`tracked`]). Every `interval` a pass takes at
-//! most `max_checks_per_pass` of them and asks the stream whether it still holds each one at
-//! that sequence under that `Nats-Msg-Id` ([`Bus::probe`]). A missing one is read back from
-//! the sink ([`Sink::stored`]: only what the sink holds is ever published) and published again
-//! under a repair id, `{event_id}~anti-entropy-{unix ms}`: the stream's duplicate window
-//! remembers a deleted message's id, and a re-publish under the original id inside it is
-//! answered "duplicate" and **not stored**. The payload is unchanged, so consumers still drop a
-//! copy they hold by `(node, seq)`. The repaired copy is checked in turn. An entry is forgotten
-//! once a check finds it held more than `horizon` after it was acknowledged (it outlived the
-//! server's sync window), or when the stream's own limits removed it ([`Presence::Expired`]).
-//! Nothing here changes the stream.
+//! remembered ([`tracked`]: per second, the log sequences as ranges and the span of stream
+//! sequences their PubAcks named, a few dozen bytes however many events). Every `interval` a
+//! pass reads the `Nats-Msg-Id` of every message the stream holds over the tracked span, in
+//! bulk ([`Bus::scan_ids`]: headers only, thousands per request), and compares this node's ids
+//! with what it tracks. A missing one is read back from the sink ([`Sink::stored`]: only what
+//! the sink holds is ever published) and published again under a repair id,
+//! `{event_id}~anti-entropy-{unix ms}`: the stream's duplicate window remembers a deleted
+//! message's id, and a re-publish under the original id inside it is answered "duplicate" and
+//! **not stored**. The payload is unchanged, so consumers still drop a copy they hold by
+//! `(node, seq)`. The repaired copy is checked in turn. An event is forgotten once a pass
+//! finds it held more than `horizon` after it was acknowledged (it outlived the server's sync
+//! window), or when the stream's own limits removed it. Nothing here changes the stream.
+//!
+//! The sink keeps every log segment holding a tracked event ([`Sink::hold_log_from`]: lowered
+//! at once when an older event is acknowledged, set exactly after each pass), so a lost event
+//! can always be read back. The age of the oldest tracked acknowledgement is a gauge
+//! (`dlq_anti_entropy_oldest_unchecked_age_seconds`): about `horizon` plus `interval` when the
+//! passes keep up. Past `max_tracked` ranges the oldest events are dropped unchecked, counted
+//! and logged, never silently.
 //!
 //! What is remembered lives in memory: events acknowledged by a process that has since
 //! stopped are not checked (`dlq republish` compares the whole log with the stream).
 
+mod seqs;
 mod tracked;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -31,10 +41,14 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::bus::{Bus, BusError, Presence, Probe, Published};
+use crate::bus::{Bus, BusError, Published};
 use crate::metrics as m;
 use crate::sink::{Sink, SinkError};
 pub(crate) use tracked::Tracked;
+use tracked::{Found, Start};
+
+/// One bucket of acknowledgements per this much time.
+const SLICE: Duration = Duration::from_secs(1);
 
 /// How anti-entropy runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,9 +64,12 @@ pub struct AntiEntropyConfig {
     /// plus the time a crashed server takes to come back.
     #[serde(with = "humantime_serde")]
     pub horizon: Duration,
-    /// Most events checked in one pass (the rest wait for the next passes).
+    /// Most stream messages one pass reads (the acknowledgements past it wait for the next
+    /// passes).
     pub max_checks_per_pass: usize,
-    /// Most events remembered; past it the oldest are no longer checked.
+    /// Most ranges of log sequences remembered (a few dozen bytes each: 1,000,000 is at most
+    /// ~50 MiB; events acknowledged in order take one range per second whatever the rate);
+    /// past it the oldest events are no longer checked, and that is counted and logged.
     pub max_tracked: usize,
 }
 
@@ -62,8 +79,8 @@ impl Default for AntiEntropyConfig {
             enabled: true,
             interval: Duration::from_secs(30),
             horizon: Duration::from_secs(300),
-            max_checks_per_pass: 5000,
-            max_tracked: 100_000,
+            max_checks_per_pass: 50_000_000,
+            max_tracked: 1_000_000,
         }
     }
 }
@@ -86,10 +103,22 @@ pub struct AntiEntropyStats {
     pub tracked: u64,
 }
 
+/// Tells the sink the lowest log sequence anti-entropy may still need ([`Sink::hold_log_from`]).
+pub(crate) struct LogHold(Box<dyn Fn(Option<u64>) + Send + Sync>);
+
+impl std::fmt::Debug for LogHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LogHold")
+    }
+}
+
 /// Shared between the emitter (which records acknowledgements) and the task.
 #[derive(Debug)]
 pub(crate) struct Tracker {
     set: Mutex<Tracked>,
+    hold: LogHold,
+    /// The floor the sink was last given (0: none).
+    held: AtomicU64,
     passes: AtomicU64,
     checked: AtomicU64,
     missing: AtomicU64,
@@ -98,9 +127,16 @@ pub(crate) struct Tracker {
 }
 
 impl Tracker {
-    pub(crate) fn new(config: &AntiEntropyConfig) -> Self {
+    /// `hold` is told, whenever it changes, the lowest log sequence still tracked: the log
+    /// must keep its segment.
+    pub(crate) fn new(
+        config: &AntiEntropyConfig,
+        hold: impl Fn(Option<u64>) + Send + Sync + 'static,
+    ) -> Self {
         Tracker {
-            set: Mutex::new(Tracked::new(config.max_tracked)),
+            set: Mutex::new(Tracked::new(config.max_tracked, SLICE)),
+            hold: LogHold(Box::new(hold)),
+            held: AtomicU64::new(0),
             passes: AtomicU64::new(0),
             checked: AtomicU64::new(0),
             missing: AtomicU64::new(0),
@@ -117,12 +153,47 @@ impl Tracker {
     /// without a stream sequence cannot be checked).
     pub(crate) fn acknowledged(&self, seq: u64, msg_id: &str, published: &Published) {
         if let Some(stream_seq) = published.stream_seq {
-            let mut set = self.set();
-            let dropped = set.dropped;
-            set.record(seq, msg_id, stream_seq, Instant::now());
-            if set.dropped > dropped {
-                // Full: the oldest entry will never be checked again.
-                metrics::counter!(m::ANTI_ENTROPY_DROPPED).increment(set.dropped - dropped);
+            let recorded = {
+                let mut set = self.set();
+                let recorded = set.record(seq, msg_id, stream_seq, Instant::now());
+                if recorded.is_some() {
+                    self.lower_floor(seq);
+                }
+                recorded
+            };
+            self.recorded(seq, msg_id, recorded);
+        }
+    }
+
+    /// Keeps the log from `seq` on at once, when the sink was told a higher floor (an old
+    /// event the reconciler published late), rather than only at the end of the next pass.
+    /// Called with the set locked, so it cannot cross [`Tracker::hold_floor`].
+    fn lower_floor(&self, seq: u64) {
+        let held = self.held.load(Ordering::SeqCst);
+        if held == 0 || seq < held {
+            self.held.store(seq, Ordering::SeqCst);
+            (self.hold.0)(Some(seq));
+        }
+    }
+
+    /// Tells the sink the floor of `set` (which the caller holds locked).
+    fn hold_floor(&self, set: &Tracked) {
+        let floor = set.floor();
+        self.held.store(floor.unwrap_or(0), Ordering::SeqCst);
+        (self.hold.0)(floor);
+    }
+
+    /// Counts and logs what recording an acknowledgement left unchecked.
+    fn recorded(&self, seq: u64, msg_id: &str, recorded: Option<u64>) {
+        match recorded {
+            None => warn!(
+                seq,
+                msg_id, "anti-entropy cannot check an event whose id does not end in its sequence"
+            ),
+            Some(0) => {}
+            Some(dropped) => {
+                metrics::counter!(m::ANTI_ENTROPY_DROPPED).increment(dropped);
+                warn!(dropped, "anti-entropy tracks too many scattered sequences (max_tracked): the oldest acknowledged events are no longer checked");
             }
         }
     }
@@ -134,7 +205,7 @@ impl Tracker {
             missing: self.missing.load(Ordering::Relaxed),
             republished: self.republished.load(Ordering::Relaxed),
             duplicates: self.duplicates.load(Ordering::Relaxed),
-            tracked: self.set().len() as u64,
+            tracked: self.set().len(),
         }
     }
 }
@@ -184,63 +255,90 @@ impl<S: Sink, B: Bus> AntiEntropy<S, B> {
         }
     }
 
-    /// Checks one batch; returns how many events the stream stored again.
+    /// Checks the tracked events due (all of them, within `max_checks_per_pass` messages read);
+    /// returns how many events the stream stored again.
     pub(crate) async fn pass(&self) -> Result<u64, PassError> {
-        let batch = self.tracker.set().due(self.config.max_checks_per_pass);
-        let probes: Vec<Probe> = batch
-            .iter()
-            .map(|entry| Probe {
-                stream_seq: entry.stream_seq,
-                msg_id: entry.msg_id.clone(),
-            })
-            .collect();
-        let presence = if probes.is_empty() {
-            Vec::new()
-        } else {
-            self.bus.probe(&probes).await?
-        };
-        let now = Instant::now();
+        let budget = self.config.max_checks_per_pass as u64;
+        let due = self.tracker.set().due(budget);
         let mut republished = 0;
-        for (entry, presence) in batch.iter().zip(presence) {
-            self.count(&self.tracker.checked, m::ANTI_ENTROPY_CHECKED, 1);
-            match presence {
-                Presence::Held => {
-                    if now.saturating_duration_since(entry.acked_at) > self.config.horizon {
-                        self.tracker.set().forget(entry);
+        if let Some(due) = due {
+            let mut found: Found = due
+                .prefixes
+                .iter()
+                .map(|prefix| (prefix.clone(), Default::default()))
+                .collect::<HashMap<_, _>>();
+            let now = Instant::now();
+            let extent = {
+                let mut visit = |_stream_seq: u64, msg_id: &str| {
+                    if let Some((prefix, seq)) = tracked::split_id(msg_id) {
+                        if let Some(seqs) = found.get_mut(prefix) {
+                            seqs.insert(seq);
+                        }
                     }
-                }
-                Presence::Expired => self.tracker.set().forget(entry),
-                Presence::Missing => {
-                    self.count(&self.tracker.missing, m::ANTI_ENTROPY_MISSING, 1);
-                    republished += self.repair(entry).await?;
-                }
+                };
+                self.bus.scan_ids(due.lo, due.hi, &mut visit).await?
+            };
+            let start = Start {
+                first_seq: extent.first_seq,
+                limited: extent.limited,
+            };
+            let settled = self
+                .tracker
+                .set()
+                .settle(&due, &found, start, now, self.config.horizon);
+            self.count(
+                &self.tracker.checked,
+                m::ANTI_ENTROPY_CHECKED,
+                settled.checked,
+            );
+            for (prefix, seq) in settled.missing {
+                self.count(&self.tracker.missing, m::ANTI_ENTROPY_MISSING, 1);
+                republished += self.repair(&prefix, seq).await?;
             }
         }
         self.tracker.passes.fetch_add(1, Ordering::Relaxed);
-        metrics::gauge!(m::ANTI_ENTROPY_TRACKED).set(self.tracker.set().len() as f64);
-        metrics::gauge!(m::ANTI_ENTROPY_LAST_PASS).set(unix_now());
+        self.publish_state();
         Ok(republished)
     }
 
-    /// Publishes the stored copy of a lost event again; 1 when the stream stored it.
-    async fn repair(&self, entry: &tracked::Acked) -> Result<u64, PassError> {
-        let Some(event) = self.sink.stored(entry.seq)? else {
+    /// Sets the gauges and tells the sink which log sequences must stay.
+    fn publish_state(&self) {
+        let (len, oldest) = {
+            let set = self.tracker.set();
+            self.tracker.hold_floor(&set);
+            (set.len(), set.oldest())
+        };
+        metrics::gauge!(m::ANTI_ENTROPY_TRACKED).set(len as f64);
+        let age = oldest.map_or(0.0, |at| at.elapsed().as_secs_f64());
+        metrics::gauge!(m::ANTI_ENTROPY_OLDEST_UNCHECKED_AGE).set(age);
+        metrics::gauge!(m::ANTI_ENTROPY_LAST_PASS).set(unix_now());
+    }
+
+    /// Publishes the stored copy of the lost event `seq` again; 1 when the stream stored it.
+    async fn repair(&self, prefix: &str, seq: u64) -> Result<u64, PassError> {
+        let Some(event) = self.sink.stored(seq)? else {
             warn!(
-                seq = entry.seq,
+                seq,
                 "anti-entropy: the stream lost an event the sink no longer has; not re-published"
             );
-            self.tracker.set().forget(entry);
+            self.tracker.set().forget(prefix, seq);
             return Ok(0);
         };
         let msg_id = repair_id(&event.event_id, unix_millis());
         let published = self.bus.publish_encoded_as(&event, &msg_id).await?;
         let Some(stream_seq) = published.stream_seq else {
-            self.tracker.set().forget(entry);
+            self.tracker.set().forget(prefix, seq);
             return Ok(0);
         };
-        self.tracker
-            .set()
-            .replace(entry, &msg_id, stream_seq, Instant::now());
+        let recorded = {
+            let mut set = self.tracker.set();
+            let recorded = set.replace(seq, &msg_id, stream_seq, Instant::now());
+            if recorded.is_some() {
+                self.tracker.lower_floor(seq);
+            }
+            recorded
+        };
+        self.tracker.recorded(seq, &msg_id, recorded);
         if published.duplicate {
             // Only if this repair id was used before; the entry now names that message and
             // the next pass checks it.

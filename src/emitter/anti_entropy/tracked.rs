@@ -1,118 +1,286 @@
-//! The recently acknowledged events anti-entropy checks: pure bookkeeping, no I/O.
+//! The acknowledged events anti-entropy still checks: pure bookkeeping, no I/O.
 //!
-//! Every durable event the bus acknowledged is recorded with the stream sequence of its
-//! PubAck. An entry is checked on later passes until a check finds it held long enough after
-//! its acknowledgement (the task decides, [`Tracked::forget`]); while the bus cannot be read
-//! nothing is forgotten. Each pass takes at most `limit` entries, going round the whole set over
-//! successive passes (a cursor), so the work per pass is bounded however fast events arrive.
-//! The set is bounded too: past `capacity` the oldest entries are dropped (and counted).
+//! Acknowledgements are grouped in buckets, one per `slice` of time (and per event-id prefix,
+//! `{node}:{epoch}`): a bucket holds the log sequences acknowledged then, as ranges
+//! ([`Seqs`]), and the span of stream sequences their PubAcks named. A bucket costs a few
+//! ranges however many events it holds, so the memory bound (`capacity`, in ranges) is reached
+//! only by scattered sequences, never by the rate alone.
+//!
+//! A pass takes the buckets due ([`Tracked::due`]: all of them, or as many as `budget` stream
+//! messages to read allow, going round over successive passes), reads which of this node's
+//! event ids the stream holds over their span, and settles them ([`Tracked::settle`]): an event
+//! not found is missing (or expired, below the start of a stream whose limits remove
+//! messages); a bucket whose events were all found more than `horizon` after its newest
+//! acknowledgement is forgotten. A missing event stays tracked until its repair is
+//! acknowledged ([`Tracked::replace`]) or the sink no longer has it ([`Tracked::forget`]).
 
 use std::collections::{HashMap, VecDeque};
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-/// One acknowledged event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Acked {
-    /// Its log sequence in the sink.
-    pub seq: u64,
-    /// The `Nats-Msg-Id` it went out under (its event id, or a repair id).
-    pub msg_id: String,
-    /// Where the PubAck said the stream stored it.
-    pub stream_seq: u64,
-    /// When it was acknowledged (or last re-published).
-    pub acked_at: Instant,
-    /// Insertion number: the cursor's position.
+use super::seqs::Seqs;
+
+/// One slice of acknowledgements.
+#[derive(Debug, Clone)]
+struct Bucket {
     ticket: u64,
+    /// The event ids' common part: an event's id is `{prefix}:{seq}`.
+    prefix: Arc<str>,
+    seqs: Seqs,
+    stream_lo: u64,
+    stream_hi: u64,
+    oldest: Instant,
+    newest: Instant,
+    /// Taken by a pass: what is acknowledged from then on goes to a new bucket, or the pass
+    /// would settle events its read did not cover.
+    sealed: bool,
 }
 
-/// The tracked set.
+/// The buckets a pass checks, and the span of stream sequences to read for them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Due {
+    tickets: Vec<u64>,
+    /// First stream sequence to read.
+    pub lo: u64,
+    /// Last stream sequence to read.
+    pub hi: u64,
+    /// Whose event ids to collect.
+    pub prefixes: Vec<Arc<str>>,
+}
+
+/// Where the stream started when it was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Start {
+    /// The stream's first sequence.
+    pub first_seq: u64,
+    /// Whether the stream's limits remove messages (below `first_seq` they left by design).
+    pub limited: bool,
+}
+
+/// What settling a pass found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Settled {
+    /// Events checked.
+    pub checked: u64,
+    /// Events the stream's limits removed (forgotten).
+    pub expired: u64,
+    /// Events the stream lost: (id prefix, log sequence). Still tracked.
+    pub missing: Vec<(Arc<str>, u64)>,
+}
+
+/// The event ids the stream holds, by prefix: what a read found.
+pub(crate) type Found = HashMap<Arc<str>, Seqs>;
+
+/// Splits a `Nats-Msg-Id` (an event id, or a repair id `{event_id}~...`) into the event id's
+/// prefix and log sequence.
+pub(crate) fn split_id(msg_id: &str) -> Option<(&str, u64)> {
+    let event_id = msg_id.split('~').next()?;
+    let (prefix, seq) = event_id.rsplit_once(':')?;
+    Some((prefix, seq.parse().ok()?))
+}
+
+/// The tracked buckets.
 #[derive(Debug)]
 pub(crate) struct Tracked {
-    entries: VecDeque<Acked>,
-    /// Log sequence -> ticket of its live entry.
-    live: HashMap<u64, u64>,
+    buckets: VecDeque<Bucket>,
+    slice: Duration,
     capacity: usize,
+    ranges: usize,
+    events: u64,
     next_ticket: u64,
     /// Ticket after which the next pass starts.
     cursor: u64,
-    /// Entries dropped because the set was full (never checked to the horizon).
+    /// Events dropped unchecked because the ranges would have passed `capacity`.
     pub dropped: u64,
 }
 
 impl Tracked {
-    /// An empty set holding at most `capacity` entries.
-    pub fn new(capacity: usize) -> Self {
+    /// An empty set: one bucket per `slice`, at most `capacity` ranges in all.
+    pub fn new(capacity: usize, slice: Duration) -> Self {
         Tracked {
-            entries: VecDeque::new(),
-            live: HashMap::new(),
+            buckets: VecDeque::new(),
+            slice,
             capacity: capacity.max(1),
+            ranges: 0,
+            events: 0,
             next_ticket: 1,
             cursor: 0,
             dropped: 0,
         }
     }
 
-    /// How many entries are tracked.
-    pub fn len(&self) -> usize {
-        self.entries.len()
+    /// How many events are tracked.
+    pub fn len(&self) -> u64 {
+        self.events
     }
 
-    /// Records an acknowledgement. An event already tracked keeps its entry (a second
-    /// acknowledgement of the same event is a duplicate ack naming the same message).
-    pub fn record(&mut self, seq: u64, msg_id: &str, stream_seq: u64, at: Instant) {
-        if self.live.contains_key(&seq) {
-            return;
+    /// The lowest log sequence still tracked: the log must keep it.
+    pub fn floor(&self) -> Option<u64> {
+        self.buckets.iter().filter_map(|b| b.seqs.first()).min()
+    }
+
+    /// When the oldest tracked event was acknowledged.
+    pub fn oldest(&self) -> Option<Instant> {
+        self.buckets.iter().map(|b| b.oldest).min()
+    }
+
+    /// Records that event `seq`, published under `msg_id`, was acknowledged at `stream_seq`.
+    /// `None` when its id does not end in `:{seq}` (it cannot be found by id); otherwise how
+    /// many older events were dropped unchecked to stay within the capacity.
+    pub fn record(&mut self, seq: u64, msg_id: &str, stream_seq: u64, at: Instant) -> Option<u64> {
+        let (prefix, id_seq) = split_id(msg_id)?;
+        if id_seq != seq {
+            return None;
         }
-        while self.entries.len() >= self.capacity {
-            if let Some(old) = self.entries.pop_front() {
-                self.live.remove(&old.seq);
-                self.dropped += 1;
+        let fits = self.buckets.back().is_some_and(|last| {
+            !last.sealed
+                && &*last.prefix == prefix
+                && at.saturating_duration_since(last.oldest) < self.slice
+        });
+        if !fits {
+            let prefix = self
+                .buckets
+                .iter()
+                .rev()
+                .find(|b| &*b.prefix == prefix)
+                .map_or_else(|| Arc::from(prefix), |b| b.prefix.clone());
+            self.buckets.push_back(Bucket {
+                ticket: self.next_ticket,
+                prefix,
+                seqs: Seqs::default(),
+                stream_lo: stream_seq,
+                stream_hi: stream_seq,
+                oldest: at,
+                newest: at,
+                sealed: false,
+            });
+            self.next_ticket += 1;
+        }
+        let Some(bucket) = self.buckets.back_mut() else {
+            return Some(0);
+        };
+        let before = bucket.seqs.ranges();
+        if bucket.seqs.insert(seq) {
+            self.events += 1;
+        }
+        self.ranges = self.ranges + bucket.seqs.ranges() - before;
+        bucket.stream_lo = bucket.stream_lo.min(stream_seq);
+        bucket.stream_hi = bucket.stream_hi.max(stream_seq);
+        bucket.newest = bucket.newest.max(at);
+        bucket.oldest = bucket.oldest.min(at);
+        let mut dropped = 0;
+        while self.ranges > self.capacity {
+            let Some(old) = self.buckets.pop_front() else {
+                break;
+            };
+            self.ranges -= old.seqs.ranges();
+            self.events -= old.seqs.len();
+            dropped += old.seqs.len();
+        }
+        self.dropped += dropped;
+        Some(dropped)
+    }
+
+    /// The buckets to check now: from after the last pass's, as many as `budget` stream
+    /// messages to read allow (at least one); once the end is reached the next pass starts
+    /// again from the oldest. `None` when nothing is tracked.
+    pub fn due(&mut self, budget: u64) -> Option<Due> {
+        let start = self.buckets.partition_point(|b| b.ticket <= self.cursor);
+        let start = if start >= self.buckets.len() {
+            0
+        } else {
+            start
+        };
+        let mut due: Option<Due> = None;
+        let mut taken = 0;
+        for bucket in self.buckets.iter_mut().skip(start) {
+            let (lo, hi) = match &due {
+                Some(d) => (d.lo.min(bucket.stream_lo), d.hi.max(bucket.stream_hi)),
+                None => (bucket.stream_lo, bucket.stream_hi),
+            };
+            if due.is_some() && hi - lo + 1 > budget {
+                break;
+            }
+            let d = due.get_or_insert_with(|| Due {
+                tickets: Vec::new(),
+                lo,
+                hi,
+                prefixes: Vec::new(),
+            });
+            d.tickets.push(bucket.ticket);
+            bucket.sealed = true;
+            (d.lo, d.hi) = (lo, hi);
+            if !d.prefixes.contains(&bucket.prefix) {
+                d.prefixes.push(bucket.prefix.clone());
+            }
+            taken += 1;
+        }
+        let due = due?;
+        self.cursor = if start + taken < self.buckets.len() {
+            due.tickets.last().copied().unwrap_or(0)
+        } else {
+            0
+        };
+        Some(due)
+    }
+
+    /// Settles the buckets of `due` against what the stream held when read at `now`.
+    pub fn settle(
+        &mut self,
+        due: &Due,
+        found: &Found,
+        start: Start,
+        now: Instant,
+        horizon: Duration,
+    ) -> Settled {
+        let empty = Seqs::default();
+        let mut settled = Settled::default();
+        for bucket in self
+            .buckets
+            .iter_mut()
+            .filter(|b| due.tickets.contains(&b.ticket))
+        {
+            settled.checked += bucket.seqs.len();
+            let held = found.get(&bucket.prefix).unwrap_or(&empty);
+            let absent = bucket.seqs.missing_from(held);
+            let below_start = start.limited && bucket.stream_lo < start.first_seq;
+            for &seq in &absent {
+                if below_start {
+                    bucket.seqs.remove(seq);
+                    settled.expired += 1;
+                } else {
+                    settled.missing.push((bucket.prefix.clone(), seq));
+                }
+            }
+            let all_held = below_start || absent.is_empty();
+            if all_held && now.saturating_duration_since(bucket.newest) > horizon {
+                bucket.seqs = Seqs::default();
             }
         }
-        let ticket = self.next_ticket;
-        self.next_ticket += 1;
-        self.live.insert(seq, ticket);
-        self.entries.push_back(Acked {
-            seq,
-            msg_id: msg_id.to_owned(),
-            stream_seq,
-            acked_at: at,
-            ticket,
-        });
+        self.prune();
+        settled
     }
 
-    /// Up to `limit` entries to check, continuing after the last pass's; once the end is
-    /// reached the next pass starts again from the oldest.
-    pub fn due(&mut self, limit: usize) -> Vec<Acked> {
-        let start = self.entries.partition_point(|e| e.ticket <= self.cursor);
-        let batch: Vec<Acked> = self
-            .entries
-            .iter()
-            .skip(start)
-            .take(limit.max(1))
-            .cloned()
-            .collect();
-        self.cursor = match batch.last() {
-            Some(last) if start + batch.len() < self.entries.len() => last.ticket,
-            _ => 0,
-        };
-        batch
-    }
-
-    /// Forgets one checked entry (its message left by the stream's limits, or the sink no
-    /// longer has the event).
-    pub fn forget(&mut self, checked: &Acked) {
-        if self.live.get(&checked.seq) == Some(&checked.ticket) {
-            self.live.remove(&checked.seq);
-            self.entries.retain(|e| e.ticket != checked.ticket);
+    /// Stops tracking event `seq` (the sink no longer has it).
+    pub fn forget(&mut self, prefix: &str, seq: u64) {
+        for bucket in self.buckets.iter_mut().filter(|b| &*b.prefix == prefix) {
+            bucket.seqs.remove(seq);
         }
+        self.prune();
     }
 
-    /// Replaces a checked entry after its event was published again: the new copy is
-    /// checked from now on, until the horizon passes it.
-    pub fn replace(&mut self, checked: &Acked, msg_id: &str, stream_seq: u64, at: Instant) {
-        self.forget(checked);
-        self.record(checked.seq, msg_id, stream_seq, at);
+    /// Tracks event `seq` as published again under `msg_id` at `stream_seq`, from `at` on.
+    pub fn replace(&mut self, seq: u64, msg_id: &str, stream_seq: u64, at: Instant) -> Option<u64> {
+        let (prefix, _) = split_id(msg_id)?;
+        self.forget(prefix, seq);
+        self.record(seq, msg_id, stream_seq, at)
+    }
+
+    /// Drops empty buckets and recounts.
+    fn prune(&mut self) {
+        self.buckets.retain(|b| b.seqs.len() > 0);
+        self.ranges = self.buckets.iter().map(|b| b.seqs.ranges()).sum();
+        self.events = self.buckets.iter().map(|b| b.seqs.len()).sum();
     }
 }
 
@@ -120,63 +288,140 @@ impl Tracked {
 mod tests {
     use super::*;
 
-    fn filled(n: u64, at: Instant) -> Tracked {
-        let mut t = Tracked::new(100);
-        for seq in 1..=n {
-            t.record(seq, &format!("n:{seq}"), 100 + seq, at);
+    const SLICE: Duration = Duration::from_secs(1);
+    const HORIZON: Duration = Duration::from_secs(60);
+    const START: Start = Start {
+        first_seq: 1,
+        limited: false,
+    };
+
+    fn found(prefix: &str, seqs: &[u64]) -> Found {
+        let mut set = Seqs::default();
+        for &seq in seqs {
+            set.insert(seq);
         }
-        t
-    }
-
-    fn seqs(batch: &[Acked]) -> Vec<u64> {
-        batch.iter().map(|e| e.seq).collect()
+        HashMap::from([(Arc::from(prefix), set)])
     }
 
     #[test]
-    fn passes_go_round_the_set_a_limit_at_a_time() {
+    fn a_burst_of_acknowledgements_costs_one_range() {
         let now = Instant::now();
-        let mut t = filled(5, now);
-        assert_eq!(seqs(&t.due(2)), vec![1, 2]);
-        assert_eq!(seqs(&t.due(2)), vec![3, 4]);
-        assert_eq!(seqs(&t.due(2)), vec![5]);
-        assert_eq!(seqs(&t.due(2)), vec![1, 2], "round again");
+        let mut t = Tracked::new(10, SLICE);
+        for seq in (1..=10_000).rev() {
+            assert_eq!(
+                t.record(seq, &format!("n:e:{seq}"), seq + 100, now),
+                Some(0)
+            );
+        }
+        assert_eq!((t.len(), t.ranges, t.floor()), (10_000, 1, Some(1)));
+        let due = t.due(u64::MAX).unwrap();
+        assert_eq!((due.lo, due.hi), (101, 10_100));
     }
 
     #[test]
-    fn an_event_acknowledged_twice_is_tracked_once() {
-        let now = Instant::now();
-        let mut t = filled(2, now);
-        t.record(2, "n:2", 102, now);
-        assert_eq!(t.len(), 2);
-        assert_eq!(seqs(&t.due(10)), vec![1, 2]);
-    }
-
-    #[test]
-    fn a_replaced_entry_is_checked_under_its_new_id_and_sequence() {
-        let now = Instant::now();
-        let mut t = filled(3, now);
-        let batch = t.due(10);
-        t.replace(&batch[1], "n:2~repair", 900, now);
-        let again = t.due(10);
-        assert_eq!(seqs(&again), vec![1, 3, 2]);
+    fn an_id_that_does_not_end_in_its_sequence_is_not_tracked() {
+        let mut t = Tracked::new(10, SLICE);
+        assert_eq!(t.record(5, "n:e:6", 1, Instant::now()), None);
         assert_eq!(
-            (again[2].msg_id.as_str(), again[2].stream_seq),
-            ("n:2~repair", 900)
+            t.record(5, "n:e:5~anti-entropy-1", 1, Instant::now()),
+            Some(0)
         );
-        // A stale copy of the old entry changes nothing.
-        t.forget(&batch[1]);
-        assert_eq!(t.len(), 3);
+        assert_eq!(t.len(), 1);
     }
 
     #[test]
-    fn the_set_is_bounded_and_counts_what_it_dropped() {
+    fn what_the_stream_lacks_is_missing_and_stays_until_replaced() {
         let now = Instant::now();
-        let mut t = Tracked::new(3);
+        let mut t = Tracked::new(10, SLICE);
         for seq in 1..=5 {
-            t.record(seq, "x", seq, now);
+            t.record(seq, &format!("n:e:{seq}"), seq, now);
         }
-        assert_eq!(t.len(), 3);
-        assert_eq!(t.dropped, 2);
-        assert_eq!(seqs(&t.due(10)), vec![3, 4, 5]);
+        let due = t.due(u64::MAX).unwrap();
+        let later = now + HORIZON * 2;
+        let settled = t.settle(&due, &found("n:e", &[1, 2, 4, 5]), START, later, HORIZON);
+        assert_eq!(settled.checked, 5);
+        assert_eq!(settled.missing, vec![(Arc::from("n:e"), 3)]);
+        assert_eq!(t.len(), 5, "not forgotten while one is missing");
+        t.replace(3, "n:e:3~anti-entropy-9", 40, later);
+        let due = t.due(u64::MAX).unwrap();
+        assert_eq!((due.lo, due.hi), (1, 40));
+        let settled = t.settle(&due, &found("n:e", &[1, 2, 3, 4, 5]), START, later, HORIZON);
+        assert!(settled.missing.is_empty());
+        assert_eq!(
+            t.len(),
+            1,
+            "the repaired one is checked for its own horizon"
+        );
+        assert_eq!(t.floor(), Some(3));
+    }
+
+    /// The dlq process test saw this: events acknowledged while a pass read the stream went
+    /// into the bucket the pass had taken, and were settled as missing.
+    #[test]
+    fn what_is_acknowledged_during_a_pass_waits_for_the_next() {
+        let now = Instant::now();
+        let mut t = Tracked::new(10, SLICE);
+        t.record(1, "n:e:1", 1, now);
+        let due = t.due(u64::MAX).unwrap();
+        t.record(2, "n:e:2", 2, now);
+        let settled = t.settle(&due, &found("n:e", &[1]), START, now, HORIZON);
+        assert!(settled.missing.is_empty(), "{settled:?}");
+        let due = t.due(u64::MAX).unwrap();
+        assert_eq!((due.lo, due.hi), (1, 2));
+    }
+
+    #[test]
+    fn held_events_are_forgotten_only_past_the_horizon() {
+        let now = Instant::now();
+        let mut t = Tracked::new(10, SLICE);
+        t.record(1, "n:e:1", 1, now);
+        let held = found("n:e", &[1]);
+        let due = t.due(u64::MAX).unwrap();
+        t.settle(&due, &held, START, now + HORIZON, HORIZON);
+        assert_eq!(t.len(), 1);
+        let due = t.due(u64::MAX).unwrap();
+        t.settle(&due, &held, START, now + HORIZON * 2, HORIZON);
+        assert_eq!((t.len(), t.floor(), t.oldest()), (0, None, None));
+    }
+
+    #[test]
+    fn below_the_start_of_a_limited_stream_is_expired() {
+        let now = Instant::now();
+        let mut t = Tracked::new(10, SLICE);
+        t.record(1, "n:e:1", 1, now);
+        let due = t.due(u64::MAX).unwrap();
+        let start = Start {
+            first_seq: 5,
+            limited: true,
+        };
+        let settled = t.settle(&due, &Found::new(), start, now, HORIZON);
+        assert_eq!((settled.expired, settled.missing.len()), (1, 0));
+        assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn passes_go_round_the_buckets_a_budget_at_a_time() {
+        let now = Instant::now();
+        let mut t = Tracked::new(100, SLICE);
+        for (i, seq) in (1..=3).enumerate() {
+            let at = now + SLICE * i as u32;
+            t.record(seq, &format!("n:e:{seq}"), seq * 10, at);
+        }
+        let spans: Vec<(u64, u64)> = (0..4)
+            .map(|_| t.due(5).map(|d| (d.lo, d.hi)).unwrap())
+            .collect();
+        assert_eq!(spans, vec![(10, 10), (20, 20), (30, 30), (10, 10)]);
+        assert_eq!(t.due(u64::MAX).map(|d| (d.lo, d.hi)), Some((20, 30)));
+    }
+
+    #[test]
+    fn past_the_capacity_the_oldest_are_dropped_and_counted() {
+        let now = Instant::now();
+        let mut t = Tracked::new(2, SLICE);
+        // Every other sequence: one range each.
+        assert_eq!(t.record(1, "n:e:1", 1, now), Some(0));
+        assert_eq!(t.record(3, "n:e:3", 2, now), Some(0));
+        assert_eq!(t.record(5, "n:e:5", 3, now + SLICE), Some(2));
+        assert_eq!((t.len(), t.dropped, t.floor()), (1, 2, Some(5)));
     }
 }

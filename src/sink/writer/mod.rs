@@ -184,10 +184,9 @@ impl Writer {
                 _ => true,
             })
             .collect();
-        let stall = self.faults.stall();
         let appends = group.iter().any(|r| matches!(r, Request::Append { .. }));
-        if appends && !stall.is_zero() {
-            std::thread::sleep(stall);
+        if appends {
+            self.faults.wait_stall();
         }
         let mut answers: Vec<(Reply, Result<Vec<Event>, SinkError>)> = Vec::new();
         let (mut rebuilds, mut closing, mut ticked) = (Vec::new(), Vec::new(), false);
