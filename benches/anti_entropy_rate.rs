@@ -117,7 +117,7 @@ async fn main() {
         let mut visit = |_stream_seq: u64, msg_id: &str| {
             let seq: u64 = msg_id.rsplit_once(':').unwrap().1.parse().unwrap();
             read += 1;
-            if seq != last + 1 {
+            if read == 1 || seq != last + 1 {
                 ranges += 1;
             }
             last = seq;
