@@ -69,6 +69,9 @@ pub struct Verify {
     pub extra: u64,
     /// Items in both that differ.
     pub diverging: u64,
+    /// Items published under a volatile id because the sink refused them (the caller was told
+    /// `NotStored`): in the stream, not in the sink, and not a disagreement.
+    pub unstored: u64,
     /// Events still unpublished in the sink.
     pub unpublished: u64,
     /// Events the stream lost after acknowledging them, re-published from the sink by

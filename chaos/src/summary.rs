@@ -277,6 +277,7 @@ pub async fn run_verify(
                 v.missing = json["missing"].as_u64().unwrap_or(0);
                 v.extra = json["extra"].as_u64().unwrap_or(0);
                 v.diverging = json["diverging"].as_u64().unwrap_or(0);
+                v.unstored = json["unstored"].as_u64().unwrap_or(0);
                 v.unpublished = json["unpublished"].as_u64().unwrap_or(0);
             }
             Err(note) => v.note = Some(note),
