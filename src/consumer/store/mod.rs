@@ -472,7 +472,6 @@ impl ConsumerStore {
 }
 
 #[cfg(test)]
-#[path = "store_power_cut.rs"]
 mod power_cut;
 
 #[cfg(test)]
