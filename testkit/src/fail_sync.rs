@@ -9,23 +9,36 @@ use std::sync::OnceLock;
 
 const SOURCE: &str = include_str!("../preload/fail_fdatasync.c");
 
-/// Builds the library once per test process and returns its path.
+/// Builds the library (once per version of its source, shared by every test process: one
+/// directory under the system's temporary directory, no copy per process) and returns its path.
 pub fn library() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("dlq-fail-fdatasync-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let source = dir.join("fail_fdatasync.c");
-        std::fs::write(&source, SOURCE).unwrap();
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(SOURCE, &mut hasher);
+        let version = std::hash::Hasher::finish(&hasher);
+        let dir = std::env::temp_dir().join(format!("dlq-fail-fdatasync-{version:016x}"));
         let library = dir.join("libfail_fdatasync.so");
+        if library.exists() {
+            return library;
+        }
+        std::fs::create_dir_all(&dir).unwrap();
+        // Built under this process's own names, then renamed into place: concurrent test
+        // processes never load a half-written library.
+        let pid = std::process::id();
+        let source = dir.join(format!("fail_fdatasync.{pid}.c"));
+        std::fs::write(&source, SOURCE).unwrap();
+        let building = dir.join(format!("libfail_fdatasync.{pid}.so"));
         let status = Command::new("cc")
             .args(["-shared", "-fPIC", "-O2", "-o"])
-            .arg(&library)
+            .arg(&building)
             .arg(&source)
             .arg("-ldl")
             .status()
             .expect("run cc to build the fdatasync-failing preload library");
         assert!(status.success(), "cc failed to build {}", source.display());
+        std::fs::remove_file(&source).unwrap();
+        std::fs::rename(&building, &library).unwrap();
         library
     })
 }
