@@ -37,16 +37,7 @@ fn json_of(out: &Output) -> Value {
 
 /// `dlq demo --count N --job-id JOB` with the `nth` fdatasync of a log segment failing.
 fn demo_failing_sync(env: &Env, job: &str, count: u32, nth: u32) -> Output {
-    let count = count.to_string();
-    let mut cmd = env.command(&[
-        "demo",
-        "--count",
-        &count,
-        "--job-id",
-        job,
-        "--drain-timeout",
-        "0s",
-    ]);
+    let mut cmd = env.demo_command(job, count);
     fail_segment_fdatasync(&mut cmd, &[nth]);
     cmd.output().unwrap()
 }

@@ -109,8 +109,22 @@ impl Env {
 
     /// `dlq demo` without waiting for the bus.
     pub fn demo(&self, job: &str, count: u32) -> Value {
+        let out = self.demo_command(job, count).output().unwrap();
+        assert!(
+            out.status.success(),
+            "dlq demo failed ({:?}): {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|err| {
+            panic!("not JSON ({err}): {}", String::from_utf8_lossy(&out.stdout))
+        })
+    }
+
+    /// The command of [`Env::demo`], to change before it runs (a preload library, ...).
+    pub fn demo_command(&self, job: &str, count: u32) -> Command {
         let count = count.to_string();
-        self.json(&[
+        self.command(&[
             "demo",
             "--count",
             &count,
