@@ -17,6 +17,10 @@ pub const EMIT_DEFERRED: &str = "dlq_emit_deferred_total";
 pub const SINK_FAILURES: &str = "dlq_sink_failures_total";
 /// Writes a caller was told were stored late (`Unconfirmed`) whose late write failed.
 pub const LATE_STORE_FAILURES: &str = "dlq_late_store_failures_total";
+/// Late-failed writes (told `Unconfirmed`) waiting to be stored again or published.
+pub const UNSTORED_WAITING: &str = "dlq_unstored_waiting";
+/// Late-failed writes lost: the emitter shut down before it could store or publish them.
+pub const UNSTORED_DROPPED: &str = "dlq_unstored_dropped_total";
 /// Loss markers published in place of stored events whose log entry cannot be read.
 pub const LOSS_MARKERS: &str = "dlq_loss_markers_total";
 /// Events the bus has not acknowledged yet.
@@ -95,6 +99,14 @@ pub fn describe() {
     describe_counter!(
         LATE_STORE_FAILURES,
         "Writes reported as stored late (Unconfirmed) whose late write failed: their volatile copy was published"
+    );
+    describe_gauge!(
+        UNSTORED_WAITING,
+        "Late-failed writes (told Unconfirmed) waiting to be stored again or published"
+    );
+    describe_counter!(
+        UNSTORED_DROPPED,
+        "Late-failed writes lost: the emitter shut down before it could store or publish them"
     );
     describe_gauge!(UNPUBLISHED, "Events the bus has not acknowledged yet");
     describe_counter!(RECONCILED, "Events published by the reconciler");

@@ -259,5 +259,6 @@ pub fn stored_item(job: &str, id: &str, last_event_id: &str) -> StoredItem {
         created_seq: 1,
         version: 1,
         last_event_id: last_event_id.to_owned(),
+        unstored_event_ids: Vec::new(),
     }
 }

@@ -6,7 +6,8 @@
 //!   so `consume` and `consume --durable` apply everything.
 //! - An event the sink failed to store goes out as a volatile event: consumers apply it and
 //!   `verify` lists it apart (published, not stored on this node), never as an extra.
-//! - A caller told `Unconfirmed` whose late write fails: the volatile copy is published and the
+//! - A caller told `Unconfirmed` whose late write fails: it is stored again, or its volatile
+//!   copy published (with the bus down, stored again once the disk takes writes); and the
 //!   failure counted.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -200,6 +201,70 @@ async fn a_late_write_that_fails_publishes_the_volatile_copy() {
         metric_value("dlq_late_store_failures_total", &[("topic", "late")]),
         1.0
     );
+    emitter.shutdown().await.unwrap();
+}
+
+/// The same with the bus down: the volatile copy cannot be published, so the emitter keeps the
+/// dead-letter and stores it again once the disk takes writes (a new append, under a stored
+/// id), and the reconciler publishes it when the bus is back. Before: only counted, neither
+/// stored nor published (the simulation's seed 9, `scripts/sim.sh --seed 9 --switches all`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_write_that_fails_with_the_bus_down_is_stored_again() {
+    let mut server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = SinkConfig {
+        store_timeout: Duration::from_millis(200),
+        ..SinkConfig::new(dir.path())
+    };
+    let policy = TopicPolicy::default();
+    let emitter = node::emitter(config, &server.url(), policy, Duration::from_millis(500)).await;
+    connected(&emitter).await;
+    server.kill();
+
+    emitter.sink().faults().set_stall(Duration::from_secs(1));
+    emitter.sink().faults().set_fail_flush(true);
+    let item = failed_once(
+        ("job-late", "late-2"),
+        "shell: make",
+        2,
+        "make failed".into(),
+        json!({"n": 2}),
+    );
+    let err = emitter
+        .dead_letter("late-bus-down", item)
+        .await
+        .unwrap_err();
+    assert!(err.is_unconfirmed(), "{err:?}");
+    wait_for(
+        "the late write failed and is waiting",
+        Duration::from_secs(20),
+        || async { emitter.unstored_waiting() == 1 },
+    )
+    .await;
+    emitter.sink().faults().set_stall(Duration::ZERO);
+    emitter.sink().faults().set_fail_flush(false);
+    wait_for(
+        "the dead-letter is stored again",
+        Duration::from_secs(20),
+        || async { emitter.sink().item("job-late", "late-2").unwrap().is_some() },
+    )
+    .await;
+    server.restart();
+    wait_for(
+        "the stored copy is published under a stored id",
+        Duration::from_secs(30),
+        || async {
+            stream_messages(&server.url(), "DLQ")
+                .await
+                .iter()
+                .any(|(id, body)| {
+                    body["item"]["item_id"] == "late-2"
+                        && !dlq::domain::event::Event::is_volatile_id(id)
+                })
+        },
+    )
+    .await;
+    assert_eq!(emitter.unstored_waiting(), 0);
     emitter.shutdown().await.unwrap();
 }
 

@@ -18,20 +18,8 @@ const CI_OPS: usize = 40;
 /// Seeds per CI run.
 const CI_SEEDS: u64 = 24;
 
-/// What CI runs: every scenario of issue 33 whose fix holds under random operations. s3 and s5
-/// (failed appends with the bus down and up) stay off: their regression seeds pass, but random
-/// seeds still find a volatile copy that consumers apply beneath a later stored event of the
-/// same item (sink and consumer then disagree on its version), and an `Unconfirmed` write whose
-/// late failure is neither stored nor published ([`OPEN_SEEDS`]). s6 finds a repair published
-/// twice after a power cut.
-const CI_SWITCHES: Switches = Switches {
-    rebuild_after_retention: true,
-    failed_write_with_retention: true,
-    failed_write_bus_down: false,
-    parked_events: true,
-    failed_write_bus_up: false,
-    repair_then_crash: false,
-};
+/// What CI runs: every scenario of issue 33, all switches on.
+const CI_SWITCHES: Switches = Switches::ALL;
 
 /// Seeds that broke a promise on the code before the fixes of issue 33 (main at 1f7005b), each
 /// with the switches it was found under (40 operations) and the scenario it showed.
@@ -72,18 +60,16 @@ const REGRESSION_SEEDS: &[(u64, &str, &str)] = &[
         "s5",
         "5: a failed append with the bus up: verify reports extras",
     ),
-];
-
-/// Seeds that still break a promise after the fixes of issue 33, kept to be fixed next (see
-/// docs/testing.md, "The whole-system simulation"): seed 10 (s3) applies a volatile copy of an
-/// item that the sink later stores anew, so consumer and sink disagree on its version; seed 7
-/// (s6) repairs a lost message under a repair id, then a power cut rolls the publish marks back
-/// and the reconciler publishes the event again under its own id.
-const OPEN_SEEDS: &[(u64, &str, &str)] = &[
+    // Found after the first fixes (main at 4847798):
     (
         10,
         "s3",
-        "3: Unconfirmed, then the late write fails: neither stored nor published",
+        "3: a volatile copy applied beneath a later stored event of the item: verify says diverging",
+    ),
+    (
+        9,
+        "s1,s2,s3,s4,s5,s6",
+        "3: Unconfirmed, the late write fails with the bus down, then a restart: neither stored nor published",
     ),
     (
         7,
@@ -134,7 +120,7 @@ fn seeds(default_first: u64, default_count: u64) -> Vec<u64> {
     (first..first + count).collect()
 }
 
-/// CI's seeds, with the scenarios still unfixed switched off.
+/// CI's seeds, every scenario switched on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeds_keep_every_promise() {
     let count = env_number("DLQ_SIM_OPS").unwrap_or(CI_OPS);
@@ -164,14 +150,6 @@ async fn issue_33_regression_seeds() {
             sim::report(&outcome, 0, Switches::ALL, "issue_33_regression_seeds")
         ));
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
-
-/// The seeds still failing after the fixes of issue 33 ([`OPEN_SEEDS`]).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 33: two seeds still break a promise; run with --ignored (docs/testing.md)"]
-async fn issue_33_open_seeds() {
-    let failures = regression(OPEN_SEEDS).await;
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 

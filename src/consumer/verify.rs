@@ -90,21 +90,22 @@ pub fn compare_node<E>(
                 job_id: key.0,
                 item_id: key.1,
             }),
-            // The consumer applied a volatile event the sink could not store: published, not
-            // stored on this node, as for an item the sink lacks.
-            Some(theirs) if theirs != stored && Event::is_volatile_id(&theirs.last_event_id) => {
-                differences.push(Difference::Unstored {
+            // The consumer applied a volatile event the sink could not store (before or after
+            // the stored ones): published, not stored on this node, as for an item the sink
+            // lacks.
+            Some(theirs) if theirs != stored => match unstored_event(&theirs) {
+                Some(event_id) => differences.push(Difference::Unstored {
                     job_id: key.0,
                     item_id: key.1,
-                    event_id: theirs.last_event_id,
-                })
-            }
-            Some(theirs) if theirs != stored => differences.push(Difference::Diverging {
-                job_id: key.0,
-                item_id: key.1,
-                sink_version: stored.version,
-                consumer_version: theirs.version,
-            }),
+                    event_id: event_id.to_owned(),
+                }),
+                None => differences.push(Difference::Diverging {
+                    job_id: key.0,
+                    item_id: key.1,
+                    sink_version: stored.version,
+                    consumer_version: theirs.version,
+                }),
+            },
             Some(_) => {}
         }
     }
@@ -113,8 +114,7 @@ pub fn compare_node<E>(
             .into_iter()
             .filter(|(_, theirs)| node.is_none_or(|node| written_by(theirs, node)))
             .map(|((job_id, item_id), theirs)| {
-                if Event::is_volatile_id(&theirs.last_event_id) {
-                    let event_id = theirs.last_event_id;
+                if let Some(event_id) = unstored_event(&theirs).map(str::to_owned) {
                     Difference::Unstored {
                         job_id,
                         item_id,
@@ -126,6 +126,17 @@ pub fn compare_node<E>(
             }),
     );
     Ok(differences)
+}
+
+/// The volatile event an item of a consumer's projection holds, if any: the last one recorded
+/// on it, or (for items saved before volatile events were recorded) its last event.
+fn unstored_event(item: &StoredItem) -> Option<&str> {
+    item.unstored_event_ids
+        .last()
+        .map(String::as_str)
+        .or_else(|| {
+            Event::is_volatile_id(&item.last_event_id).then_some(item.last_event_id.as_str())
+        })
 }
 
 impl Difference {
@@ -236,5 +247,49 @@ mod tests {
                 item_id: "1".into()
             }]
         );
+    }
+
+    /// A volatile copy of an item, then a stored dead-letter of the same item (the sink stored
+    /// it anew later), in either order: the consumer's item holds both, the sink's one; verify
+    /// says why (unstored), not that they diverge.
+    #[test]
+    fn a_volatile_event_beneath_a_stored_one_is_reported_apart() {
+        use crate::domain::event::EventKind;
+        use crate::testing::{item, removal};
+        let dead_letter = |event_id: String, seq: u64| {
+            let mut event = removal(None, seq, None, chrono::Utc::now());
+            event.event_id = event_id;
+            event.job_id = "job-a".into();
+            event.kind = EventKind::DeadLettered {
+                item: item("job-a", "1"),
+            };
+            event
+        };
+        let volatile = dead_letter(Event::volatile_id("node-a", 5, 0), 0);
+        let stored = dead_letter("node-a:1".into(), 1);
+        let mut sink = MemoryProjection::default();
+        sink.apply(&stored);
+        let sink_items = || {
+            sink.items
+                .values()
+                .cloned()
+                .map(Ok::<_, ()>)
+                .collect::<Vec<_>>()
+        };
+        for order in [[&volatile, &stored], [&stored, &volatile]] {
+            let mut consumer = MemoryProjection::default();
+            for event in order {
+                consumer.apply(event);
+            }
+            let differences = compare(sink_items(), &consumer).unwrap();
+            assert_eq!(
+                differences,
+                vec![Difference::Unstored {
+                    job_id: "job-a".into(),
+                    item_id: "1".into(),
+                    event_id: volatile.event_id.clone(),
+                }]
+            );
+        }
     }
 }

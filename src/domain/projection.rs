@@ -23,6 +23,13 @@ pub struct StoredItem {
     pub version: u64,
     /// The last event applied to the item.
     pub last_event_id: String,
+    /// Volatile events applied to the item: dead-letters published when their node's sink
+    /// could not store them ([`Event::volatile_id`]). Always empty in a sink's own projection
+    /// (it never stores one); a consumer's item that holds one differs from the sink's by
+    /// design, and `verify` reports it apart ("published, not stored on this node"), whatever
+    /// stored events were applied before or after it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unstored_event_ids: Vec<String>,
 }
 
 /// What applying one event does to one item.
@@ -48,6 +55,22 @@ pub enum Change {
 ///
 /// `previous` must be the current state of `(event.job_id, event.kind.item_id())`.
 pub fn apply(previous: Option<&StoredItem>, event: &Event) -> Change {
+    let change = apply_kind(previous, event);
+    if event.seq == 0 && Event::is_volatile_id(&event.event_id) {
+        return note_unstored(change, &event.event_id);
+    }
+    change
+}
+
+/// Records the volatile event `event_id` on the item a change puts.
+fn note_unstored(mut change: Change, event_id: &str) -> Change {
+    if let Change::Put { item, .. } = &mut change {
+        item.unstored_event_ids.push(event_id.to_owned());
+    }
+    change
+}
+
+fn apply_kind(previous: Option<&StoredItem>, event: &Event) -> Change {
     match (&event.kind, previous) {
         (EventKind::DeadLettered { item }, None) => {
             let mut item = item.clone();
@@ -58,6 +81,7 @@ pub fn apply(previous: Option<&StoredItem>, event: &Event) -> Change {
                     created_seq: event.seq,
                     version: 1,
                     last_event_id: event.event_id.clone(),
+                    unstored_event_ids: Vec::new(),
                 }),
                 previous: None,
             }
@@ -134,12 +158,18 @@ pub fn apply_owned(previous: Option<&StoredItem>, event: Event) -> Change {
             ..
         } if previous.is_none() => {
             item.job_id = job_id;
+            let unstored_event_ids = if seq == 0 && Event::is_volatile_id(&event_id) {
+                vec![event_id.clone()]
+            } else {
+                Vec::new()
+            };
             Change::Put {
                 item: Box::new(StoredItem {
                     item,
                     created_seq: seq,
                     version: 1,
                     last_event_id: event_id,
+                    unstored_event_ids,
                 }),
                 previous: None,
             }

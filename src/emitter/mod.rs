@@ -24,6 +24,7 @@
 
 pub mod anti_entropy;
 mod background;
+mod late;
 mod publish;
 pub mod reconciler;
 mod retention;
@@ -54,7 +55,7 @@ use crate::domain::command::Command;
 use crate::domain::event::{Event, EventKind};
 use crate::domain::model::DeadLetteredItem;
 use crate::metrics as m;
-use crate::sink::{LateAnswer, Sink, SinkError};
+use crate::sink::{Sink, SinkError};
 use anti_entropy::{AntiEntropy, Tracker};
 use background::Background;
 use publish::Waiter;
@@ -152,6 +153,8 @@ struct Inner<S, B> {
     wake_reconciler: Arc<Notify>,
     shutdown: CancellationToken,
     volatile_counter: AtomicU64,
+    /// Volatile copies of late-failed writes waiting for the bus (`late`).
+    unstored_waiting: AtomicU64,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Acknowledged events anti-entropy checks (`None` when it is off).
     tracker: Option<Arc<Tracker>>,
@@ -260,6 +263,7 @@ impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
             wake_reconciler: Arc::new(Notify::new()),
             shutdown: CancellationToken::new(),
             volatile_counter: AtomicU64::new(0),
+            unstored_waiting: AtomicU64::new(0),
             tasks: Mutex::new(Vec::new()),
             tracker: tracker.clone(),
             background: Background::new(self.background_limit),
@@ -378,31 +382,6 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
                 Err(EmitError::Unconfirmed { source: err })
             }
             (Err(err), _) => Err(self.publish_unstored(topic, err, volatile).await),
-        }
-    }
-
-    /// `Unconfirmed` means "stored, or reported": waits for the writer's late answer, and if
-    /// the late write failed, counts it (`dlq_late_store_failures_total`) and publishes the
-    /// volatile copy of a dead-letter, as for any write the sink did not store.
-    fn watch_late_answer(&self, topic: &str, late: LateAnswer, volatile: Option<Event>) {
-        let emitter = self.clone();
-        let topic = topic.to_owned();
-        let task = tokio::spawn(async move {
-            let Some(Err(err)) = late.wait().await else {
-                return;
-            };
-            metrics::counter!(m::LATE_STORE_FAILURES, "topic" => topic.clone()).increment(1);
-            warn!(error = %err, topic, "a write reported as stored late failed; publishing its volatile copy");
-            let events: Vec<Event> = volatile.into_iter().collect();
-            if !events.is_empty() {
-                emitter
-                    .publish_all(&topic, &events, false, Waiter::Background)
-                    .await;
-            }
-        });
-        if let Ok(mut tasks) = self.inner.tasks.lock() {
-            tasks.retain(|task| !task.is_finished());
-            tasks.push(task);
         }
     }
 

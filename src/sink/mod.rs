@@ -209,6 +209,14 @@ pub trait Sink: Send + Sync + 'static {
         let _ = floor;
     }
 
+    /// Makes every publish mark recorded so far durable. Anti-entropy calls it before it
+    /// publishes a lost event again under a repair id: a mark a power cut rolled back would
+    /// have the reconciler publish the event once more under its own id, beside the repair.
+    /// Sinks whose marks are durable at once keep this default.
+    fn sync_publish_marks(&self) -> impl Future<Output = Result<(), SinkError>> + Send {
+        async { Ok(()) }
+    }
+
     /// Flushes everything, including publish marks, and stops accepting appends.
     fn close(&self) -> impl Future<Output = Result<(), SinkError>> + Send;
 }

@@ -176,6 +176,7 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
         publish,
         faults,
         log_floor: floor,
+        marks_synced: Default::default(),
         writer: Mutex::new(Some(handle)),
     })
 }

@@ -115,6 +115,8 @@ pub(super) struct Inner {
     pub(super) faults: Faults,
     /// The log segments anti-entropy needs kept.
     pub(super) log_floor: super::log_retention::LogFloor,
+    /// How many times [`Sink::sync_publish_marks`] made the publish marks durable.
+    pub(super) marks_synced: std::sync::atomic::AtomicU64,
     pub(super) writer: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -221,6 +223,14 @@ impl SledSink {
         let (reply, answer) = oneshot::channel();
         self.send(Request::Checkpoint { reply }).await?;
         answer.await.map_err(|_| SinkError::Closed)?
+    }
+
+    /// How many checkpoints [`Sink::sync_publish_marks`] made: a simulated power cut keeps
+    /// sled as of the last one.
+    #[doc(hidden)]
+    pub fn publish_mark_syncs(&self) -> u64 {
+        let synced = &self.inner.marks_synced;
+        synced.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Every projection key and value, for comparing projections byte for byte: the index
@@ -425,6 +435,13 @@ impl Sink for SledSink {
 
     fn node_id(&self) -> &str {
         &self.inner.node_id
+    }
+
+    async fn sync_publish_marks(&self) -> Result<(), SinkError> {
+        self.checkpoint().await?;
+        let synced = &self.inner.marks_synced;
+        synced.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     async fn close(&self) -> Result<(), SinkError> {

@@ -33,14 +33,16 @@ pub async fn quiesce(world: &mut World) -> Vec<String> {
     world.wait_bus(true).await;
     world.emitter().wake_reconciler();
     for _ in 0..600 {
-        if world.sink().backlog().map(|b| b.count).unwrap_or(1) == 0 {
+        let backlog = world.sink().backlog().map(|b| b.count).unwrap_or(1);
+        if backlog == 0 && world.emitter().unstored_waiting() == 0 {
             return Vec::new();
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let left = world.sink().backlog().map(|b| b.count);
+    let waiting = world.emitter().unstored_waiting();
     vec![format!(
-        "the reconciler did not drain the backlog in 60 s: {left:?} left"
+        "the reconciler did not drain the backlog in 60 s: {left:?} left, {waiting} volatile copies waiting for the bus"
     )]
 }
 

@@ -291,6 +291,11 @@ impl<S: Sink, B: Bus> AntiEntropy<S, B> {
                 m::ANTI_ENTROPY_CHECKED,
                 settled.checked,
             );
+            if !settled.missing.is_empty() {
+                // The events' publish marks durable first, so no power cut can have the
+                // reconciler publish them again beside their repairs.
+                self.sink.sync_publish_marks().await?;
+            }
             for (prefix, seq) in settled.missing {
                 self.count(&self.tracker.missing, m::ANTI_ENTROPY_MISSING, 1);
                 republished += self.repair(&prefix, seq).await?;
