@@ -182,3 +182,24 @@ fn the_config_file_chooses_the_bus_and_accepts_a_server_list() {
         .block_on(stream_ids(&server.url(), "DLQ"));
     assert!(ids.len() >= 3, "{ids:?}");
 }
+
+/// `dlq --help` describes today's sink: a durable segment log first, sled only as the
+/// projection commands query (it once said "sled sink first" and "holding the sled sink"), and
+/// `serve` lists the retry route.
+#[test]
+fn help_describes_the_segment_log_first_and_sled_as_the_projection() {
+    let output = Command::new(DLQ).arg("--help").output().unwrap();
+    assert!(output.status.success());
+    // clap wraps long lines: compare the words, not the layout.
+    let help = String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(help.contains("a local segment log first"), "{help}");
+    assert!(help.contains("the sled projection"), "{help}");
+    assert!(help.contains("clear, purge, retry as JSON"), "{help}");
+    assert!(
+        !help.contains("sled sink") && !help.contains("sled log"),
+        "{help}"
+    );
+}

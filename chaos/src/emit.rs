@@ -1,8 +1,8 @@
 //! `dlq-chaos emit`: one emitter process of a drill.
 //!
-//! It embeds the library exactly as `dlq` does (sled sink first, then NATS JetStream) and
-//! dead-letters items at a fixed rate, each emit in its own task, as a scheduler's workers
-//! would. On stdout, one line per fact:
+//! It embeds the library exactly as `dlq` does (the sink's segment log first, then NATS
+//! JetStream) and dead-letters items at a fixed rate, each emit in its own task, as a
+//! scheduler's workers would. On stdout, one line per fact:
 //!
 //! * `ACK <event_id>`: the event is durable in the sink (the emit returned `Ok`);
 //! * `NOTSTORED <event_id> <published 0|1>`: the sink refused it (published anyway or not);

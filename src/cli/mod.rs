@@ -44,11 +44,11 @@ pub const EXIT_INCOMPLETE: u8 = 4;
 /// Exit code: `dlq verify` found differences between the sink and the stream.
 pub const EXIT_DIFFERENCES: u8 = 5;
 
-/// A durable dead-letter queue: failures go to a local sled log first, then to NATS.
+/// A durable dead-letter queue: failures go to a local segment log first, then to NATS.
 #[derive(Debug, Parser)]
 #[command(name = "dlq", version, about, long_about = None)]
 pub struct Cli {
-    /// Data directory holding the sled sink.
+    /// Data directory: the durable segment log (`log/`) and the sled projection commands query.
     #[arg(long, global = true, env = "DLQ_DATA_DIR", default_value = "dlq-data")]
     pub data_dir: PathBuf,
     /// NATS server URL, or several separated by commas [default: bus.url of --config, else
@@ -108,9 +108,9 @@ pub struct Cli {
     /// Output format.
     #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
     pub format: Format,
-    /// Send list, inspect, stats, analyze, clear and purge to the `dlq serve` API at this URL
-    /// (e.g. http://127.0.0.1:9465) instead of opening the data directory. Without it they go
-    /// there anyway when the directory is held by a running `dlq serve`.
+    /// Send list, inspect, stats, analyze, clear, purge and retry to the `dlq serve` API at this
+    /// URL (e.g. http://127.0.0.1:9465) instead of opening the data directory. Without it they
+    /// go there anyway when the directory is held by a running `dlq serve`.
     #[arg(long, global = true, env = "DLQ_API_URL")]
     pub api: Option<String>,
     /// PEM CA certificate(s) that sign the certificate of an https:// API (dlq serve
@@ -197,7 +197,8 @@ pub enum Command {
     /// List the jobs of the data directory with their last summary.
     Jobs,
     /// Hold the data directory and serve the admin HTTP API (list, inspect, stats, analyze,
-    /// clear, purge as JSON; /metrics; /healthz) on a loopback address until SIGINT/SIGTERM.
+    /// clear, purge, retry as JSON; the web page; /metrics; /healthz) on a loopback address
+    /// until SIGINT/SIGTERM.
     Serve(serve::ServeArgs),
     /// Fill the data directory with synthetic items (benchmarks).
     #[command(hide = true)]

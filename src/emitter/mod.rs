@@ -62,7 +62,8 @@ use publish::Waiter;
 use reconciler::Reconciler;
 use retention::retention_task;
 
-/// The emitter of a dlq process: the sled sink and NATS.
+/// The emitter of a dlq process: the durable sink (its segment log, sled as the projection)
+/// and NATS.
 pub type NodeEmitter = Emitter<crate::sink::SledSink, crate::bus::NatsBus>;
 
 /// What an emit achieved. Returned only when the events are durable in the sink.

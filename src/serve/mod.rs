@@ -2,12 +2,13 @@
 //!
 //! sled lets one process open a database. `dlq serve` is that process for operators: it holds
 //! the data directory with an emitter (so its reconciler keeps publishing), serves `/metrics`,
-//! `/healthz` and a JSON API mirroring the read and removal commands, and announces itself in
-//! `<data_dir>/serve.json` ([`discovery`]). CLI commands that find the directory held by it send
-//! their request there ([`client`]) and print the answer, rendered by the server with the CLI's
-//! own output code.
+//! `/healthz` and a JSON API mirroring the read, removal and retry commands, and announces
+//! itself in `<data_dir>/serve.json` ([`discovery`]). CLI commands that find the directory held
+//! by it send their request there ([`client`]) and print the answer, rendered by the server
+//! with the CLI's own output code.
 //!
-//! Routes (see [`routes`]; all but `/healthz` and the page need the bearer token when one is set, [`auth`]):
+//! Routes (listed in [`router`], handled in [`routes`] and [`retry_route`]; all but `/healthz`
+//! and the page need the bearer token when one is set, [`auth`]):
 //!
 //! | route | command |
 //! | --- | --- |
@@ -19,6 +20,7 @@
 //! | `GET /v1/items/{job_id}/{item_id}/events` | the item's lines of `dlq events JOB` |
 //! | `GET /v1/stats?job_id=`, `GET /v1/analyze?job_id=` | `dlq stats`, `dlq analyze` |
 //! | `POST /v1/jobs/{job_id}/clear?drain_timeout=` | `dlq clear --yes` |
+//! | `POST /v1/jobs/{job_id}/retry` `{"parallel", "max_retries", "filter", "force", "rate", "dry_run", "workflow"}` (all optional: `{}`) | `dlq retry JOB` ([`retry_route`]; answers when the retry finished) |
 //! | `POST /v1/purge` `{"older_than_days", "job_id", "drain_timeout", "dry_run"}` | `dlq purge --yes` |
 //!
 //! Every route takes `format=table|json|jsonl|csv` (default json), as [`params`] describes.

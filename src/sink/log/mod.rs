@@ -1,12 +1,19 @@
-//! Sink v2's event log: our own append-only segment files (issue 16, first part).
+//! The sink's event log: our own append-only segment files, the durable copy of every event.
 //!
-//! This module is the log alone: the emitter does not use it yet (see docs/design.md, "Sink
-//! v2: the segment log", for what wiring it in involves). It is written so that each promise
-//! below can be checked against every state a crash may leave (`tests/sink_log_crash.rs`).
+//! Every event the sink acknowledges is here first: the sink's writer thread
+//! (`sink/writer/`) appends each group commit with [`LogWriter::append`] and answers its
+//! callers only after that returns; sled holds the projection, applied from this log after it
+//! (`sink/applier.rs`) and rebuilt from it when lost. The reconciler and anti-entropy read the
+//! events they publish from here, the exact bytes the bus receives. Opening a data directory
+//! (`sink/open.rs`) recovers the log with [`LogWriter::open_lazy`]; a directory of the previous
+//! format is copied into it by `sink/migrate.rs`. The design is in docs/design.md, "Sink
+//! layout" and "Durability and group commit". Each promise below is checked against every
+//! state a crash may leave (`tests/sink_log_crash.rs`, and with sled beside it
+//! `tests/sink_crash_states.rs`).
 //!
 //! # On-disk layout
 //!
-//! One directory (`log/` in the data directory once wired in) of segments
+//! One directory (`log/` in the data directory) of segments
 //! `{first_seq:020}.seg`. A segment is the 8-byte header [`segment::MAGIC`] followed by frames
 //! with consecutive sequences from `first_seq` on. Segments are ordered by their names; between
 //! two segments sequences may jump (a failed group burns its sequences), never go back.
