@@ -3,6 +3,7 @@
 pub(crate) mod admin;
 mod closed_pipe;
 mod consume;
+mod data_dir;
 mod demo;
 mod export;
 mod forward;
@@ -207,31 +208,9 @@ pub enum Command {
 /// Runs the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> ExitCode {
     closed_pipe::install();
-    let result = match &cli.command {
-        Command::Tour(args) => tour::run(&cli, args).await,
-        Command::Demo(args) => demo::run(&cli, args).await,
-        Command::Status => status::status(&cli).await,
-        Command::Reconcile(args) => status::reconcile(&cli, args).await,
-        Command::Rebuild => status::rebuild(&cli).await,
-        Command::Consume(args) => consume::consume(&cli, args).await,
-        Command::Verify(args) => consume::verify(&cli, args).await,
-        Command::Republish(args) => republish::run_republish(&cli, args).await,
-        Command::List(args) => list::run_list(&cli, args).await,
-        Command::Inspect(args) => list::run_inspect(&cli, args).await,
-        Command::Stats(args) => report::run_stats(&cli, args).await,
-        Command::Analyze(args) => report::run_analyze(&cli, args).await,
-        Command::Export(args) => export::run_export(&cli, args).await,
-        Command::Import(args) => export::run_import(&cli, args).await,
-        Command::Clear(args) => admin::run_clear(&cli, args).await,
-        Command::Purge(args) => admin::run_purge(&cli, args).await,
-        Command::Stream(args) => stream::run(&cli, args).await,
-        Command::Run(args) => run::run_job(&cli, args).await,
-        Command::Resume(args) => run::resume_job(&cli, args).await,
-        Command::Retry(args) => retry::run_retry(&cli, args).await,
-        Command::Events(args) => run::run_events(&cli, args).await,
-        Command::Jobs => run::run_jobs(&cli).await,
-        Command::Serve(args) => serve::run_serve(&cli, args).await,
-        Command::Generate(args) => generate::run(&cli, args).await,
+    let result = match data_dir::check(&cli) {
+        Err(err) => Err(err),
+        Ok(()) => dispatch(&cli).await,
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -242,6 +221,36 @@ pub async fn run(cli: Cli) -> ExitCode {
             eprintln!("dlq: {err}");
             ExitCode::from(err.exit_code())
         }
+    }
+}
+
+/// Runs the subcommand.
+async fn dispatch(cli: &Cli) -> Result<u8, CliError> {
+    match &cli.command {
+        Command::Tour(args) => tour::run(cli, args).await,
+        Command::Demo(args) => demo::run(cli, args).await,
+        Command::Status => status::status(cli).await,
+        Command::Reconcile(args) => status::reconcile(cli, args).await,
+        Command::Rebuild => status::rebuild(cli).await,
+        Command::Consume(args) => consume::consume(cli, args).await,
+        Command::Verify(args) => consume::verify(cli, args).await,
+        Command::Republish(args) => republish::run_republish(cli, args).await,
+        Command::List(args) => list::run_list(cli, args).await,
+        Command::Inspect(args) => list::run_inspect(cli, args).await,
+        Command::Stats(args) => report::run_stats(cli, args).await,
+        Command::Analyze(args) => report::run_analyze(cli, args).await,
+        Command::Export(args) => export::run_export(cli, args).await,
+        Command::Import(args) => export::run_import(cli, args).await,
+        Command::Clear(args) => admin::run_clear(cli, args).await,
+        Command::Purge(args) => admin::run_purge(cli, args).await,
+        Command::Stream(args) => stream::run(cli, args).await,
+        Command::Run(args) => run::run_job(cli, args).await,
+        Command::Resume(args) => run::resume_job(cli, args).await,
+        Command::Retry(args) => retry::run_retry(cli, args).await,
+        Command::Events(args) => run::run_events(cli, args).await,
+        Command::Jobs => run::run_jobs(cli).await,
+        Command::Serve(args) => serve::run_serve(cli, args).await,
+        Command::Generate(args) => generate::run(cli, args).await,
     }
 }
 
