@@ -1,6 +1,7 @@
 //! The `dlq` command line: global options and the subcommands.
 
 pub(crate) mod admin;
+mod bus_flags;
 mod closed_pipe;
 mod consume;
 mod data_dir;
@@ -9,6 +10,7 @@ mod export;
 mod forward;
 mod generate;
 pub(crate) mod list;
+pub mod logging;
 pub(crate) mod open;
 pub(crate) mod report;
 mod republish;
@@ -52,9 +54,17 @@ pub struct Cli {
     /// Data directory holding the sled sink.
     #[arg(long, global = true, env = "DLQ_DATA_DIR", default_value = "dlq-data")]
     pub data_dir: PathBuf,
-    /// NATS server URL, or several separated by commas [default: bus.url of --config, else
-    /// nats://127.0.0.1:4222].
-    #[arg(long, global = true, env = "DLQ_NATS_URL")]
+    /// NATS server URL, or several separated by commas, as `nats -s` [default: env
+    /// DLQ_NATS_URL, else env NATS_URL, else the --context's url, else bus.url of --config,
+    /// else nats://127.0.0.1:4222].
+    #[arg(
+        short = 's',
+        long = "server",
+        visible_alias = "nats-url",
+        global = true,
+        env = "DLQ_NATS_URL",
+        value_name = "URL"
+    )]
     pub nats_url: Option<String>,
     /// NATS subject events are published on [default: bus.subject of --config, else
     /// sys.job.dlq].
@@ -65,7 +75,8 @@ pub struct Cli {
     #[arg(long, global = true, value_enum)]
     pub bus_mode: Option<BusMode>,
     /// A context of the `nats` CLI (`nats context save`): its URL, credentials and TLS files
-    /// replace the config file's; the flags below replace the context's.
+    /// replace the config file's; each flag below overrides its own field of the context (a
+    /// flag of another way to authenticate replaces the context's).
     #[arg(long, global = true, env = "NATS_CONTEXT")]
     pub context: Option<String>,
     /// NATS user; without --password it is sent as a token, as the `nats` CLI does
@@ -106,6 +117,10 @@ pub struct Cli {
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464).
     #[arg(long, global = true, env = "DLQ_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+    /// Log more on stderr: -v info, -vv debug, the NATS client's log included (RUST_LOG, when
+    /// set, decides instead) [default: dlq's warnings and errors].
+    #[arg(short = 'v', long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
     /// Output format.
     #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
     pub format: Format,

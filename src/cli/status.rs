@@ -91,37 +91,87 @@ pub async fn reconcile(cli: &Cli, args: &ReconcileArgs) -> Result<u8, CliError> 
             return Err(err);
         }
     };
+    if before > 0 {
+        // A bus that is down, unknown or refuses the settings is said at once, naming it,
+        // instead of after --timeout.
+        if let Err(err) = open::reach_bus(&config.bus.0).await {
+            let parked = sink.parked().map(|parked| parked.len());
+            sink.close().await?;
+            eprintln!(
+                "dlq: {err}; the {before} unpublished events stay stored: run `dlq reconcile` \
+                 again once the bus answers"
+            );
+            let outcome = Outcome {
+                before,
+                after: before,
+                drained: false,
+                unparked,
+                parked: parked?,
+            };
+            return outcome.report(cli, args);
+        }
+    }
     let emitter = open::emitter_with_sink(&config, sink, true).await?;
     emitter.wake_reconciler();
     let drained = wait_for_drain(&emitter, args.timeout).await?;
     let after = emitter.sink().backlog()?.count;
     let parked = emitter.sink().parked()?.len();
     emitter.shutdown().await?;
-    let report = json!({
-        "unpublished_before": before,
-        "unpublished_after": after,
-        "drained": drained,
-        "unparked": unparked,
-        "parked": parked,
-    });
-    match cli.format {
-        Format::Json | Format::Jsonl | Format::Csv | Format::Dir => println!("{report}"),
-        Format::Table => {
-            println!(
-                "published {} events; {after} still unpublished",
-                before.saturating_sub(after)
-            );
-            if parked > 0 {
-                println!("{parked} events parked: see `dlq status`");
+    Outcome {
+        before,
+        after,
+        drained,
+        unparked,
+        parked,
+    }
+    .report(cli, args)
+}
+
+/// What `dlq reconcile` did.
+struct Outcome {
+    before: u64,
+    after: u64,
+    drained: bool,
+    unparked: u64,
+    parked: usize,
+}
+
+impl Outcome {
+    /// Prints the outcome; exit 4 while events remain unpublished (or parked again).
+    fn report(&self, cli: &Cli, args: &ReconcileArgs) -> Result<u8, CliError> {
+        let Outcome {
+            before,
+            after,
+            drained,
+            unparked,
+            parked,
+        } = *self;
+        let report = json!({
+            "unpublished_before": before,
+            "unpublished_after": after,
+            "drained": drained,
+            "unparked": unparked,
+            "parked": parked,
+        });
+        match cli.format {
+            Format::Json | Format::Jsonl | Format::Csv | Format::Dir => println!("{report}"),
+            Format::Table => {
+                println!(
+                    "published {} events; {after} still unpublished",
+                    before.saturating_sub(after)
+                );
+                if parked > 0 {
+                    println!("{parked} events parked: see `dlq status`");
+                }
             }
         }
+        let parked_again = args.retry_parked && parked > 0;
+        Ok(if drained && !parked_again {
+            EXIT_OK
+        } else {
+            EXIT_INCOMPLETE
+        })
     }
-    let parked_again = args.retry_parked && parked > 0;
-    Ok(if drained && !parked_again {
-        EXIT_OK
-    } else {
-        EXIT_INCOMPLETE
-    })
 }
 
 /// Rebuilds the projection from the log.

@@ -32,11 +32,11 @@ pub fn explain_connect_error(err: &ConnectError, plan: &Plan, url: &str) -> Stri
         ConnectErrorKind::TimedOut => format!(
             "no answer from {url} in time: is nats-server running there? (if it sets handshake_first, pass --tlsfirst)"
         ),
-        ConnectErrorKind::ServerParse | ConnectErrorKind::Dns => {
-            format!("cannot resolve the server address {url}: {detail} (check --nats-url, bus.url)")
-        }
+        ConnectErrorKind::ServerParse | ConnectErrorKind::Dns => format!(
+            "cannot resolve the host of {url} ({detail}): check the name in -s/--server (NATS_URL, bus.url)"
+        ),
         ConnectErrorKind::Io | ConnectErrorKind::MaxReconnects => format!(
-            "cannot reach {url}: {detail} (is nats-server running? check --nats-url, bus.url)"
+            "{url} is unreachable ({detail}): is nats-server running there? check -s/--server (NATS_URL, bus.url)"
         ),
     }
 }
