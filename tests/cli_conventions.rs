@@ -332,7 +332,7 @@ fn each_bus_failure_is_one_line_naming_the_server_and_the_cause() {
 }
 
 #[test]
-fn reconcile_against_a_dead_bus_names_it_and_keeps_the_events() {
+fn reconcile_names_a_dead_bus_or_a_refusing_one_and_keeps_the_events() {
     let work = tempfile::tempdir().unwrap();
     let dir = work.path();
     std::fs::write(
@@ -347,7 +347,8 @@ fn reconcile_against_a_dead_bus_names_it_and_keeps_the_events() {
     assert!(out.status.success(), "{}", stderr(&out));
 
     let mut reconcile = base.to_vec();
-    reconcile.extend_from_slice(&["--format", "json", "reconcile", "--timeout", "30s"]);
+    // A bus that does not answer is waited for (up to --timeout), then named.
+    reconcile.extend_from_slice(&["--format", "json", "reconcile", "--timeout", "1s"]);
     let out = run(&mut dlq(dir, &reconcile));
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     one_line(
@@ -365,4 +366,30 @@ fn reconcile_against_a_dead_bus_names_it_and_keeps_the_events() {
         "{report}"
     );
     assert_eq!(report["drained"], false);
+
+    // A bus that refuses the password is said at once, before any wait.
+    let server = password_server();
+    let url = server.url();
+    let out = run(&mut dlq(
+        dir,
+        &[
+            "--config",
+            "fast.yml",
+            "-s",
+            &url,
+            "--user",
+            "sec",
+            "--password",
+            "wrong",
+            "--format",
+            "json",
+            "reconcile",
+            "--timeout",
+            "300s",
+        ],
+    ));
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    one_line(&out, &[url.as_str(), "refused user `sec`", "stay stored"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["unpublished_before"], report["unpublished_after"]);
 }

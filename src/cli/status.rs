@@ -6,6 +6,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::{open, Cli, CliError, Format, EXIT_INCOMPLETE, EXIT_OK};
+use crate::bus::BusError;
 use crate::removal::wait_for_drain;
 use crate::sink::Sink;
 
@@ -91,24 +92,24 @@ pub async fn reconcile(cli: &Cli, args: &ReconcileArgs) -> Result<u8, CliError> 
             return Err(err);
         }
     };
+    // A bus that refuses the settings (or whose host does not resolve) is said at once:
+    // waiting cannot help. One that does not answer is waited for, up to --timeout.
     if before > 0 {
-        // A bus that is down, unknown or refuses the settings is said at once, naming it,
-        // instead of after --timeout.
-        if let Err(err) = open::reach_bus(&config.bus.0).await {
-            let parked = sink.parked().map(|parked| parked.len());
-            sink.close().await?;
-            eprintln!(
-                "dlq: {err}; the {before} unpublished events stay stored: run `dlq reconcile` \
-                 again once the bus answers"
-            );
-            let outcome = Outcome {
-                before,
-                after: before,
-                drained: false,
-                unparked,
-                parked: parked?,
-            };
-            return outcome.report(cli, args);
+        match open::reach_bus(&config.bus.0).await {
+            Ok(()) | Err(CliError::Bus(BusError::Unreachable(_))) => {}
+            Err(err) => {
+                let parked = sink.parked().map(|parked| parked.len());
+                sink.close().await?;
+                say_unpublished(&err, before);
+                let outcome = Outcome {
+                    before,
+                    after: before,
+                    drained: false,
+                    unparked,
+                    parked: parked?,
+                };
+                return outcome.report(cli, args);
+            }
         }
     }
     let emitter = open::emitter_with_sink(&config, sink, true).await?;
@@ -117,6 +118,12 @@ pub async fn reconcile(cli: &Cli, args: &ReconcileArgs) -> Result<u8, CliError> 
     let after = emitter.sink().backlog()?.count;
     let parked = emitter.sink().parked()?.len();
     emitter.shutdown().await?;
+    if after > 0 {
+        // Name the bus and why it did not take the events, when it is the cause.
+        if let Err(err) = open::reach_bus(&config.bus.0).await {
+            say_unpublished(&err, after);
+        }
+    }
     Outcome {
         before,
         after,
@@ -125,6 +132,15 @@ pub async fn reconcile(cli: &Cli, args: &ReconcileArgs) -> Result<u8, CliError> 
         parked,
     }
     .report(cli, args)
+}
+
+/// One line on stderr: why the bus did not take the `count` unpublished events, which stay
+/// stored.
+fn say_unpublished(err: &CliError, count: u64) {
+    eprintln!(
+        "dlq: {err}; the {count} unpublished events stay stored: run `dlq reconcile` again once \
+         the bus answers"
+    );
 }
 
 /// What `dlq reconcile` did.

@@ -41,6 +41,17 @@ pub fn explain_connect_error(err: &ConnectError, plan: &Plan, url: &str) -> Stri
     }
 }
 
+/// Whether no server answered this connection (down, nothing listening, no answer in time),
+/// as opposed to a server that refused it or a host name that does not resolve: it may
+/// answer later.
+pub fn is_unreachable(err: &ConnectError) -> bool {
+    match err.kind() {
+        ConnectErrorKind::Io => !looks_like_tls(&source_chain(err)),
+        ConnectErrorKind::TimedOut | ConnectErrorKind::MaxReconnects => true,
+        _ => false,
+    }
+}
+
 /// Whether the server refused this connection (credentials, TLS): trying again with the same
 /// settings cannot help, unlike a server that is down.
 pub fn is_refusal(err: &ConnectError) -> bool {
