@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 /// mimalloc instead of glibc's malloc: the sink's writer and applier threads allocate and free
 /// a lot across threads (docs/benchmarks.md, "The allocator").
@@ -12,11 +11,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    dlq::cli::run(dlq::cli::Cli::parse()).await
+    let cli = dlq::cli::Cli::parse();
+    dlq::cli::logging::init(cli.verbose);
+    dlq::cli::run(cli).await
 }

@@ -170,6 +170,8 @@ async fn a_repaired_event_already_held_by_a_consumer_is_not_counted_twice() {
 async fn an_unreachable_bus_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
+    // An existing (empty) data directory: a missing one is refused before the bus is tried.
+    std::fs::create_dir(&data).unwrap();
     let port = dlq_testkit::free_port(0);
     let url = format!("nats://127.0.0.1:{port}");
     let out = dlq(&data, &url, &["republish", "--dry-run"]);

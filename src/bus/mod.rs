@@ -166,10 +166,15 @@ pub enum BusError {
     /// loopback, a key file that cannot be read); nothing was sent.
     #[error("invalid bus settings: {0}")]
     Config(String),
-    /// The server refused the connection (credentials, TLS, permissions); the message names
-    /// the cause and the fix.
+    /// The server refused the connection (credentials, TLS, permissions), or its host name
+    /// does not resolve; the message names the cause and the fix. Trying again with the same
+    /// settings cannot help.
     #[error("cannot connect to the bus: {0}")]
     Refused(String),
+    /// No server answered (down, a port nothing listens on, no route, no answer in time); the
+    /// message names the server and what to check. It may answer later.
+    #[error("cannot connect to the bus: {0}")]
+    Unreachable(String),
 }
 
 impl BusError {
@@ -191,6 +196,7 @@ impl BusError {
             BusError::Transport(_) => "transport",
             BusError::Config(_) => "config",
             BusError::Refused(_) => "refused",
+            BusError::Unreachable(_) => "unreachable",
         }
     }
 }

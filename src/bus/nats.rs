@@ -10,7 +10,7 @@ use async_nats::HeaderMap;
 use tokio::sync::Mutex;
 use tracing::{debug, error, info, warn};
 
-use super::auth::{explain_connect_error, is_refusal, redact_url, Plan};
+use super::auth::{explain_connect_error, is_refusal, is_unreachable, redact_url, Plan};
 use super::config::{BusConfig, BusMode};
 use super::denials::Denials;
 use super::stream::{check, wanted};
@@ -19,7 +19,9 @@ use crate::domain::event::{EncodedEvent, Event};
 
 /// Connects once to the servers of `config`, with its credentials and TLS, failing at once
 /// (with a line naming the cause and the fix) instead of retrying: for readers of the stream
-/// (`dlq consume`, `verify`, `republish`) and tools.
+/// (`dlq consume`, `verify`, `republish`) and tools. A server that does not answer is
+/// [`BusError::Unreachable`], one that refuses the settings (or a host that does not resolve)
+/// [`BusError::Refused`].
 pub async fn connect_client(
     config: &BusConfig,
     timeout: Duration,
@@ -51,10 +53,14 @@ pub async fn connect_watched(
             }
         });
     let options = plan.apply(config, base).await?.connection_timeout(timeout);
-    let client = options
-        .connect(plan.servers.clone())
-        .await
-        .map_err(|err| BusError::Refused(explain_connect_error(&err, &plan, &config.url)))?;
+    let client = options.connect(plan.servers.clone()).await.map_err(|err| {
+        let line = explain_connect_error(&err, &plan, &config.url);
+        if is_unreachable(&err) {
+            BusError::Unreachable(line)
+        } else {
+            BusError::Refused(line)
+        }
+    })?;
     Ok((client, denials))
 }
 

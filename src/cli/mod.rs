@@ -1,13 +1,16 @@
 //! The `dlq` command line: global options and the subcommands.
 
 pub(crate) mod admin;
+mod bus_flags;
 mod closed_pipe;
 mod consume;
+mod data_dir;
 mod demo;
 mod export;
 mod forward;
 mod generate;
 pub(crate) mod list;
+pub mod logging;
 pub(crate) mod open;
 pub(crate) mod report;
 mod republish;
@@ -51,9 +54,17 @@ pub struct Cli {
     /// Data directory: the durable segment log (`log/`) and the sled projection commands query.
     #[arg(long, global = true, env = "DLQ_DATA_DIR", default_value = "dlq-data")]
     pub data_dir: PathBuf,
-    /// NATS server URL, or several separated by commas [default: bus.url of --config, else
-    /// nats://127.0.0.1:4222].
-    #[arg(long, global = true, env = "DLQ_NATS_URL")]
+    /// NATS server URL, or several separated by commas, as `nats -s` [default: env
+    /// DLQ_NATS_URL, else env NATS_URL, else the --context's url, else bus.url of --config,
+    /// else nats://127.0.0.1:4222].
+    #[arg(
+        short = 's',
+        long = "server",
+        visible_alias = "nats-url",
+        global = true,
+        env = "DLQ_NATS_URL",
+        value_name = "URL"
+    )]
     pub nats_url: Option<String>,
     /// NATS subject events are published on [default: bus.subject of --config, else
     /// sys.job.dlq].
@@ -64,7 +75,8 @@ pub struct Cli {
     #[arg(long, global = true, value_enum)]
     pub bus_mode: Option<BusMode>,
     /// A context of the `nats` CLI (`nats context save`): its URL, credentials and TLS files
-    /// replace the config file's; the flags below replace the context's.
+    /// replace the config file's; each flag below overrides its own field of the context (a
+    /// flag of another way to authenticate replaces the context's).
     #[arg(long, global = true, env = "NATS_CONTEXT")]
     pub context: Option<String>,
     /// NATS user; without --password it is sent as a token, as the `nats` CLI does
@@ -105,6 +117,10 @@ pub struct Cli {
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464).
     #[arg(long, global = true, env = "DLQ_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+    /// Log more on stderr: -v info, -vv debug, the NATS client's log included (RUST_LOG, when
+    /// set, decides instead) [default: dlq's warnings and errors].
+    #[arg(short = 'v', long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
     /// Output format.
     #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
     pub format: Format,
@@ -208,31 +224,9 @@ pub enum Command {
 /// Runs the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> ExitCode {
     closed_pipe::install();
-    let result = match &cli.command {
-        Command::Tour(args) => tour::run(&cli, args).await,
-        Command::Demo(args) => demo::run(&cli, args).await,
-        Command::Status => status::status(&cli).await,
-        Command::Reconcile(args) => status::reconcile(&cli, args).await,
-        Command::Rebuild => status::rebuild(&cli).await,
-        Command::Consume(args) => consume::consume(&cli, args).await,
-        Command::Verify(args) => consume::verify(&cli, args).await,
-        Command::Republish(args) => republish::run_republish(&cli, args).await,
-        Command::List(args) => list::run_list(&cli, args).await,
-        Command::Inspect(args) => list::run_inspect(&cli, args).await,
-        Command::Stats(args) => report::run_stats(&cli, args).await,
-        Command::Analyze(args) => report::run_analyze(&cli, args).await,
-        Command::Export(args) => export::run_export(&cli, args).await,
-        Command::Import(args) => export::run_import(&cli, args).await,
-        Command::Clear(args) => admin::run_clear(&cli, args).await,
-        Command::Purge(args) => admin::run_purge(&cli, args).await,
-        Command::Stream(args) => stream::run(&cli, args).await,
-        Command::Run(args) => run::run_job(&cli, args).await,
-        Command::Resume(args) => run::resume_job(&cli, args).await,
-        Command::Retry(args) => retry::run_retry(&cli, args).await,
-        Command::Events(args) => run::run_events(&cli, args).await,
-        Command::Jobs => run::run_jobs(&cli).await,
-        Command::Serve(args) => serve::run_serve(&cli, args).await,
-        Command::Generate(args) => generate::run(&cli, args).await,
+    let result = match data_dir::check(&cli) {
+        Err(err) => Err(err),
+        Ok(()) => dispatch(&cli).await,
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -243,6 +237,36 @@ pub async fn run(cli: Cli) -> ExitCode {
             eprintln!("dlq: {err}");
             ExitCode::from(err.exit_code())
         }
+    }
+}
+
+/// Runs the subcommand.
+async fn dispatch(cli: &Cli) -> Result<u8, CliError> {
+    match &cli.command {
+        Command::Tour(args) => tour::run(cli, args).await,
+        Command::Demo(args) => demo::run(cli, args).await,
+        Command::Status => status::status(cli).await,
+        Command::Reconcile(args) => status::reconcile(cli, args).await,
+        Command::Rebuild => status::rebuild(cli).await,
+        Command::Consume(args) => consume::consume(cli, args).await,
+        Command::Verify(args) => consume::verify(cli, args).await,
+        Command::Republish(args) => republish::run_republish(cli, args).await,
+        Command::List(args) => list::run_list(cli, args).await,
+        Command::Inspect(args) => list::run_inspect(cli, args).await,
+        Command::Stats(args) => report::run_stats(cli, args).await,
+        Command::Analyze(args) => report::run_analyze(cli, args).await,
+        Command::Export(args) => export::run_export(cli, args).await,
+        Command::Import(args) => export::run_import(cli, args).await,
+        Command::Clear(args) => admin::run_clear(cli, args).await,
+        Command::Purge(args) => admin::run_purge(cli, args).await,
+        Command::Stream(args) => stream::run(cli, args).await,
+        Command::Run(args) => run::run_job(cli, args).await,
+        Command::Resume(args) => run::resume_job(cli, args).await,
+        Command::Retry(args) => retry::run_retry(cli, args).await,
+        Command::Events(args) => run::run_events(cli, args).await,
+        Command::Jobs => run::run_jobs(cli).await,
+        Command::Serve(args) => serve::run_serve(cli, args).await,
+        Command::Generate(args) => generate::run(cli, args).await,
     }
 }
 

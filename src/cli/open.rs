@@ -5,8 +5,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Cli, CliError};
-use crate::bus::context::{context_path, NatsContext};
-use crate::bus::{payload_warning, BusAuth, BusConfig, NatsBus};
+use crate::bus::{connect_client, payload_warning, BusConfig, NatsBus};
 use crate::config::Config;
 use crate::emitter::EmitterBuilder;
 use crate::serve::client::discovery::ServeFile;
@@ -37,43 +36,7 @@ pub fn config(cli: &Cli) -> Result<Config, CliError> {
     if let Some(horizon) = cli.anti_entropy_horizon {
         config.anti_entropy.horizon = horizon;
     }
-    let bus: &mut BusConfig = &mut config.bus.0;
-    if let Some(name) = &cli.context {
-        NatsContext::load(&context_path(name)?)?.apply(bus);
-    }
-    // Flags and their environment variables override the file and the context; the defaults
-    // live in BusConfig.
-    if let Some(url) = &cli.nats_url {
-        bus.url = url.clone();
-    }
-    if let Some(subject) = &cli.topic {
-        bus.subject = subject.clone();
-    }
-    if let Some(mode) = cli.bus_mode {
-        bus.mode = mode;
-    }
-    // A way to authenticate given on the command line replaces the file's and the context's.
-    if cli.user.is_some() || cli.password.is_some() || cli.creds.is_some() || cli.nkey.is_some() {
-        bus.auth = BusAuth {
-            user: cli.user.clone(),
-            password: cli.password.clone(),
-            creds: cli.creds.clone(),
-            nkey: cli.nkey.clone(),
-            token: None,
-            allow_insecure_credentials: bus.auth.allow_insecure_credentials,
-        };
-    }
-    bus.auth.allow_insecure_credentials |= cli.allow_insecure_credentials;
-    for (flag, setting) in [
-        (&cli.tlsca, &mut bus.tls.ca),
-        (&cli.tlscert, &mut bus.tls.cert),
-        (&cli.tlskey, &mut bus.tls.key),
-    ] {
-        if flag.is_some() {
-            setting.clone_from(flag);
-        }
-    }
-    bus.tls.first |= cli.tlsfirst;
+    super::bus_flags::apply(cli, &mut config.bus.0)?;
     Ok(config)
 }
 
@@ -168,6 +131,21 @@ impl LockWait {
         tokio::time::sleep(LOCK_RETRY).await;
         Ok(())
     }
+}
+
+/// How long a command that needs the bus now waits for the server's answer (as `consume` and
+/// `verify` do): only a server that accepts the connection and then stays silent takes that
+/// long; one that is down, unknown or refuses the settings fails at once.
+const BUS_ANSWER: Duration = Duration::from_secs(5);
+
+/// Connects once to the bus of `bus` and lets go, for a command that needs the bus now
+/// (`stream`, `reconcile`): an error is one line naming the server, the cause (unreachable,
+/// unknown host, TLS trust, authentication) and the fix, instead of a client that keeps trying
+/// in the background while the command times out.
+pub async fn reach_bus(bus: &BusConfig) -> Result<(), CliError> {
+    let client = connect_client(bus, BUS_ANSWER).await?;
+    drop(client);
+    Ok(())
 }
 
 /// Opens sink and bus, starts metrics if asked, and builds an emitter with its reconciler.

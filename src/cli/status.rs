@@ -6,6 +6,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::{open, Cli, CliError, Format, EXIT_INCOMPLETE, EXIT_OK};
+use crate::bus::BusError;
 use crate::removal::wait_for_drain;
 use crate::sink::Sink;
 
@@ -91,37 +92,102 @@ pub async fn reconcile(cli: &Cli, args: &ReconcileArgs) -> Result<u8, CliError> 
             return Err(err);
         }
     };
+    // A bus that refuses the settings (or whose host does not resolve) is said at once:
+    // waiting cannot help. One that does not answer is waited for, up to --timeout.
+    if before > 0 {
+        match open::reach_bus(&config.bus.0).await {
+            Ok(()) | Err(CliError::Bus(BusError::Unreachable(_))) => {}
+            Err(err) => {
+                let parked = sink.parked().map(|parked| parked.len());
+                sink.close().await?;
+                say_unpublished(&err, before);
+                let outcome = Outcome {
+                    before,
+                    after: before,
+                    drained: false,
+                    unparked,
+                    parked: parked?,
+                };
+                return outcome.report(cli, args);
+            }
+        }
+    }
     let emitter = open::emitter_with_sink(&config, sink, true).await?;
     emitter.wake_reconciler();
     let drained = wait_for_drain(&emitter, args.timeout).await?;
     let after = emitter.sink().backlog()?.count;
     let parked = emitter.sink().parked()?.len();
     emitter.shutdown().await?;
-    let report = json!({
-        "unpublished_before": before,
-        "unpublished_after": after,
-        "drained": drained,
-        "unparked": unparked,
-        "parked": parked,
-    });
-    match cli.format {
-        Format::Json | Format::Jsonl | Format::Csv | Format::Dir => println!("{report}"),
-        Format::Table => {
-            println!(
-                "published {} events; {after} still unpublished",
-                before.saturating_sub(after)
-            );
-            if parked > 0 {
-                println!("{parked} events parked: see `dlq status`");
-            }
+    if after > 0 {
+        // Name the bus and why it did not take the events, when it is the cause.
+        if let Err(err) = open::reach_bus(&config.bus.0).await {
+            say_unpublished(&err, after);
         }
     }
-    let parked_again = args.retry_parked && parked > 0;
-    Ok(if drained && !parked_again {
-        EXIT_OK
-    } else {
-        EXIT_INCOMPLETE
-    })
+    Outcome {
+        before,
+        after,
+        drained,
+        unparked,
+        parked,
+    }
+    .report(cli, args)
+}
+
+/// One line on stderr: why the bus did not take the `count` unpublished events, which stay
+/// stored.
+fn say_unpublished(err: &CliError, count: u64) {
+    eprintln!(
+        "dlq: {err}; the {count} unpublished events stay stored: run `dlq reconcile` again once \
+         the bus answers"
+    );
+}
+
+/// What `dlq reconcile` did.
+struct Outcome {
+    before: u64,
+    after: u64,
+    drained: bool,
+    unparked: u64,
+    parked: usize,
+}
+
+impl Outcome {
+    /// Prints the outcome; exit 4 while events remain unpublished (or parked again).
+    fn report(&self, cli: &Cli, args: &ReconcileArgs) -> Result<u8, CliError> {
+        let Outcome {
+            before,
+            after,
+            drained,
+            unparked,
+            parked,
+        } = *self;
+        let report = json!({
+            "unpublished_before": before,
+            "unpublished_after": after,
+            "drained": drained,
+            "unparked": unparked,
+            "parked": parked,
+        });
+        match cli.format {
+            Format::Json | Format::Jsonl | Format::Csv | Format::Dir => println!("{report}"),
+            Format::Table => {
+                println!(
+                    "published {} events; {after} still unpublished",
+                    before.saturating_sub(after)
+                );
+                if parked > 0 {
+                    println!("{parked} events parked: see `dlq status`");
+                }
+            }
+        }
+        let parked_again = args.retry_parked && parked > 0;
+        Ok(if drained && !parked_again {
+            EXIT_OK
+        } else {
+            EXIT_INCOMPLETE
+        })
+    }
 }
 
 /// Rebuilds the projection from the log.

@@ -70,6 +70,7 @@ pub async fn run(cli: &Cli, args: &StreamArgs) -> Result<u8, CliError> {
             "bus mode is core, which uses no stream: dlq stream needs --bus-mode jetstream",
         ));
     }
+    open::reach_bus(&config).await?;
     let bus = NatsBus::open(config.clone()).await?;
     match &args.action {
         StreamAction::Show => show(cli.format, &bus, &config).await,

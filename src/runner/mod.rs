@@ -66,6 +66,12 @@ pub(crate) use job_store::{list_jobs, JobStore};
 pub(crate) use job_view::{current_summary, item_events};
 pub(crate) use retry::{retry_job, RetryOptions, RetryReport};
 
+/// Reads and validates the workflow file at `path` as [`start`] does, running nothing: `dlq
+/// run` checks it before it opens (and so creates) the data directory.
+pub(crate) fn check_workflow(path: &std::path::Path) -> Result<(), WorkflowError> {
+    workflow::Workflow::load(path).map(|_| ())
+}
+
 /// Parses and validates workflow YAML as `dlq run` does (the entry point of `crate::fuzzing`).
 #[cfg(feature = "fuzzing")]
 pub(crate) fn parse_workflow(text: &str) -> Result<(), WorkflowError> {

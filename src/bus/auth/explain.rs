@@ -32,12 +32,23 @@ pub fn explain_connect_error(err: &ConnectError, plan: &Plan, url: &str) -> Stri
         ConnectErrorKind::TimedOut => format!(
             "no answer from {url} in time: is nats-server running there? (if it sets handshake_first, pass --tlsfirst)"
         ),
-        ConnectErrorKind::ServerParse | ConnectErrorKind::Dns => {
-            format!("cannot resolve the server address {url}: {detail} (check --nats-url, bus.url)")
-        }
-        ConnectErrorKind::Io | ConnectErrorKind::MaxReconnects => format!(
-            "cannot reach {url}: {detail} (is nats-server running? check --nats-url, bus.url)"
+        ConnectErrorKind::ServerParse | ConnectErrorKind::Dns => format!(
+            "cannot resolve the host of {url} ({detail}): check the name in -s/--server (NATS_URL, bus.url)"
         ),
+        ConnectErrorKind::Io | ConnectErrorKind::MaxReconnects => format!(
+            "{url} is unreachable ({detail}): is nats-server running there? check -s/--server (NATS_URL, bus.url)"
+        ),
+    }
+}
+
+/// Whether no server answered this connection (down, nothing listening, no answer in time),
+/// as opposed to a server that refused it or a host name that does not resolve: it may
+/// answer later.
+pub fn is_unreachable(err: &ConnectError) -> bool {
+    match err.kind() {
+        ConnectErrorKind::Io => !looks_like_tls(&source_chain(err)),
+        ConnectErrorKind::TimedOut | ConnectErrorKind::MaxReconnects => true,
+        _ => false,
     }
 }
 

@@ -36,7 +36,7 @@ mod plan;
 mod secret;
 mod url;
 
-pub use explain::{explain_connect_error, is_refusal};
+pub use explain::{explain_connect_error, is_refusal, is_unreachable};
 pub use key_files::readable_by_others;
 pub use plan::{Method, Plan};
 pub use secret::{Secret, REDACTED};

@@ -92,7 +92,9 @@ impl Plan {
             servers.push(parsed.url);
         }
         if servers.is_empty() {
-            return Err(invalid("no server URL given (--nats-url, bus.url)".into()));
+            return Err(invalid(
+                "no server URL given (-s/--server, NATS_URL, bus.url)".into(),
+            ));
         }
         let auth = &config.auth;
         let mut methods = Vec::new();

@@ -83,7 +83,7 @@ pub async fn run(cli: &Cli, args: &TourArgs) -> Result<u8, CliError> {
     };
     let mut config = open::config(cli)?;
     let tour_dir = cli.data_dir.join("tour");
-    let mut source = if cli.nats_url.is_some() {
+    let mut source = if super::bus_flags::server_url(cli).is_some() {
         BusSource::External
     } else if let Some(bin) = private_bus::find_binary() {
         let bus = PrivateBus::start(bin, &tour_dir.join("nats")).await?;
