@@ -186,6 +186,10 @@ async fn the_log_keeps_what_anti_entropy_still_checks() {
     })
     .await;
     assert_eq!(emitter.sink().backlog().unwrap().count, 0, "all published");
+    // The acknowledgements are still inside their horizon: the gauge shows how old the oldest
+    // of them is (not zero, which would say nothing waits to be checked).
+    let age = metric_value("dlq_anti_entropy_oldest_unchecked_age_seconds", &[]);
+    assert!(age > 0.0 && age < 60.0, "oldest unchecked age {age}");
     emitter.sink().checkpoint().await.unwrap(); // retention runs here
     emitter.sink().checkpoint().await.unwrap();
     assert!(
