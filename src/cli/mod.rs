@@ -6,6 +6,7 @@ mod closed_pipe;
 mod consume;
 mod data_dir;
 mod demo;
+mod drain;
 mod export;
 mod forward;
 mod generate;
