@@ -245,3 +245,36 @@ fn a_yaml_syntax_error_is_called_one_with_its_line_and_column() {
         "a failed validation creates no data directory"
     );
 }
+
+#[test]
+fn completions_and_the_man_page_come_from_the_command_line() {
+    let work = tempfile::tempdir().unwrap();
+    let dlq = |args: &[&str]| {
+        let out = Command::new(DLQ)
+            .args(args)
+            .current_dir(work.path())
+            .env_remove("DLQ_DATA_DIR")
+            .output()
+            .unwrap();
+        ok(&out);
+        text(&out.stdout)
+    };
+    let bash = dlq(&["completions", "bash"]);
+    assert!(bash.contains("complete -F"), "{bash}");
+    assert!(
+        bash.contains("reconcile") && bash.contains("--server"),
+        "{bash}"
+    );
+    let zsh = dlq(&["completions", "zsh"]);
+    assert!(zsh.starts_with("#compdef dlq"), "{zsh}");
+    let fish = dlq(&["completions", "fish"]);
+    assert!(fish.contains("complete -c dlq"), "{fish}");
+    let man = dlq(&["man"]);
+    assert!(man.contains(".TH dlq"), "{man}");
+    assert!(
+        man.contains(".SH NAME") && man.contains("reconcile"),
+        "{man}"
+    );
+    // Neither needs nor creates a data directory.
+    assert!(!work.path().join("dlq-data").exists());
+}

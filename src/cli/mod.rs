@@ -18,6 +18,7 @@ mod republish;
 pub(crate) mod retry;
 mod run;
 mod serve;
+mod shell;
 mod signals;
 mod status;
 mod stream;
@@ -226,6 +227,10 @@ pub enum Command {
     /// clear, purge, retry as JSON; the web page; /metrics; /healthz) on a loopback address
     /// until SIGINT/SIGTERM.
     Serve(serve::ServeArgs),
+    /// Print shell completions: `dlq completions bash|zsh|fish`.
+    Completions(shell::CompletionsArgs),
+    /// Print the man page (roff): `dlq man > dlq.1`.
+    Man,
     /// Fill the data directory with synthetic items (benchmarks).
     #[command(hide = true)]
     Generate(generate::GenerateArgs),
@@ -277,6 +282,8 @@ async fn dispatch(cli: &Cli) -> Result<u8, CliError> {
         Command::Jobs => run::run_jobs(cli).await,
         Command::Serve(args) => serve::run_serve(cli, args).await,
         Command::Generate(args) => generate::run(cli, args).await,
+        Command::Completions(args) => shell::completions(args),
+        Command::Man => shell::man(),
     }
 }
 
