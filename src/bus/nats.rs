@@ -79,8 +79,10 @@ pub struct NatsBus {
 }
 
 impl NatsBus {
-    /// Starts connecting to `config.url`; waits at most one publish timeout for the first
-    /// connection and returns even if the server is down (the client keeps reconnecting).
+    /// Starts connecting to `config.url`: waits at most one publish timeout for a server
+    /// that accepts the connection to answer, and returns at once when none does (refused,
+    /// down): the client keeps reconnecting in the background, and what is emitted meanwhile
+    /// is stored and left to the reconciler, so a bus outage adds no wait to the caller.
     ///
     /// In JetStream mode, once connected, it also gets the stream ready
     /// ([`NatsBus::ensure_stream`]): creates it when it is missing, otherwise checks it and
@@ -111,7 +113,9 @@ impl NatsBus {
         let refusal: Refusal = Arc::default();
         // Give the first connection up to one publish timeout, so that a process that emits
         // right after starting does not fail its first publishes for nothing; a server that is
-        // down (or frozen) does not block longer than that.
+        // frozen does not block longer than that. A failed attempt is not waited on: the
+        // retrying client below connects in the background (issue 36: a refused bus cost
+        // every `dlq run` the whole publish timeout before its first item).
         let deadline = tokio::time::Instant::now() + config.publish_timeout;
         // First one direct attempt: its error has the details (which certificate, which
         // credentials) that the retrying client only reports as a kind.
@@ -158,11 +162,6 @@ impl NatsBus {
                     })?
             }
         };
-        while client.connection_state() != State::Connected
-            && tokio::time::Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
         let mut jetstream = jetstream::new(client.clone());
         jetstream.set_timeout(config.publish_timeout);
         Ok(NatsBus {

@@ -45,7 +45,9 @@ impl Command {
             | Command::Resume(_)
             | Command::Events(_)
             | Command::Jobs => Needs,
-            Command::Consume(_) | Command::Stream(_) => Ignores,
+            Command::Consume(_) | Command::Stream(_) | Command::Completions(_) | Command::Man => {
+                Ignores
+            }
         }
     }
 }

@@ -7,12 +7,14 @@ use chrono::Utc;
 use clap::Args;
 use serde_json::json;
 
-use super::open;
+use super::drain::drain;
+use super::open::{self, NodeEmitter};
 use super::{Cli, CliError, Format, EXIT_OK};
+use crate::bus::Bus;
 use crate::domain::failure::dead_lettered_item;
-use crate::domain::model::{ErrorType, FailureDetail};
+use crate::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use crate::domain::signature::classify;
-use crate::removal::wait_for_drain;
+use crate::emitter::EmitError;
 use crate::sink::Sink;
 
 /// Options of `dlq demo`.
@@ -33,7 +35,8 @@ pub struct DemoArgs {
     /// Print `ACK <event_id>` on stdout as soon as each event is durable.
     #[arg(long)]
     pub print_acked: bool,
-    /// After emitting, wait up to this long for the reconciler to publish the backlog.
+    /// After emitting, wait up to this long for the reconciler to publish the backlog (not
+    /// at all while the bus is down).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
 }
@@ -60,6 +63,12 @@ const SAMPLES: &[(&str, Option<i32>, bool)] = &[
 ];
 
 /// Runs the demo.
+///
+/// While the bus is connected each item is dead-lettered as a scheduler would, waiting for
+/// its publish ([`crate::emitter::Emitter::dead_letter`]); while it is not, each is only
+/// stored ([`crate::emitter::Emitter::store`]: durable, publishing left to the reconciler), so
+/// an outage adds no retry delays per item and no warning per item, only the one line of the
+/// summary ([`super::drain::Drained::line`]).
 pub async fn run(cli: &Cli, args: &DemoArgs) -> Result<u8, CliError> {
     let emitter = open::emitter(cli).await?;
     let job_id = args
@@ -74,12 +83,12 @@ pub async fn run(cli: &Cli, args: &DemoArgs) -> Result<u8, CliError> {
             break;
         };
         n += 1;
-        match emitter.dead_letter(&args.source_topic, item).await {
-            Ok(receipt) => {
+        match emit(&emitter, &args.source_topic, item).await {
+            Ok((event_ids, on_emit)) => {
                 emitted += 1;
-                published += u64::from(receipt.published);
+                published += u64::from(on_emit);
                 if args.print_acked {
-                    for id in &receipt.event_ids {
+                    for id in &event_ids {
                         writeln!(stdout, "ACK {id}")?;
                     }
                     stdout.flush()?;
@@ -91,31 +100,51 @@ pub async fn run(cli: &Cli, args: &DemoArgs) -> Result<u8, CliError> {
             }
         }
     }
-    let drained = wait_for_drain(&emitter, args.drain_timeout).await?;
-    let backlog = emitter.sink().backlog()?;
+    let drained = drain(&emitter, args.drain_timeout).await?;
     let summary = json!({
         "job_id": job_id,
         "node_id": emitter.sink().node_id(),
         "emitted": emitted,
         "failed": failed,
         "published_on_emit": published,
-        "unpublished": backlog.count,
-        "drained": drained,
+        "unpublished": drained.unpublished(),
+        "drained": drained.drained(),
     });
     emitter.shutdown().await?;
     match cli.format {
-        Format::Json | Format::Jsonl | Format::Csv | Format::Dir => println!("{summary}"),
+        Format::Json | Format::Jsonl | Format::Csv | Format::Dir => {
+            println!("{summary}");
+            if let Some(line) = drained.line() {
+                eprintln!("dlq: {line}");
+            }
+        }
         Format::Table => {
             println!("job {job_id} on node {}", summary["node_id"]);
             println!("  emitted (durable): {emitted}, failed: {failed}");
             println!("  published on emit: {published}");
-            println!("  still unpublished: {} ", backlog.count);
-            if backlog.count > 0 {
-                println!("  the bus is unreachable: events stay in the sink and are published by the reconciler (`dlq reconcile`) once it is back");
+            println!("  still unpublished: {}", drained.unpublished());
+            if let Some(line) = drained.line() {
+                println!("  {line}");
             }
         }
     }
     Ok(EXIT_OK)
+}
+
+/// Emits one item: dead-lettered (waiting for its publish) while the bus is connected, only
+/// stored while it is not. The event ids, and whether the bus acknowledged them.
+async fn emit(
+    emitter: &NodeEmitter,
+    topic: &str,
+    item: DeadLetteredItem,
+) -> Result<(Vec<String>, bool), EmitError> {
+    if emitter.bus().is_healthy() {
+        let receipt = emitter.dead_letter(topic, item).await?;
+        Ok((receipt.event_ids, receipt.published))
+    } else {
+        let receipt = emitter.store(topic, item).await?;
+        Ok((receipt.event_ids, false))
+    }
 }
 
 /// The `n`-th sample item of `job_id` (also used by `dlq generate`).

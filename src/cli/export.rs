@@ -60,16 +60,26 @@ pub async fn run_export(cli: &Cli, args: &ExportArgs) -> Result<u8, CliError> {
     .await?;
     // Progress and summary go to stderr: stdout may be the export itself in a pipeline.
     eprintln!(
-        "exported {} items of {} jobs to {} ({:?})",
+        "exported {} items of {} jobs to {} ({})",
         report.items,
         report.jobs,
         report.path.display(),
-        report.format
+        format_name(report.format)
     );
     if cli.format != Format::Table {
         println!("{}", json!(report));
     }
     Ok(EXIT_OK)
+}
+
+/// The name of `format` as `--format` takes it (`jsonl`, not `Jsonl`).
+fn format_name(format: ExportFormat) -> &'static str {
+    match format {
+        ExportFormat::Json => "json",
+        ExportFormat::Jsonl => "jsonl",
+        ExportFormat::Csv => "csv",
+        ExportFormat::Dir => "dir",
+    }
 }
 
 /// Validates the whole source, then dead-letters every item not already in the sink.

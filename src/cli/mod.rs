@@ -6,6 +6,7 @@ mod closed_pipe;
 mod consume;
 mod data_dir;
 mod demo;
+mod drain;
 mod export;
 mod forward;
 mod generate;
@@ -17,6 +18,7 @@ mod republish;
 pub(crate) mod retry;
 mod run;
 mod serve;
+mod shell;
 mod signals;
 mod status;
 mod stream;
@@ -47,12 +49,21 @@ pub const EXIT_INCOMPLETE: u8 = 4;
 /// Exit code: `dlq verify` found differences between the sink and the stream.
 pub const EXIT_DIFFERENCES: u8 = 5;
 
+/// The help heading of the options every command takes, listed after a command's own.
+const HEADING_GLOBAL: &str = "Global options";
+/// The help heading of the NATS connection flags, listed after a command's own options.
+const HEADING_NATS: &str = "NATS connection";
+/// The help heading of the flags that reach a `dlq serve` API.
+const HEADING_API: &str = "Admin API";
+/// The help heading of the flags of a process holding the data directory.
+const HEADING_NODE: &str = "Node";
+
 /// A durable dead-letter queue: failures go to a local segment log first, then to NATS.
 #[derive(Debug, Parser)]
-#[command(name = "dlq", version, about, long_about = None)]
+#[command(name = "dlq", version = env!("DLQ_VERSION"), about, long_about = None)]
 pub struct Cli {
     /// Data directory: the durable segment log (`log/`) and the sled projection commands query.
-    #[arg(long, global = true, env = "DLQ_DATA_DIR", default_value = "dlq-data")]
+    #[arg(long, global = true, env = "DLQ_DATA_DIR", default_value = "dlq-data", help_heading = HEADING_GLOBAL)]
     pub data_dir: PathBuf,
     /// NATS server URL, or several separated by commas, as `nats -s` [default: env
     /// DLQ_NATS_URL, else env NATS_URL, else the --context's url, else bus.url of --config,
@@ -64,96 +75,96 @@ pub struct Cli {
         global = true,
         env = "DLQ_NATS_URL",
         value_name = "URL"
-    )]
+    , help_heading = HEADING_NATS)]
     pub nats_url: Option<String>,
     /// NATS subject events are published on [default: bus.subject of --config, else
     /// sys.job.dlq].
-    #[arg(long, global = true, env = "DLQ_TOPIC")]
+    #[arg(long, global = true, env = "DLQ_TOPIC", help_heading = HEADING_NATS)]
     pub topic: Option<String>,
     /// JetStream (acknowledged) or core (weaker: no stream, no ack) [default: bus.mode of
     /// --config, else jetstream].
-    #[arg(long, global = true, value_enum)]
+    #[arg(long, global = true, value_enum, help_heading = HEADING_NATS)]
     pub bus_mode: Option<BusMode>,
     /// A context of the `nats` CLI (`nats context save`): its URL, credentials and TLS files
     /// replace the config file's; each flag below overrides its own field of the context (a
     /// flag of another way to authenticate replaces the context's).
-    #[arg(long, global = true, env = "NATS_CONTEXT")]
+    #[arg(long, global = true, env = "NATS_CONTEXT", help_heading = HEADING_NATS)]
     pub context: Option<String>,
     /// NATS user; without --password it is sent as a token, as the `nats` CLI does
     /// [default: bus.auth of --config, or credentials in the URL].
-    #[arg(long, global = true, env = "NATS_USER", hide_env_values = true)]
+    #[arg(long, global = true, env = "NATS_USER", hide_env_values = true, help_heading = HEADING_NATS)]
     pub user: Option<Secret>,
     /// Password of --user.
-    #[arg(long, global = true, env = "NATS_PASSWORD", hide_env_values = true)]
+    #[arg(long, global = true, env = "NATS_PASSWORD", hide_env_values = true, help_heading = HEADING_NATS)]
     pub password: Option<Secret>,
     /// Credentials file (user JWT and NKey seed, as `nsc` writes it).
-    #[arg(long, global = true, env = "NATS_CREDS")]
+    #[arg(long, global = true, env = "NATS_CREDS", help_heading = HEADING_NATS)]
     pub creds: Option<PathBuf>,
     /// File holding an NKey user seed (`SU...`).
-    #[arg(long, global = true, env = "NATS_NKEY")]
+    #[arg(long, global = true, env = "NATS_NKEY", help_heading = HEADING_NATS)]
     pub nkey: Option<PathBuf>,
     /// Client certificate (PEM) for mutual TLS; needs --tlskey.
-    #[arg(long, global = true, env = "NATS_CERT")]
+    #[arg(long, global = true, env = "NATS_CERT", help_heading = HEADING_NATS)]
     pub tlscert: Option<PathBuf>,
     /// Private key (PEM) of --tlscert.
-    #[arg(long, global = true, env = "NATS_KEY")]
+    #[arg(long, global = true, env = "NATS_KEY", help_heading = HEADING_NATS)]
     pub tlskey: Option<PathBuf>,
     /// CA certificates (PEM) to trust for the server's certificate, besides the system's.
-    #[arg(long, global = true, env = "NATS_CA")]
+    #[arg(long, global = true, env = "NATS_CA", help_heading = HEADING_NATS)]
     pub tlsca: Option<PathBuf>,
     /// Start TLS before the server's greeting (servers with `handshake_first`).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = HEADING_NATS)]
     pub tlsfirst: bool,
     /// Send a password or token without TLS to a host other than loopback (refused otherwise:
     /// anyone on the path can read it).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = HEADING_NATS)]
     pub allow_insecure_credentials: bool,
     /// YAML configuration file (sink, bus, per-topic retries, reconciler, retention).
-    #[arg(long, global = true, env = "DLQ_CONFIG")]
+    #[arg(long, global = true, env = "DLQ_CONFIG", help_heading = HEADING_GLOBAL)]
     pub config: Option<PathBuf>,
     /// Node id for a new data directory (default: generated and stored).
-    #[arg(long, global = true, env = "DLQ_NODE_ID")]
+    #[arg(long, global = true, env = "DLQ_NODE_ID", help_heading = HEADING_NODE)]
     pub node_id: Option<String>,
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464).
-    #[arg(long, global = true, env = "DLQ_METRICS_ADDR")]
+    #[arg(long, global = true, env = "DLQ_METRICS_ADDR", help_heading = HEADING_NODE)]
     pub metrics_addr: Option<SocketAddr>,
     /// Log more on stderr: -v info, -vv debug, the NATS client's log included (RUST_LOG, when
     /// set, decides instead) [default: dlq's warnings and errors].
-    #[arg(short = 'v', long, global = true, action = clap::ArgAction::Count)]
+    #[arg(short = 'v', long, global = true, action = clap::ArgAction::Count, help_heading = HEADING_GLOBAL)]
     pub verbose: u8,
     /// Output format.
-    #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
+    #[arg(long, global = true, value_enum, default_value_t = Format::Table, help_heading = HEADING_GLOBAL)]
     pub format: Format,
     /// Send list, inspect, stats, analyze, clear, purge and retry to the `dlq serve` API at this
     /// URL (e.g. http://127.0.0.1:9465) instead of opening the data directory. Without it they
     /// go there anyway when the directory is held by a running `dlq serve`.
-    #[arg(long, global = true, env = "DLQ_API_URL")]
+    #[arg(long, global = true, env = "DLQ_API_URL", help_heading = HEADING_API)]
     pub api: Option<String>,
     /// PEM CA certificate(s) that sign the certificate of an https:// API (dlq serve
     /// --tls-cert) [default: the system's roots].
-    #[arg(long, global = true, env = "DLQ_API_CA", value_name = "FILE")]
+    #[arg(long, global = true, env = "DLQ_API_CA", value_name = "FILE", help_heading = HEADING_API)]
     pub api_ca: Option<PathBuf>,
     /// File holding the admin API's bearer token: `dlq serve` requires it, forwarded commands
     /// send it [default: the token in env DLQ_API_TOKEN].
-    #[arg(long, global = true, env = "DLQ_API_TOKEN_FILE")]
+    #[arg(long, global = true, env = "DLQ_API_TOKEN_FILE", help_heading = HEADING_API)]
     pub token_file: Option<PathBuf>,
     /// How long to wait for the data directory when another process without an admin API
     /// holds it (a short command such as `dlq list`, or a job still starting). A directory
     /// held by a running `dlq serve` or `dlq run` is not waited for: commands go through its
     /// API, or fail at once naming it.
     #[arg(long, global = true, env = "DLQ_LOCK_WAIT", default_value = "10s",
-          value_parser = humantime::parse_duration)]
+          value_parser = humantime::parse_duration, help_heading = HEADING_NODE)]
     pub lock_wait: Duration,
     /// Turn anti-entropy off: long-running processes then no longer check that the stream
     /// still holds the events it acknowledged (config `anti_entropy.enabled`).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = HEADING_NODE)]
     pub no_anti_entropy: bool,
     /// Time between anti-entropy passes [default: config `anti_entropy.interval`, 30s].
-    #[arg(long, global = true, env = "DLQ_ANTI_ENTROPY_INTERVAL", value_parser = humantime::parse_duration)]
+    #[arg(long, global = true, env = "DLQ_ANTI_ENTROPY_INTERVAL", value_parser = humantime::parse_duration, help_heading = HEADING_NODE)]
     pub anti_entropy_interval: Option<Duration>,
     /// How long after its acknowledgement an event must still be in the stream before it is
     /// no longer checked [default: config `anti_entropy.horizon`, 5m].
-    #[arg(long, global = true, env = "DLQ_ANTI_ENTROPY_HORIZON", value_parser = humantime::parse_duration)]
+    #[arg(long, global = true, env = "DLQ_ANTI_ENTROPY_HORIZON", value_parser = humantime::parse_duration, help_heading = HEADING_NODE)]
     pub anti_entropy_horizon: Option<Duration>,
     /// What to do.
     #[command(subcommand)]
@@ -216,6 +227,10 @@ pub enum Command {
     /// clear, purge, retry as JSON; the web page; /metrics; /healthz) on a loopback address
     /// until SIGINT/SIGTERM.
     Serve(serve::ServeArgs),
+    /// Print shell completions: `dlq completions bash|zsh|fish`.
+    Completions(shell::CompletionsArgs),
+    /// Print the man page (roff): `dlq man > dlq.1`.
+    Man,
     /// Fill the data directory with synthetic items (benchmarks).
     #[command(hide = true)]
     Generate(generate::GenerateArgs),
@@ -267,6 +282,8 @@ async fn dispatch(cli: &Cli) -> Result<u8, CliError> {
         Command::Jobs => run::run_jobs(cli).await,
         Command::Serve(args) => serve::run_serve(cli, args).await,
         Command::Generate(args) => generate::run(cli, args).await,
+        Command::Completions(args) => shell::completions(args),
+        Command::Man => shell::man(),
     }
 }
 

@@ -101,13 +101,17 @@ pub async fn run_retry(cli: &Cli, args: &RetryArgs) -> Result<u8, CliError> {
                 mode,
             )
             .await;
-            let drained = crate::removal::wait_for_drain(&emitter, args.runner.drain_timeout).await;
+            let drained = super::drain::drain(&emitter, args.runner.drain_timeout).await;
             emitter.shutdown().await?;
             // The retry joined every task it started: this emitter is the last handle.
             drop(emitter);
             open::refresh_snapshot(cli, &config).await;
             let report = result.map_err(CliError::from)?;
-            drained?;
+            let drained = drained?;
+            if let (super::drain::Drained::BusDown { .. }, Some(line)) = (&drained, drained.line())
+            {
+                eprintln!("dlq: {line}");
+            }
             report
         }
     };

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
+use super::drain::Drained;
 use super::open::{self, NodeEmitter};
 use super::{Cli, CliError, Format, EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK};
 use crate::config::Config;
@@ -41,7 +42,8 @@ pub struct RunnerArgs {
     #[arg(long, value_enum, default_value_t)]
     pub progress: ProgressArg,
     /// At the end, wait this long for the bus to acknowledge every DLQ event (the rest is
-    /// published by the next process that opens the data directory).
+    /// published by the next process that opens the data directory); not at all while the bus
+    /// is down.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
 }
@@ -242,20 +244,22 @@ async fn finish(
     args: &RunnerArgs,
     result: Result<JobReport, RunError>,
 ) -> Result<u8, CliError> {
-    let drained = crate::removal::wait_for_drain(&emitter, args.drain_timeout).await;
-    let unpublished = emitter.sink().backlog().map(|b| b.count).unwrap_or(0);
+    let drained = super::drain::drain(&emitter, args.drain_timeout).await;
     emitter.shutdown().await?;
     drop(emitter);
     open::refresh_snapshot(cli, config).await;
     let report = result.map_err(CliError::from)?;
-    drained?;
+    let drained = drained?;
     let mut out = BufWriter::new(std::io::stdout().lock());
     match cli.format {
         Format::Json | Format::Jsonl => {
             serde_json::to_writer(&mut out, &report).map_err(std::io::Error::from)?;
             writeln!(out)?;
+            if let Some(line) = drained.line() {
+                eprintln!("dlq: {line}");
+            }
         }
-        _ => print_report(&mut out, &report, unpublished)?,
+        _ => print_report(&mut out, &report, &drained)?,
     }
     out.flush()?;
     Ok(if matches!(report.reduce, Some(Err(_))) {
@@ -267,7 +271,7 @@ async fn finish(
     })
 }
 
-fn print_report(out: &mut impl Write, r: &JobReport, unpublished: u64) -> std::io::Result<()> {
+fn print_report(out: &mut impl Write, r: &JobReport, drained: &Drained) -> std::io::Result<()> {
     let s = &r.summary;
     writeln!(out, "job {}", r.job_id)?;
     writeln!(
@@ -327,8 +331,8 @@ fn print_report(out: &mut impl Write, r: &JobReport, unpublished: u64) -> std::i
             writeln!(out, "  | {line}")?;
         }
     }
-    if unpublished > 0 {
-        writeln!(out, "{unpublished} DLQ events not yet acknowledged by the bus; the reconciler publishes them when it is back (`dlq reconcile`)")?;
+    if let Some(line) = drained.line() {
+        writeln!(out, "{line}")?;
     }
     Ok(())
 }

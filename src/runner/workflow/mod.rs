@@ -190,7 +190,13 @@ pub enum WorkflowError {
         #[source]
         source: std::io::Error,
     },
-    /// The YAML is malformed or does not match the schema (unknown key, wrong type, ...).
+    /// The file is not valid YAML (a bad indent, an unclosed bracket or quote, a tab, ...).
+    #[error("workflow file is not valid YAML: {message}")]
+    Yaml {
+        /// The YAML parser's message, with line, column and a snippet.
+        message: String,
+    },
+    /// The YAML does not match the schema (unknown key, wrong type, ...).
     #[error("workflow file does not match the workflow schema: {message}")]
     Syntax {
         /// The parser's message, with line, column, the offending key and a snippet.
@@ -204,6 +210,24 @@ pub enum WorkflowError {
         /// What is wrong and what is accepted.
         message: String,
     },
+}
+
+/// Whether the YAML parser itself failed (the text is not YAML), rather than the text not
+/// matching the workflow's schema.
+fn is_yaml_syntax(err: &serde_saphyr::Error) -> bool {
+    let mut err = err;
+    while let serde_saphyr::Error::WithSnippet { error, .. }
+    | serde_saphyr::Error::AliasError { error, .. } = err
+    {
+        err = error;
+    }
+    match err {
+        serde_saphyr::Error::ExternalMessage { source, .. } => {
+            matches!(**source, serde_saphyr::ExternalMessageSource::Parser(_))
+        }
+        serde_saphyr::Error::Eof { .. } => true,
+        _ => false,
+    }
 }
 
 fn invalid(field: impl Into<String>, message: impl Into<String>) -> WorkflowError {
@@ -241,10 +265,14 @@ impl Workflow {
                 message: "the workflow is empty; it needs at least `name`, `mode` and `map`".into(),
             });
         }
-        let workflow: Workflow =
-            serde_saphyr::from_str(text).map_err(|e| WorkflowError::Syntax {
-                message: e.to_string(),
-            })?;
+        let workflow: Workflow = serde_saphyr::from_str(text).map_err(|e| {
+            let message = e.to_string();
+            if is_yaml_syntax(&e) {
+                WorkflowError::Yaml { message }
+            } else {
+                WorkflowError::Syntax { message }
+            }
+        })?;
         workflow.validate()?;
         Ok(workflow)
     }
@@ -255,9 +283,15 @@ impl Workflow {
             path: path.to_path_buf(),
             source,
         })?;
+        let named = |message: String| {
+            message.replacen("--> <input>:", &format!("--> {}:", path.display()), 1)
+        };
         Workflow::parse(&text).map_err(|e| match e {
             WorkflowError::Syntax { message } => WorkflowError::Syntax {
-                message: message.replacen("--> <input>:", &format!("--> {}:", path.display()), 1),
+                message: named(message),
+            },
+            WorkflowError::Yaml { message } => WorkflowError::Yaml {
+                message: named(message),
             },
             other => other,
         })
