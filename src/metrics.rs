@@ -25,6 +25,8 @@ pub const UNSTORED_DROPPED: &str = "dlq_unstored_dropped_total";
 pub const LOSS_MARKERS: &str = "dlq_loss_markers_total";
 /// Events the bus has not acknowledged yet.
 pub const UNPUBLISHED: &str = "dlq_unpublished_events";
+/// Items in the DLQ (all jobs), counted when `/metrics` is scraped.
+pub const ITEMS: &str = "dlq_items";
 /// Events published by the reconciler.
 pub const RECONCILED: &str = "dlq_reconciled_total";
 /// Age of the oldest unpublished event.
@@ -109,6 +111,10 @@ pub fn describe() {
         "Late-failed writes lost: the emitter shut down before it could store or publish them"
     );
     describe_gauge!(UNPUBLISHED, "Events the bus has not acknowledged yet");
+    describe_gauge!(
+        ITEMS,
+        "Items in the DLQ (all jobs), counted when /metrics is scraped"
+    );
     describe_counter!(RECONCILED, "Events published by the reconciler");
     describe_gauge!(
         OLDEST_UNPUBLISHED_AGE,

@@ -276,8 +276,17 @@ pub async fn healthz(State(state): Shared) -> Answer {
     .into_response())
 }
 
-/// `GET /metrics`: Prometheus text.
+/// `GET /metrics`: Prometheus text, with `dlq_items` (the items in the DLQ) counted at scrape
+/// time from the per-job counters the sink keeps (O(jobs), no item read).
 pub async fn metrics(State(state): Shared) -> Response {
+    let items = blocking(&state, |sink| {
+        let jobs = sink.jobs()?;
+        Ok(jobs.iter().map(|(_, counters)| counters.items).sum::<u64>())
+    })
+    .await;
+    if let Ok(items) = items {
+        metrics::gauge!(crate::metrics::ITEMS).set(items as f64);
+    }
     let text = state.metrics.render();
     (
         [(
