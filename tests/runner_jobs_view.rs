@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use dlq_testkit::flow::{self, counts, Flow};
+use dlq_testkit::serve::Serve;
 use dlq_testkit::DEAD_BUS_URL;
 use serde_json::{json, Value};
 
@@ -21,8 +22,8 @@ error_policy:
     max_attempts: 1
 "#;
 
-fn job_row(flow: &Flow, job: &str) -> Value {
-    let out = flow.env.run(&["jobs"]);
+fn job_row(flow: &Flow, flags: &[&str], job: &str) -> Value {
+    let out = flow.env.run(&[flags, &["jobs"]].concat());
     assert!(
         out.status.success(),
         "{}",
@@ -47,9 +48,16 @@ fn jobs_shows_what_the_dlq_holds_now() {
     assert_eq!(code, 0, "{report}");
     assert_eq!(counts(&report), (2, 3, 0, 0));
 
-    let row = job_row(&flow, "nightly");
+    let row = job_row(&flow, &[], "nightly");
     assert_eq!(row["summary"]["failed"], 3, "{row}");
     assert_eq!(row["in_dlq"], 3, "{row}");
+    // While `dlq serve` holds the directory, the counts come from its API (not `?`).
+    {
+        let _serve = Serve::start(&flow.env, "jobs-view-token");
+        let token = flow.env.path("token");
+        let row = job_row(&flow, &["--token-file", token.to_str().unwrap()], "nightly");
+        assert_eq!(row["in_dlq"], 3, "through the API: {row}");
+    }
 
     let out = flow
         .env
@@ -59,7 +67,7 @@ fn jobs_shows_what_the_dlq_holds_now() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let row = job_row(&flow, "nightly");
+    let row = job_row(&flow, &[], "nightly");
     assert_eq!(
         row["summary"]["failed"], 3,
         "the run's history stays: {row}"

@@ -80,7 +80,7 @@ async fn target_with(cli: &Cli, adjust: fn(Config) -> Config) -> Result<Target, 
 }
 
 /// The API announced in `serve.json` by a live process, if it answers.
-async fn announced_api(cli: &Cli) -> Result<Option<ApiClient>, CliError> {
+pub async fn announced_api(cli: &Cli) -> Result<Option<ApiClient>, CliError> {
     let Some(file) = ServeFile::read_live(&cli.data_dir) else {
         return Ok(None);
     };

@@ -446,7 +446,8 @@ pub async fn run_jobs(cli: &Cli) -> Result<u8, CliError> {
 async fn in_dlq_now(cli: &Cli) -> Result<Option<std::collections::HashMap<String, u64>>, CliError> {
     let config = open::config(cli)?;
     let Some(sink) = open::try_sink(cli, &config)? else {
-        return Ok(None);
+        // Held by a process that serves its API (`dlq serve`, a job): ask it.
+        return in_dlq_from_api(cli).await;
     };
     let counts = sink.jobs().map(|jobs| {
         jobs.into_iter()
@@ -455,4 +456,21 @@ async fn in_dlq_now(cli: &Cli) -> Result<Option<std::collections::HashMap<String
     });
     sink.close().await?;
     Ok(Some(counts?))
+}
+
+/// Items per job from `GET /v1/stats` of the API the holder of the data directory announces;
+/// `None` when none answers (a short command holds it).
+async fn in_dlq_from_api(
+    cli: &Cli,
+) -> Result<Option<std::collections::HashMap<String, u64>>, CliError> {
+    let Some(api) = super::forward::announced_api(cli).await? else {
+        return Ok(None);
+    };
+    let answer = api.get("/v1/stats").await?;
+    let stats: serde_json::Value = serde_json::from_slice(&answer.body).unwrap_or_default();
+    Ok(stats["jobs"].as_object().map(|jobs| {
+        jobs.iter()
+            .filter_map(|(job, n)| Some((job.clone(), n.as_u64()?)))
+            .collect()
+    }))
 }
