@@ -294,3 +294,56 @@ fn nothing_ran_in_log(server: &Serve) {
     let log = server.log();
     assert!(!log.contains("panicked"), "{log}");
 }
+
+/// Many jobs: the overview's counts have separators, its by-job table shows the ten with the
+/// most items, ties in natural order (bench-2 before bench-10), and the rest behind a button;
+/// "Forget token" shows only once there is a token (issue 36).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_orders_and_pages_many_jobs() {
+    let env = dlq_testkit::cli::Env::new(DLQ, dlq_testkit::DEAD_BUS_URL);
+    let out = env.run(&["generate", "--items", "1200", "--jobs", "12"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let server = Serve::start(&env, TOKEN);
+    let browser = Browser::start().await;
+    let page = format!("http://127.0.0.1:{}/", server.port);
+    browser.client.goto(&page).await.unwrap();
+    browser.find("#token-form").await;
+    let forget = browser.find("#forget-token").await;
+    assert!(
+        !forget.is_displayed().await.unwrap(),
+        "nothing to forget yet"
+    );
+    type_into(&browser, "#token-input", TOKEN).await;
+    click(&browser, "#token-submit").await;
+    browser.text_until("#items-total", |t| t == "1,200").await;
+    assert!(browser
+        .find("#forget-token")
+        .await
+        .is_displayed()
+        .await
+        .unwrap());
+    let top = browser
+        .text_until("#by-job", |t| t.contains("bench-9"))
+        .await;
+    let order: Vec<&str> = top
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let expected: Vec<String> = (0..10).map(|n| format!("bench-{n}")).collect();
+    assert_eq!(order[1..], expected, "{top}");
+    click(&browser, "#by-job-all").await;
+    let all = browser
+        .text_until("#by-job", |t| t.contains("bench-11"))
+        .await;
+    let order: Vec<&str> = all
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let expected: Vec<String> = (0..12).map(|n| format!("bench-{n}")).collect();
+    assert_eq!(order[1..], expected, "{all}");
+    browser.close().await;
+}

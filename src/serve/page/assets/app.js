@@ -22,6 +22,8 @@ const views = { overview, items, item: detail, actions };
 async function show() {
   if (cleanup) cleanup();
   cleanup = null;
+  // Nothing to forget without a token.
+  document.getElementById("forget-token").hidden = !token();
   const r = route();
   for (const link of document.querySelectorAll("nav a")) {
     link.classList.toggle("current", link.dataset.view === r.name || (r.name === "item" && link.dataset.view === "items"));

@@ -4,6 +4,9 @@ import { el, replace, table, age, note, pageLink, text } from "./dom.js";
 import { call } from "./api.js";
 
 const REFRESH_MS = 3000;
+const TOP_JOBS = 10;
+// Whether "show all" was clicked: kept over the refreshes, which redraw the tables.
+let allJobs = false;
 const SVG = "http://www.w3.org/2000/svg";
 
 export async function overview(root, _route, { fail }) {
@@ -27,13 +30,16 @@ export async function overview(root, _route, { fail }) {
 function render(health, stats, analysis) {
   const bus = health.bus || "unknown";
   const cards = el("div", { class: "cards" },
-    card("Items in the DLQ", String(stats.total_items), "items-total"),
+    card("Items in the DLQ", fmt(stats.total_items), "items-total"),
     card("Bus", bus, "bus-state", bus === "connected" ? "ok" : "bad"),
-    card("Unpublished events", String(health.unpublished), "backlog",
+    card("Unpublished events", fmt(health.unpublished), "backlog",
       health.unpublished > 0 ? "warn" : "ok",
       health.oldest_unpublished ? `oldest ${age(health.oldest_unpublished)} ago` : "none waiting"),
-    card("Parked events", String(health.parked), "parked", health.parked > 0 ? "warn" : "ok"));
-  const jobs = Object.entries(stats.jobs || {});
+    card("Parked events", fmt(health.parked), "parked", health.parked > 0 ? "warn" : "ok"));
+  // Most items first, then by name with numbers compared as numbers (bench-2 before bench-10);
+  // the first TOP_JOBS rows, the rest behind a button.
+  const jobs = Object.entries(stats.jobs || {})
+    .sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0], undefined, { numeric: true }));
   const types = Object.entries(stats.by_error_type || {}).sort((a, b) => b[1] - a[1]);
   const groups = analysis.pattern_groups || [];
   return [
@@ -41,9 +47,7 @@ function render(health, stats, analysis) {
     el("section", {}, el("h2", {}, "Failures per hour (last 24 h)"), chart(analysis.temporal_distribution || [])),
     el("div", { class: "columns" },
       el("section", {}, el("h2", {}, "By job (now in the DLQ)"),
-        jobs.length ? table(["job", "items"], jobs.map(([job, n]) => [
-          pageLink(["items"], job, { href: "#/items?job_id=" + encodeURIComponent(job) }), num(n),
-        ]), { id: "by-job" }) : note("ok", "The DLQ is empty.")),
+        jobs.length ? byJob(jobs) : note("ok", "The DLQ is empty.")),
       el("section", {}, el("h2", {}, "By error type"),
         types.length ? table(["error type", "items"], types.map(([t, n]) => [t, num(n)]), { id: "by-type" }) : none())),
     el("section", {}, el("h2", {}, "By error signature"),
@@ -52,6 +56,22 @@ function render(health, stats, analysis) {
         el("code", {}, text(g.error_pattern)), g.error_type, num(g.count), text(g.remediation),
       ]), { id: "by-signature" }) : none()),
   ];
+}
+
+/** The by-job table: the first TOP_JOBS jobs, and a button that shows the others. */
+function byJob(jobs) {
+  const rows = (list) => list.map(([job, n]) => [
+    pageLink(["items"], job, { href: "#/items?job_id=" + encodeURIComponent(job) }), num(n),
+  ]);
+  if (allJobs || jobs.length <= TOP_JOBS) return table(["job", "items"], rows(jobs), { id: "by-job" });
+  const more = el("button", { type: "button", id: "by-job-all", class: "quiet" },
+    `show all ${fmt(jobs.length)} jobs`);
+  const box = el("div", {}, table(["job", "items"], rows(jobs.slice(0, TOP_JOBS)), { id: "by-job" }), more);
+  more.addEventListener("click", () => {
+    allJobs = true;
+    replace(box, table(["job", "items"], rows(jobs), { id: "by-job" }));
+  });
+  return box;
 }
 
 function none() {
@@ -66,7 +86,12 @@ function card(title, value, id, kind, detail) {
 }
 
 function num(n) {
-  return el("span", { class: "num" }, String(n));
+  return el("span", { class: "num" }, fmt(n));
+}
+
+/** A count with thousands separators (12,345). */
+function fmt(n) {
+  return typeof n === "number" ? n.toLocaleString("en-US") : String(n);
 }
 
 /** Bars of the last 24 hours (hours without failures are 0), drawn as SVG elements. */
