@@ -238,6 +238,7 @@ async fn finish(writing: Option<JoinHandle<Result<(), StoreError>>>) -> Result<(
         Some(handle) => handle.await.map_err(|err| StoreError::Io {
             path: std::path::PathBuf::new(),
             reason: format!("the task writing a save failed: {err}"),
+            source: Some(err.into()),
         })?,
     }
 }
