@@ -104,9 +104,7 @@ impl BackgroundFlush {
 
     /// Waits for the flush; its result.
     pub(crate) fn wait(self) -> Result<(), CheckpointError> {
-        self.handle
-            .join()
-            .unwrap_or(Err(CheckpointError::Panicked))
+        self.handle.join().unwrap_or(Err(CheckpointError::Panicked))
     }
 }
 

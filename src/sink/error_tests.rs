@@ -24,9 +24,15 @@ fn opening_a_sink_on_a_file_keeps_the_io_error() {
     };
     assert!(matches!(err, SinkError::Open { .. }), "{err:?}");
     let shown = err.to_string();
-    assert!(shown.contains("Check that the directory is writable."), "{shown}");
+    assert!(
+        shown.contains("Check that the directory is writable."),
+        "{shown}"
+    );
     let io = io_error_in(&err).unwrap_or_else(|| panic!("no io::Error behind: {err:?}"));
-    assert!(shown.contains(&io.to_string()), "{shown} does not show {io}");
+    assert!(
+        shown.contains(&io.to_string()),
+        "{shown} does not show {io}"
+    );
 }
 
 #[test]
@@ -36,7 +42,10 @@ fn an_unreadable_sequence_floor_keeps_the_io_error() {
     std::fs::create_dir(dir.path().join("seq.floor")).unwrap();
     let err = SeqFloor::open(dir.path()).unwrap_err();
     assert!(matches!(err, SinkError::Io { .. }), "{err:?}");
-    assert!(err.to_string().starts_with("sink I/O failed: cannot read "), "{err}");
+    assert!(
+        err.to_string().starts_with("sink I/O failed: cannot read "),
+        "{err}"
+    );
     let io = io_error_in(&err).unwrap_or_else(|| panic!("no io::Error behind: {err:?}"));
     assert_eq!(io.kind(), io::ErrorKind::IsADirectory, "{io}");
 }

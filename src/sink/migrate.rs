@@ -79,9 +79,7 @@ pub(crate) fn to_current(
     batch.insert(keys::APPLIED_THROUGH, &last.to_be_bytes());
     batch.insert(keys::PUBLISHED, state.encode());
     tree.apply_batch(batch)?;
-    flusher
-        .flush()
-        .map_err(|err| failed(path, err))?;
+    flusher.flush().map_err(|err| failed(path, err))?;
     if moved > 0 || replayed.records > 0 {
         info!(
             events = moved,
@@ -116,9 +114,7 @@ fn adopt_log(path: &Path, tree: &sled::Tree, flusher: &mut SledFlusher) -> Resul
     batch.remove(keys::APPLIED_THROUGH);
     batch.remove(keys::PUBLISHED);
     tree.apply_batch(batch)?;
-    flusher
-        .flush()
-        .map_err(|err| failed(path, err))?;
+    flusher.flush().map_err(|err| failed(path, err))?;
     Ok(0)
 }
 
@@ -126,7 +122,12 @@ fn adopt_log(path: &Path, tree: &sled::Tree, flusher: &mut SledFlusher) -> Resul
 fn copy_log(path: &Path, tree: &sled::Tree, config: &LogConfig) -> Result<u64, SinkError> {
     let dir = path.join(MIGRATING_DIR);
     let io = |err: std::io::Error| {
-        open_error(path, format!("{}: {err}", dir.display()), HINT, Some(err.into()))
+        open_error(
+            path,
+            format!("{}: {err}", dir.display()),
+            HINT,
+            Some(err.into()),
+        )
     };
     if dir.exists() {
         // An earlier migration was interrupted before it counted: start again.
@@ -190,9 +191,7 @@ fn finish(path: &Path, tree: &sled::Tree, flusher: &mut SledFlusher) -> Result<(
         removed_any = true;
     }
     if removed_any {
-        flusher
-            .flush()
-            .map_err(|err| failed(path, err))?;
+        flusher.flush().map_err(|err| failed(path, err))?;
     }
     let journal = path.join(journal::DIR);
     if journal.exists() {

@@ -110,6 +110,7 @@ use thiserror::Error;
 
 use crate::domain::command::Command;
 use crate::domain::event::{EncodedEvent, Event};
+use crate::error_class::Cause;
 
 pub use checkpoint::CheckpointError;
 pub use counters::JobCounters;
@@ -224,11 +225,6 @@ pub trait Sink: Send + Sync + 'static {
     /// Flushes everything, including publish marks, and stops accepting appends.
     fn close(&self) -> impl Future<Output = Result<(), SinkError>> + Send;
 }
-
-/// The error a [`SinkError`] was caused by, when the variant can hold several kinds (an
-/// `io::Error`, a `sled::Error`, a [`log::LogError`], a decode error). Walk
-/// [`std::error::Error::source`] and downcast to reach it.
-pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Why a sink operation failed. Every variant that comes from another error keeps it as its
 /// [`source`](std::error::Error::source); the message already includes its text.

@@ -127,11 +127,12 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
     let (requests, rx) = mpsc::channel(config.queue_depth.max(1));
     let applied = Arc::new(Applied::new(applied));
     let (jobs, to_apply) = std::sync::mpsc::channel();
-    let applier = applier::spawn(tree.clone(), applied.clone(), to_apply, faults.clone())
-        .map_err(|source| SinkError::Io {
+    let applier = applier::spawn(tree.clone(), applied.clone(), to_apply, faults.clone()).map_err(
+        |source| SinkError::Io {
             context: "cannot start the applier thread".into(),
             source,
-        })?;
+        },
+    )?;
     let mut writer = Writer {
         tree: tree.clone(),
         flusher: Arc::new(Mutex::new(flusher)),
@@ -221,8 +222,9 @@ fn load_publish_state(tree: &sled::Tree) -> Result<PublishState, SinkError> {
         Some(state) => Ok(state),
         None => {
             warn!("the saved publish state is unreadable: every logged event is published again (the stream and consumers drop duplicates by id)");
-            PublishState::load(None, pending, parked)
-                .ok_or(SinkError::Unavailable("cannot start an empty publish state"))
+            PublishState::load(None, pending, parked).ok_or(SinkError::Unavailable(
+                "cannot start an empty publish state",
+            ))
         }
     }
 }

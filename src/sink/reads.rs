@@ -8,8 +8,8 @@
 use super::counters::JobCounters;
 use super::index_runs;
 use super::item_record::ItemRecord;
-use super::projector::Reader;
 use super::log::LogError;
+use super::projector::Reader;
 use super::{keys, show_key, Cause, SinkError};
 use crate::domain::event::Event;
 use crate::domain::projection::{apply_owned, Change, StoredItem};
@@ -169,8 +169,12 @@ type Unfolded = (String, Option<Cause>);
 fn fold_events(log: &Reader, seqs: &[u64]) -> Result<StoredItem, Unfolded> {
     let mut item: Option<StoredItem> = None;
     let reads = log.read_many(seqs);
-    let unreadable =
-        |seq, err: LogError| (format!("its event {seq} cannot be read from the log: {err}"), Some(err.into()));
+    let unreadable = |seq, err: LogError| {
+        (
+            format!("its event {seq} cannot be read from the log: {err}"),
+            Some(err.into()),
+        )
+    };
     if reads.len() != seqs.len() {
         if let Some((seq, Err(err))) = reads.into_iter().next() {
             return Err(unreadable(seq, err));
@@ -182,7 +186,10 @@ fn fold_events(log: &Reader, seqs: &[u64]) -> Result<StoredItem, Unfolded> {
             .map_err(|err| unreadable(seq, err))?
             .ok_or_else(|| (format!("its event {seq} is not in the log"), None))?;
         let event = Event::from_json(&bytes).map_err(|err| {
-            (format!("its event {seq} in the log does not decode: {err}"), Some(err.into()))
+            (
+                format!("its event {seq} in the log does not decode: {err}"),
+                Some(err.into()),
+            )
         })?;
         match apply_owned(item.as_ref(), event) {
             Change::Put { item: next, .. } => item = Some(*next),

@@ -394,9 +394,8 @@ impl Sink for SledSink {
             let bytes = read
                 .map_err(|err| unreadable(err.to_string(), Some(err.into())))?
                 .ok_or_else(|| unreadable("unpublished event missing from the log".into(), None))?;
-            let event = EncodedEvent::stored(bytes).map_err(|err| {
-                unreadable(format!("corrupt log entry: {err}"), Some(err.into()))
-            })?;
+            let event = EncodedEvent::stored(bytes)
+                .map_err(|err| unreadable(format!("corrupt log entry: {err}"), Some(err.into())))?;
             events.push(event);
         }
         Ok(events)

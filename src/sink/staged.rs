@@ -289,12 +289,14 @@ fn next_record(
             seqs.push(seq);
             Ok(ItemRecord::Events(seqs))
         }
-        Some(ItemRecord::Inline(_)) => serde_json::to_vec(item)
-            .map(ItemRecord::Inline)
-            .map_err(|source| SinkError::Encode {
-                what: format!("item {}/{}", item.item.job_id, item.item.item_id),
-                source,
-            }),
+        Some(ItemRecord::Inline(_)) => {
+            serde_json::to_vec(item)
+                .map(ItemRecord::Inline)
+                .map_err(|source| SinkError::Encode {
+                    what: format!("item {}/{}", item.item.job_id, item.item.item_id),
+                    source,
+                })
+        }
     }
 }
 

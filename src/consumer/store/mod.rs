@@ -21,8 +21,8 @@ use super::fold::{AcceptedGap, Chain, Fold, FoldStats, HeldItem};
 use super::item_log::{self, Change, ChangeRef, Chunks, COMPACT_SLACK};
 use crate::domain::projection::StoredItem;
 use crate::sink::checkpoint::{flush_shared, SharedFlusher, SledFlusher};
-use crate::sink::Cause;
 use crate::sink::sled_open::{open_waiting_for_lock, LOCK_WAIT};
+use crate::Cause;
 
 /// An item as one key (`i` + job + NUL + item → StoredItem JSON): how stores before the chunks
 /// kept items. Loaded, and deleted by the first save, which writes every item in chunks.

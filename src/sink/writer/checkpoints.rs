@@ -92,9 +92,7 @@ impl Writer {
             Ok(mut state) => (state.encode(), state.keep_from()),
             Err(_) => return Err(CheckpointError::PublishStateUnavailable),
         };
-        self.tree
-            .insert(keys::PUBLISHED, published)
-?;
+        self.tree.insert(keys::PUBLISHED, published)?;
         let done_through = keep_from.saturating_sub(1).min(self.applied.through());
         // Items created in the segments about to go are kept whole first, durably with them.
         let removable = match delete_segments {
