@@ -277,7 +277,8 @@ pub enum SinkError {
         #[source]
         source: Option<Arc<log::LogError>>,
     },
-    /// A file-system call of the sink failed (a sidecar file, a thread that could not start).
+    /// A file-system call of the sink failed (a sidecar file, a thread that could not start,
+    /// an injected write fault).
     #[error("sink I/O failed: {context}: {source}")]
     Io {
         /// What the sink was doing.
@@ -312,8 +313,8 @@ pub enum SinkError {
         #[source]
         source: Arc<SinkError>,
     },
-    /// The sink's own state cannot be used (a lock poisoned by a panic, an injected fault);
-    /// there is no other error behind it.
+    /// The sink's own state cannot be used (a lock poisoned by a panic); there is no other
+    /// error behind it.
     #[error("sink I/O failed: {0}")]
     Unavailable(&'static str),
     /// An unpublished event's log entry is missing or cannot be decoded; the reconciler parks

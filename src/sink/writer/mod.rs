@@ -311,7 +311,11 @@ impl Writer {
         command: Command,
     ) -> Result<(Vec<Event>, Vec<Vec<u8>>), SinkError> {
         if self.faults.fail_writes() {
-            return Err(SinkError::Unavailable("injected write fault"));
+            // Shaped like the disk failure it stands for.
+            return Err(SinkError::Io {
+                context: "injected write fault".into(),
+                source: std::io::Error::other("Faults::set_fail_writes is on"),
+            });
         }
         let drafts = decide(&*staged, command, self.limits).map_err(|err| match err {
             DecideError::NotFound { job_id, item_id } => SinkError::NotFound { job_id, item_id },
