@@ -97,5 +97,5 @@ pub use emitter::{
     AntiEntropyConfig, AntiEntropyStats, EmitError, Emitter, EmitterBuilder, PublishOutcome,
     Receipt, ReconcilerConfig, RetentionConfig, StoredReceipt, TopicPolicies, TopicPolicy,
 };
-pub use error_class::ErrorClass;
+pub use error_class::{Cause, ErrorClass};
 pub use sink::{Sink, SinkConfig, SinkError, SledSink};

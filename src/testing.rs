@@ -186,7 +186,7 @@ impl Bus for FakeBus {
             .is_ok();
         if fail {
             return Err(if self.reject.load(Ordering::SeqCst) {
-                BusError::Rejected("scripted".into())
+                BusError::rejected("scripted")
             } else {
                 BusError::Disconnected
             });

@@ -104,6 +104,14 @@ async fn every_log_fault_is_a_clear_error_and_the_sink_recovers_by_itself() {
             err.to_string().contains(named),
             "{op:?}: names what failed: {err}"
         );
+        // The cause is kept: the chain reaches the file system's error.
+        let io = std::iter::successors(Some(&err as &dyn std::error::Error), |e| e.source())
+            .find_map(|e| e.downcast_ref::<std::io::Error>());
+        assert_eq!(
+            io.and_then(std::io::Error::raw_os_error),
+            Some(errno),
+            "{op:?}: no io::Error behind {err:?}"
+        );
         assert!(
             sink.item("J", &failed_id).unwrap().is_none(),
             "{op:?}: the projection holds an event the log did not acknowledge"

@@ -39,7 +39,7 @@ pub struct NatsContext {
 /// Where the context `name` is stored.
 pub fn context_path(name: &str) -> Result<PathBuf, BusError> {
     if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
-        return Err(BusError::Config(format!(
+        return Err(BusError::config(format!(
             "invalid context name {name:?} (--context)"
         )));
     }
@@ -48,8 +48,8 @@ pub fn context_path(name: &str) -> Result<PathBuf, BusError> {
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))
         .ok_or_else(|| {
-            BusError::Config(
-                "--context needs HOME or XDG_CONFIG_HOME to find the nats CLI's contexts".into(),
+            BusError::config(
+                "--context needs HOME or XDG_CONFIG_HOME to find the nats CLI's contexts",
             )
         })?;
     Ok(base
@@ -62,13 +62,15 @@ impl NatsContext {
     /// Reads the context file at `path`.
     pub fn load(path: &Path) -> Result<Self, BusError> {
         let text = std::fs::read_to_string(path).map_err(|err| {
-            BusError::Config(format!(
+            BusError::config(format!(
                 "cannot read the nats context {}: {err} (--context; `nats context ls` lists them)",
                 path.display()
             ))
+            .caused_by(err)
         })?;
         serde_json::from_str(&text).map_err(|err| {
-            BusError::Config(format!("invalid nats context {}: {err}", path.display()))
+            BusError::config(format!("invalid nats context {}: {err}", path.display()))
+                .caused_by(err)
         })
     }
 

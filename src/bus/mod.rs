@@ -9,6 +9,8 @@ pub mod auth;
 mod config;
 pub mod context;
 mod denials;
+#[cfg(test)]
+mod error_tests;
 mod failover;
 mod nats;
 mod payload;
@@ -22,6 +24,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::domain::event::{EncodedEvent, Event};
+use crate::error_class::Cause;
 
 pub use auth::{BusAuth, BusTls, Secret};
 pub use config::{BusConfig, BusMode};
@@ -69,7 +72,7 @@ pub trait Bus: Send + Sync + 'static {
 
     /// Encodes and publishes one event; `Ok` only once the bus acknowledged it.
     fn publish(&self, event: &Event) -> impl Future<Output = Result<Published, BusError>> + Send {
-        let encoded = EncodedEvent::encode(event).map_err(|err| BusError::Encode(err.to_string()));
+        let encoded = EncodedEvent::encode(event).map_err(BusError::Encode);
         async move { self.publish_encoded(&encoded?).await }
     }
 
@@ -97,8 +100,8 @@ pub trait Bus: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<Presence>, BusError>> + Send {
         let _ = probes;
         async {
-            Err(BusError::Rejected(
-                "this bus cannot say what it holds (JetStream only)".into(),
+            Err(BusError::rejected(
+                "this bus cannot say what it holds (JetStream only)",
             ))
         }
     }
@@ -114,8 +117,8 @@ pub trait Bus: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Extent, BusError>> + Send {
         let _ = (from, to, visit);
         async {
-            Err(BusError::Rejected(
-                "this bus cannot say what it holds (JetStream only)".into(),
+            Err(BusError::rejected(
+                "this bus cannot say what it holds (JetStream only)",
             ))
         }
     }
@@ -130,15 +133,18 @@ pub trait Bus: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Published, BusError>> + Send {
         let _ = (event, msg_id);
         async {
-            Err(BusError::Rejected(
-                "re-publishing under a new id needs a JetStream stream".into(),
+            Err(BusError::rejected(
+                "re-publishing under a new id needs a JetStream stream",
             ))
         }
     }
 }
 
 /// Why a publish was not acknowledged. In every case the event may be published again.
-#[derive(Debug, Error, Clone, PartialEq)]
+///
+/// A variant that comes from another error (async-nats, I/O, JSON) keeps it as its
+/// [`source`](std::error::Error::source); the message already includes its text.
+#[derive(Debug, Error)]
 pub enum BusError {
     /// The client is not connected (server down or unreachable); nothing was sent.
     #[error("not connected to the bus")]
@@ -147,41 +153,127 @@ pub enum BusError {
     #[error("no acknowledgement within {0:?}")]
     Timeout(Duration),
     /// The stream could not be read or created.
-    #[error("cannot set up stream: {0}")]
-    StreamSetup(String),
+    #[error("cannot set up stream: {message}")]
+    StreamSetup {
+        /// What failed, the cause's text included.
+        message: String,
+        /// The server's or the client's error, if there was one.
+        #[source]
+        source: Option<Cause>,
+    },
     /// The stream exists but cannot hold dlq's events (its subjects, its storage); dlq does
     /// not change it: the message says what to do.
     #[error("{0}")]
     StreamUnfit(String),
     /// The bus refused the message (too large, wrong stream, ...).
-    #[error("the bus refused the event: {0}")]
-    Rejected(String),
+    #[error("the bus refused the event: {message}")]
+    Rejected {
+        /// Why, the cause's text included.
+        message: String,
+        /// The client's error, if there was one.
+        #[source]
+        source: Option<Cause>,
+    },
     /// The event could not be encoded.
     #[error("cannot encode the event: {0}")]
-    Encode(String),
+    Encode(#[source] serde_json::Error),
     /// Any other transport error.
-    #[error("bus error: {0}")]
-    Transport(String),
+    #[error("bus error: {message}")]
+    Transport {
+        /// What failed, the cause's text included.
+        message: String,
+        /// The client's error, if there was one.
+        #[source]
+        source: Option<Cause>,
+    },
     /// The bus settings cannot work (conflicting credentials, plaintext credentials off
     /// loopback, a key file that cannot be read); nothing was sent.
-    #[error("invalid bus settings: {0}")]
-    Config(String),
+    #[error("invalid bus settings: {message}")]
+    Config {
+        /// What is wrong and what to do, the cause's text included.
+        message: String,
+        /// The error reading a file, if there was one.
+        #[source]
+        source: Option<Cause>,
+    },
     /// The server refused the connection (credentials, TLS, permissions), or its host name
     /// does not resolve; the message names the cause and the fix. Trying again with the same
     /// settings cannot help.
-    #[error("cannot connect to the bus: {0}")]
-    Refused(String),
+    #[error("cannot connect to the bus: {message}")]
+    Refused {
+        /// The cause and the fix.
+        message: String,
+        /// The client's connect error.
+        #[source]
+        source: Option<Cause>,
+    },
     /// No server answered (down, a port nothing listens on, no route, no answer in time); the
     /// message names the server and what to check. It may answer later.
-    #[error("cannot connect to the bus: {0}")]
-    Unreachable(String),
+    #[error("cannot connect to the bus: {message}")]
+    Unreachable {
+        /// The server and what to check.
+        message: String,
+        /// The client's connect error.
+        #[source]
+        source: Option<Cause>,
+    },
 }
 
 impl BusError {
+    /// [`BusError::StreamSetup`] with no other error behind it.
+    pub fn stream_setup(message: impl Into<String>) -> Self {
+        BusError::StreamSetup {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`BusError::Rejected`] with no other error behind it.
+    pub fn rejected(message: impl Into<String>) -> Self {
+        BusError::Rejected {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`BusError::Transport`] with no other error behind it.
+    pub fn transport(message: impl Into<String>) -> Self {
+        BusError::Transport {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`BusError::Config`] with no other error behind it.
+    pub fn config(message: impl Into<String>) -> Self {
+        BusError::Config {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error, caused by `cause` (kept as its source; the message is unchanged).
+    /// Variants without a source are returned as they are.
+    pub fn caused_by(mut self, cause: impl Into<Cause>) -> Self {
+        match &mut self {
+            BusError::StreamSetup { source, .. }
+            | BusError::Rejected { source, .. }
+            | BusError::Transport { source, .. }
+            | BusError::Config { source, .. }
+            | BusError::Refused { source, .. }
+            | BusError::Unreachable { source, .. } => *source = Some(cause.into()),
+            BusError::Disconnected
+            | BusError::Timeout(_)
+            | BusError::StreamUnfit(_)
+            | BusError::Encode(_) => {}
+        }
+        self
+    }
+
     /// True when publishing the same event again cannot succeed ([`BusError::Rejected`],
     /// [`BusError::Encode`]): the emitter does not retry it and the reconciler parks it.
     pub fn is_permanent(&self) -> bool {
-        matches!(self, BusError::Rejected(_) | BusError::Encode(_))
+        matches!(self, BusError::Rejected { .. } | BusError::Encode(_))
     }
 
     /// The label used for this error in metrics.
@@ -189,14 +281,14 @@ impl BusError {
         match self {
             BusError::Disconnected => "disconnected",
             BusError::Timeout(_) => "timeout",
-            BusError::StreamSetup(_) => "stream_setup",
+            BusError::StreamSetup { .. } => "stream_setup",
             BusError::StreamUnfit(_) => "stream_unfit",
-            BusError::Rejected(_) => "rejected",
+            BusError::Rejected { .. } => "rejected",
             BusError::Encode(_) => "encode",
-            BusError::Transport(_) => "transport",
-            BusError::Config(_) => "config",
-            BusError::Refused(_) => "refused",
-            BusError::Unreachable(_) => "unreachable",
+            BusError::Transport { .. } => "transport",
+            BusError::Config { .. } => "config",
+            BusError::Refused { .. } => "refused",
+            BusError::Unreachable { .. } => "unreachable",
         }
     }
 }

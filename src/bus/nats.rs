@@ -54,11 +54,13 @@ pub async fn connect_watched(
         });
     let options = plan.apply(config, base).await?.connection_timeout(timeout);
     let client = options.connect(plan.servers.clone()).await.map_err(|err| {
-        let line = explain_connect_error(&err, &plan, &config.url);
-        if is_unreachable(&err) {
-            BusError::Unreachable(line)
+        let message = explain_connect_error(&err, &plan, &config.url);
+        let unreachable = is_unreachable(&err);
+        let source = Some(err.into());
+        if unreachable {
+            BusError::Unreachable { message, source }
         } else {
-            BusError::Refused(line)
+            BusError::Refused { message, source }
         }
     })?;
     Ok((client, denials))
@@ -155,10 +157,11 @@ impl NatsBus {
                     .connect(plan.servers.clone())
                     .await
                     .map_err(|err| {
-                        BusError::Transport(format!(
+                        BusError::transport(format!(
                             "invalid bus address {}: {err}",
                             redact_url(&config.url)
                         ))
+                        .caused_by(err)
                     })?
             }
         };
@@ -305,10 +308,11 @@ impl NatsBus {
             Ok(stream) => Ok(Some(stream.cached_info().clone())),
             Err(err) => match err.kind() {
                 Kind::JetStream(e) if e.error_code() == ErrorCode::STREAM_NOT_FOUND => Ok(None),
-                _ => Err(BusError::StreamSetup(format!(
+                _ => Err(BusError::stream_setup(format!(
                     "cannot read stream {}: {err}",
                     self.config.stream
-                ))),
+                ))
+                .caused_by(err)),
             },
         }
     }
@@ -321,10 +325,11 @@ impl NatsBus {
             .create_stream(wanted(&self.config))
             .await
             .map_err(|err| {
-                BusError::StreamSetup(format!(
+                BusError::stream_setup(format!(
                     "cannot create stream {}: {err}",
                     self.config.stream
                 ))
+                .caused_by(err)
             })?;
         Ok(created.cached_info().clone())
     }
@@ -332,10 +337,11 @@ impl NatsBus {
     /// Replaces the stream's configuration with `config` (`dlq stream update`, on purpose).
     pub async fn update_stream(&self, config: &stream::Config) -> Result<stream::Info, BusError> {
         self.jetstream.update_stream(config).await.map_err(|err| {
-            BusError::StreamSetup(format!(
+            BusError::stream_setup(format!(
                 "cannot update stream {}: {err}",
                 self.config.stream
             ))
+            .caused_by(err)
         })
     }
 
@@ -352,7 +358,7 @@ impl NatsBus {
     /// the stream's duplicate window cannot drop it: the repair of an event the stream lost
     /// (`dlq republish`). Consumers still drop it if they hold it, by event id. JetStream only.
     pub async fn publish_as(&self, event: &Event, msg_id: &str) -> Result<Published, BusError> {
-        let encoded = EncodedEvent::encode(event).map_err(|e| BusError::Encode(e.to_string()))?;
+        let encoded = EncodedEvent::encode(event).map_err(BusError::Encode)?;
         self.publish_encoded_under(&encoded, msg_id).await
     }
 
@@ -363,8 +369,8 @@ impl NatsBus {
         msg_id: &str,
     ) -> Result<Published, BusError> {
         if self.config.mode != BusMode::Jetstream {
-            return Err(BusError::Rejected(
-                "re-publishing under a new id needs a JetStream stream (bus mode is core)".into(),
+            return Err(BusError::rejected(
+                "re-publishing under a new id needs a JetStream stream (bus mode is core)",
             ));
         }
         if !self.is_healthy() {
@@ -419,10 +425,10 @@ impl NatsBus {
             Kind::TimedOut => BusError::Timeout(self.config.publish_timeout),
             Kind::StreamNotFound => {
                 self.stream_ready.store(false, Ordering::SeqCst);
-                BusError::StreamSetup("stream not found".into())
+                BusError::stream_setup("stream not found").caused_by(err)
             }
-            Kind::MaxPayloadExceeded => BusError::Rejected(err.to_string()),
-            _ => BusError::Transport(err.to_string()),
+            Kind::MaxPayloadExceeded => BusError::rejected(err.to_string()).caused_by(err),
+            _ => BusError::transport(err.to_string()).caused_by(err),
         }
     }
 
@@ -436,14 +442,14 @@ impl NatsBus {
             .await
             .map_err(|err| match err.kind() {
                 async_nats::client::PublishErrorKind::MaxPayloadExceeded => {
-                    BusError::Rejected(err.to_string())
+                    BusError::rejected(err.to_string()).caused_by(err)
                 }
-                _ => BusError::Transport(err.to_string()),
+                _ => BusError::transport(err.to_string()).caused_by(err),
             })?;
         self.client
             .flush()
             .await
-            .map_err(|err| BusError::Transport(err.to_string()))?;
+            .map_err(|err| BusError::transport(err.to_string()).caused_by(err))?;
         Ok(Published {
             stream_seq: None,
             duplicate: false,

@@ -83,14 +83,12 @@ impl NatsBus {
         probes: &[super::Probe],
     ) -> Result<Vec<Presence>, BusError> {
         let name = &self.config().stream;
-        let mut handle =
-            self.jetstream().get_stream(name).await.map_err(|err| {
-                BusError::StreamSetup(format!("cannot read stream {name}: {err}"))
-            })?;
-        let info = handle
-            .info()
-            .await
-            .map_err(|err| BusError::StreamSetup(format!("cannot read stream {name}: {err}")))?;
+        let mut handle = self.jetstream().get_stream(name).await.map_err(|err| {
+            BusError::stream_setup(format!("cannot read stream {name}: {err}")).caused_by(err)
+        })?;
+        let info = handle.info().await.map_err(|err| {
+            BusError::stream_setup(format!("cannot read stream {name}: {err}")).caused_by(err)
+        })?;
         let (state, limited) = (info.state.clone(), has_limits(&info.config));
         let (handle, state) = (&handle, &state);
         stream::iter(probes.iter().cloned())
@@ -111,10 +109,11 @@ impl NatsBus {
                         {
                             Ok(Presence::Missing)
                         }
-                        Err(err) => Err(BusError::Transport(format!(
+                        Err(err) => Err(BusError::transport(format!(
                             "cannot read message {} of stream {name}: {err}",
                             probe.stream_seq
-                        ))),
+                        ))
+                        .caused_by(err)),
                     },
                 }
             })

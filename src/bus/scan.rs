@@ -15,6 +15,7 @@ use tracing::debug;
 
 use super::probe::has_limits;
 use super::{BusError, NatsBus, HEADER_MSG_ID};
+use crate::error_class::Cause;
 
 /// Messages asked for per fetch.
 const SCAN_BATCH: usize = 10_000;
@@ -47,15 +48,18 @@ impl NatsBus {
         visit: &mut (dyn FnMut(u64, &str) + Send),
     ) -> Result<Extent, BusError> {
         let name = &self.config().stream;
-        let failed = |what: &str, err: &dyn std::fmt::Display| {
-            BusError::Transport(format!("cannot {what} stream {name}: {err}"))
+        let failed = |what: &str, err: Cause| {
+            BusError::transport(format!("cannot {what} stream {name}: {err}")).caused_by(err)
         };
         let mut handle = self
             .jetstream()
             .get_stream(name)
             .await
-            .map_err(|err| failed("look up", &err))?;
-        let info = handle.info().await.map_err(|err| failed("read", &err))?;
+            .map_err(|err| failed("look up", err.into()))?;
+        let info = handle
+            .info()
+            .await
+            .map_err(|err| failed("read", err.into()))?;
         let extent = Extent {
             first_seq: info.state.first_sequence,
             last_seq: info.state.last_sequence,
@@ -95,14 +99,18 @@ impl NatsBus {
                 .expires(SCAN_EXPIRES)
                 .messages()
                 .await
-                .map_err(|err| failed("fetch from", &err))?;
+                .map_err(|err| failed("fetch from", err.into()))?;
             let mut got = 0;
             loop {
                 let next = tokio::time::timeout(SCAN_EXPIRES + SCAN_GRACE, batch.next())
                     .await
-                    .map_err(|_| failed("hear back from", &"no answer to a fetch"))?;
+                    .map_err(|_| {
+                        BusError::transport(format!(
+                            "cannot hear back from stream {name}: no answer to a fetch"
+                        ))
+                    })?;
                 let Some(message) = next else { break };
-                let message = message.map_err(|err| failed("read", &err))?;
+                let message = message.map_err(|err| failed("read", err))?;
                 got += 1;
                 let seq = message.info().map_or(0, |info| info.stream_sequence);
                 at = at.max(seq);
@@ -142,9 +150,10 @@ async fn scan_by_sequence(
             }
             Err(err) if matches!(err.kind(), LastRawMessageErrorKind::NoMessageFound) => {}
             Err(err) => {
-                return Err(BusError::Transport(format!(
+                return Err(BusError::transport(format!(
                     "cannot read message {seq} of the stream: {err}"
-                )))
+                ))
+                .caused_by(err))
             }
         }
     }

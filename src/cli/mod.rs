@@ -328,7 +328,7 @@ impl CliError {
         match self {
             CliError::Request(err) => err.class(),
             CliError::Serve(err) => err.class(),
-            CliError::Config(_) | CliError::Bus(BusError::Config(_)) => ErrorClass::Usage,
+            CliError::Config(_) | CliError::Bus(BusError::Config { .. }) => ErrorClass::Usage,
             CliError::NotFound(_) => ErrorClass::NotFound,
             CliError::Bus(_) | CliError::Metrics(_) | CliError::Consumer(_) | CliError::Tour(_) => {
                 ErrorClass::Failure

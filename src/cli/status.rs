@@ -96,7 +96,7 @@ pub async fn reconcile(cli: &Cli, args: &ReconcileArgs) -> Result<u8, CliError> 
     // waiting cannot help. One that does not answer is waited for, up to --timeout.
     if before > 0 {
         match open::reach_bus(&config.bus.0).await {
-            Ok(()) | Err(CliError::Bus(BusError::Unreachable(_))) => {}
+            Ok(()) | Err(CliError::Bus(BusError::Unreachable { .. })) => {}
             Err(err) => {
                 let parked = sink.parked().map(|parked| parked.len());
                 sink.close().await?;

@@ -98,12 +98,13 @@ async fn run(
     let stream_error = |reason: String| ReadError::Stream {
         stream: config.stream.clone(),
         reason,
+        source: None,
     };
     let js = jetstream::new(client);
     let mut stream = js
         .get_stream(&config.stream)
         .await
-        .map_err(|e| stream_error(e.to_string()))?;
+        .map_err(|e| stream_error(e.to_string()).caused_by(e))?;
     if config.from_start {
         store.clear()?;
     }
@@ -135,7 +136,7 @@ async fn run(
             ..Default::default()
         })
         .await
-        .map_err(|e| stream_error(e.to_string()))?;
+        .map_err(|e| stream_error(e.to_string()).caused_by(e))?;
     info!(name = %config.name, checkpoint, "consumer resuming");
     let mut messages = 0u64;
     let mut caught_up = false;
@@ -198,7 +199,7 @@ async fn run(
             let last = stream
                 .info()
                 .await
-                .map_err(|e| stream_error(e.to_string()))?
+                .map_err(|e| stream_error(e.to_string()).caused_by(e))?
                 .state
                 .last_sequence;
             metrics::gauge!(LAG).set(last.saturating_sub(checkpoint) as f64);
@@ -238,6 +239,7 @@ async fn finish(writing: Option<JoinHandle<Result<(), StoreError>>>) -> Result<(
         Some(handle) => handle.await.map_err(|err| StoreError::Io {
             path: std::path::PathBuf::new(),
             reason: format!("the task writing a save failed: {err}"),
+            source: Some(err.into()),
         })?,
     }
 }

@@ -13,6 +13,7 @@ use super::fold::Fold;
 use super::foreign;
 use super::seqset::SeqSet;
 use crate::bus::{connect_watched, through_failover, BusConfig, Denials};
+use crate::Cause;
 
 /// Why the stream could not be read.
 #[derive(Debug, Error)]
@@ -31,7 +32,21 @@ pub enum ReadError {
         stream: String,
         /// What the server said.
         reason: String,
+        /// The client's error, if there was one.
+        #[source]
+        source: Option<Cause>,
     },
+}
+
+impl ReadError {
+    /// The same error, caused by `cause` (kept as its source; the message is unchanged).
+    /// Only [`ReadError::Stream`] takes one.
+    pub(crate) fn caused_by(mut self, cause: impl Into<Cause>) -> Self {
+        if let ReadError::Stream { source, .. } = &mut self {
+            *source = Some(cause.into());
+        }
+        self
+    }
 }
 
 /// What a read from the start found.
@@ -88,6 +103,7 @@ pub async fn for_each_message(
     let stream_error = |reason: String| ReadError::Stream {
         stream: stream.to_owned(),
         reason,
+        source: None,
     };
     let (client, denials) = connect_watched(bus, Duration::from_secs(5)).await?;
     read_each(client, stream, &denials, &stream_error, &mut visit)
@@ -131,7 +147,7 @@ async fn read_each(
         |e| undenied(denials) && matches!(e.kind(), GetStreamErrorKind::Request),
     )
     .await
-    .map_err(|e| stream_error(format!("looking the stream up: {e}")))?;
+    .map_err(|e| stream_error(format!("looking the stream up: {e}")).caused_by(e))?;
     // The lookup is a STREAM.INFO request: its answer holds the state.
     let state = handle.cached_info().state.clone();
     let mut span = StreamSpan {
@@ -172,7 +188,7 @@ async fn read_each(
             );
             None
         }
-        Err(err) => return Err(stream_error(format!("creating a reader: {err}"))),
+        Err(err) => return Err(stream_error(format!("creating a reader: {err}")).caused_by(err)),
     };
     let mut seen = SeqSet::new(span.first_seq, span.last_seq);
     let (mut at, mut delivered, mut idle_rounds) = (0, 0u64, 0);
@@ -223,7 +239,9 @@ async fn read_each(
             Err(err) if matches!(err.kind(), RawMessageErrorKind::NoMessageFound) => {
                 span.absent += 1;
             }
-            Err(err) => return Err(stream_error(format!("reading sequence {seq}: {err}"))),
+            Err(err) => {
+                return Err(stream_error(format!("reading sequence {seq}: {err}")).caused_by(err))
+            }
         }
     }
     Ok(span)
@@ -296,7 +314,7 @@ pub(crate) async fn offer_by_sequence(
             Ok(true)
         }
         Err(err) if matches!(err.kind(), RawMessageErrorKind::NoMessageFound) => Ok(false),
-        Err(err) => Err(stream_error(format!("reading sequence {seq}: {err}"))),
+        Err(err) => Err(stream_error(format!("reading sequence {seq}: {err}")).caused_by(err)),
     }
 }
 
@@ -318,7 +336,9 @@ async fn next_within(
 ) -> Result<Option<jetstream::Message>, ReadError> {
     let deadline = expires + FETCH_GRACE;
     match tokio::time::timeout(deadline, messages.next()).await {
-        Ok(next) => next.transpose().map_err(|e| stream_error(e.to_string())),
+        Ok(next) => next
+            .transpose()
+            .map_err(|e| stream_error(e.to_string()).caused_by(e)),
         Err(_) => Err(stream_error(format!(
             "the server sent nothing for {}s after a fetch (was this user denied publish on \
              $JS.API.CONSUMER.MSG.NEXT.<stream>.*? see deploy/nats-permissions.conf)",
@@ -338,7 +358,7 @@ async fn fetch_batch(
         .expires(FETCH_EXPIRES)
         .messages()
         .await
-        .map_err(|e| stream_error(e.to_string()))
+        .map_err(|e| stream_error(e.to_string()).caused_by(e))
 }
 
 /// Fetches one batch and offers every event in it to `fold`.
@@ -365,7 +385,7 @@ pub(crate) async fn wait_into(
         .expires(wait)
         .messages()
         .await
-        .map_err(|e| stream_error(e.to_string()))?;
+        .map_err(|e| stream_error(e.to_string()).caused_by(e))?;
     offer_all(messages, wait, fold, stream_error).await
 }
 

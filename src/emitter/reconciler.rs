@@ -148,7 +148,7 @@ impl<S: Sink, B: Bus> Reconciler<S, B> {
                     Ok(None) => break,
                     // Parked, the entry leaves the unpublished set: the next read goes past it.
                     // A loss marker takes its place in its chain first.
-                    Err(SinkError::Unreadable { seq, reason }) => {
+                    Err(SinkError::Unreadable { seq, reason, .. }) => {
                         if !self.publish_loss_marker(seq, &reason).await? {
                             report.interrupted = true;
                             continue;

@@ -18,15 +18,55 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use thiserror::Error;
 use tracing::debug;
 
 use super::Faults;
+
+/// Why a checkpoint (making sled durable) failed. The log keeps every event until one
+/// succeeds. It is cloned for every caller waiting on the same checkpoint: a clone's
+/// `io::Error` keeps the kind and the text of the original (like `sled::Error`'s clone).
+#[derive(Debug, Error)]
+pub enum CheckpointError {
+    /// sled failed: its flush, or saving the publish state into it first.
+    #[error("{0}")]
+    Sled(#[from] sled::Error),
+    /// The `fdatasync` of sled's log file failed.
+    #[error("fdatasync of sled's log failed: {0}")]
+    SyncLog(#[source] std::io::Error),
+    /// The fsync of a new blob file (or of their directory) failed.
+    #[error("fsync of a blob file failed: {0}")]
+    SyncBlobs(#[source] std::io::Error),
+    /// The publish state's lock was poisoned by a panic.
+    #[error("the publish state is unavailable")]
+    PublishStateUnavailable,
+    /// The thread running a tick's flush panicked.
+    #[error("the thread flushing sled panicked")]
+    Panicked,
+    /// A test injected the failure ([`Faults`]).
+    #[error("injected flush fault")]
+    Injected,
+}
+
+impl Clone for CheckpointError {
+    fn clone(&self) -> Self {
+        let io = |err: &std::io::Error| std::io::Error::new(err.kind(), err.to_string());
+        match self {
+            CheckpointError::Sled(err) => CheckpointError::Sled(err.clone()),
+            CheckpointError::SyncLog(err) => CheckpointError::SyncLog(io(err)),
+            CheckpointError::SyncBlobs(err) => CheckpointError::SyncBlobs(io(err)),
+            CheckpointError::PublishStateUnavailable => CheckpointError::PublishStateUnavailable,
+            CheckpointError::Panicked => CheckpointError::Panicked,
+            CheckpointError::Injected => CheckpointError::Injected,
+        }
+    }
+}
 
 /// The flusher, shared by the writer (checkpoints it waits for) and a [`BackgroundFlush`].
 pub(crate) type SharedFlusher = Arc<Mutex<SledFlusher>>;
 
 /// Flushes now, on the calling thread.
-pub(crate) fn flush_shared(flusher: &SharedFlusher) -> Result<(), String> {
+pub(crate) fn flush_shared(flusher: &SharedFlusher) -> Result<(), CheckpointError> {
     flusher
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -35,7 +75,7 @@ pub(crate) fn flush_shared(flusher: &SharedFlusher) -> Result<(), String> {
 
 /// A sled flush running on its own thread, and what its checkpoint may delete once it succeeded.
 pub(crate) struct BackgroundFlush {
-    handle: JoinHandle<Result<(), String>>,
+    handle: JoinHandle<Result<(), CheckpointError>>,
     /// Log segments through this sequence may go after the flush (0: none).
     pub(crate) removable: u64,
 }
@@ -63,10 +103,8 @@ impl BackgroundFlush {
     }
 
     /// Waits for the flush; its result.
-    pub(crate) fn wait(self) -> Result<(), String> {
-        self.handle
-            .join()
-            .unwrap_or_else(|_| Err("the thread flushing sled panicked".into()))
+    pub(crate) fn wait(self) -> Result<(), CheckpointError> {
+        self.handle.join().unwrap_or(Err(CheckpointError::Panicked))
     }
 }
 
@@ -113,16 +151,15 @@ impl SledFlusher {
     fn synced(&self, _path: &Path) {}
 
     /// Makes everything applied to the database so far survive a crash.
-    pub(crate) fn flush(&mut self) -> Result<(), String> {
-        let bytes = self.db.flush().map_err(|err| err.to_string())?;
+    pub(crate) fn flush(&mut self) -> Result<(), CheckpointError> {
+        let bytes = self.db.flush()?;
         self.log_file
             .sync_data()
-            .map_err(|err| format!("fdatasync of sled's log failed: {err}"))?;
+            .map_err(CheckpointError::SyncLog)?;
         if let Some(dir) = self.blobs_dir.parent() {
             self.synced(&dir.join("db"));
         }
-        self.sync_new_blobs()
-            .map_err(|err| format!("fsync of a blob file failed: {err}"))?;
+        self.sync_new_blobs().map_err(CheckpointError::SyncBlobs)?;
         debug!(bytes, "sink checkpoint");
         Ok(())
     }

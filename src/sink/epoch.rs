@@ -79,10 +79,7 @@ impl Epoch {
 fn last_position(reader: &Reader) -> Result<(Option<String>, u64), SinkError> {
     let mut next = reader.index().last_at_or_below(reader.durable_through());
     while let Some(seq) = next {
-        if let Some(payload) = reader
-            .read(seq)
-            .map_err(|err| SinkError::Io(err.to_string()))?
-        {
+        if let Some(payload) = reader.read(seq)? {
             match serde_json::from_slice::<Position>(&payload) {
                 Ok(position) => return Ok((position.epoch, position.seq)),
                 Err(err) => warn!(

@@ -57,6 +57,7 @@ pub(crate) fn inline_through(view: &TreeView<'_>, through: u64) -> Result<u64, S
                 keys::item_of_fifo(&fifo_key, prefix_len).ok_or_else(|| SinkError::Corrupt {
                     key: show_key(&fifo_key),
                     reason: "malformed FIFO index key".into(),
+                    source: None,
                 })?;
             let item_key = keys::item(&job, &item_id);
             let Some(value) = view.tree.get(&item_key)? else {
@@ -66,8 +67,9 @@ pub(crate) fn inline_through(view: &TreeView<'_>, through: u64) -> Result<u64, S
             if matches!(record, ItemRecord::Inline(_)) {
                 continue;
             }
-            let json = serde_json::to_vec(&stored).map_err(|err| {
-                SinkError::Io(format!("cannot encode item {job}/{item_id}: {err}"))
+            let json = serde_json::to_vec(&stored).map_err(|source| SinkError::Encode {
+                what: format!("item {job}/{item_id}"),
+                source,
             })?;
             batch.insert(item_key, ItemRecord::Inline(json).encode());
             (in_batch, rewritten) = (in_batch + 1, rewritten + 1);

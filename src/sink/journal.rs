@@ -36,8 +36,8 @@ pub struct Replayed {
 pub(crate) fn replay(data_dir: &Path, tree: &sled::Tree) -> Result<Replayed, SinkError> {
     let dir = data_dir.join(DIR);
     let mut replayed = Replayed::default();
-    for (number, path) in segments(&dir).map_err(|err| open_error(&dir, &err))? {
-        let bytes = std::fs::read(&path).map_err(|err| open_error(&path, &err))?;
+    for (number, path) in segments(&dir).map_err(|err| open_error(&dir, err))? {
+        let bytes = std::fs::read(&path).map_err(|err| open_error(&path, err))?;
         let mut records = Records::new(&bytes);
         for writes in records.by_ref() {
             tree.apply_batch(batch(writes))?;
@@ -57,7 +57,7 @@ pub(crate) fn replay(data_dir: &Path, tree: &sled::Tree) -> Result<Replayed, Sin
                 kept = %kept.display(),
                 "the journal segment ends in a damaged record; the records before it were replayed"
             );
-            std::fs::copy(&path, &kept).map_err(|err| open_error(&kept, &err))?;
+            std::fs::copy(&path, &kept).map_err(|err| open_error(&kept, err))?;
             replayed.damaged.push(kept);
         }
     }
@@ -78,11 +78,12 @@ pub(crate) fn batch<K: Into<sled::IVec>>(
     batch
 }
 
-fn open_error(path: &Path, err: &std::io::Error) -> SinkError {
+fn open_error(path: &Path, err: std::io::Error) -> SinkError {
     SinkError::Open {
         path: path.to_path_buf(),
         reason: format!("cannot read the journal: {err}"),
         hint: "Check the permissions of the data directory's journal/ folder; nothing was changed.",
+        source: Some(err.into()),
     }
 }
 

@@ -54,6 +54,7 @@ pub(crate) fn to_current(
                     keys::CURRENT_SINK_FORMAT
                 ),
                 "Run the dlq version that wrote this data directory, or a newer one.",
+                None,
             ))
         }
         None => {}
@@ -78,9 +79,7 @@ pub(crate) fn to_current(
     batch.insert(keys::APPLIED_THROUGH, &last.to_be_bytes());
     batch.insert(keys::PUBLISHED, state.encode());
     tree.apply_batch(batch)?;
-    flusher
-        .flush()
-        .map_err(|reason| open_error(path, reason, HINT))?;
+    flusher.flush().map_err(|err| failed(path, err))?;
     if moved > 0 || replayed.records > 0 {
         info!(
             events = moved,
@@ -102,6 +101,7 @@ fn adopt_log(path: &Path, tree: &sled::Tree, flusher: &mut SledFlusher) -> Resul
             path,
             "the database holds an event log of format 2 and a log/ directory exists too".into(),
             "Two logs cannot be merged safely: move log/ aside (it is not from this database) and open again; nothing was changed.",
+            None,
         ));
     }
     tracing::warn!(
@@ -114,22 +114,27 @@ fn adopt_log(path: &Path, tree: &sled::Tree, flusher: &mut SledFlusher) -> Resul
     batch.remove(keys::APPLIED_THROUGH);
     batch.remove(keys::PUBLISHED);
     tree.apply_batch(batch)?;
-    flusher
-        .flush()
-        .map_err(|reason| open_error(path, reason, HINT))?;
+    flusher.flush().map_err(|err| failed(path, err))?;
     Ok(0)
 }
 
 /// Copies every `l/seq` entry into a fresh `log.migrating/`; returns how many.
 fn copy_log(path: &Path, tree: &sled::Tree, config: &LogConfig) -> Result<u64, SinkError> {
     let dir = path.join(MIGRATING_DIR);
-    let io = |err: std::io::Error| open_error(path, format!("{}: {err}", dir.display()), HINT);
+    let io = |err: std::io::Error| {
+        open_error(
+            path,
+            format!("{}: {err}", dir.display()),
+            HINT,
+            Some(err.into()),
+        )
+    };
     if dir.exists() {
         // An earlier migration was interrupted before it counted: start again.
         std::fs::remove_dir_all(&dir).map_err(io)?;
     }
     let fs = RealFs::open(&dir).map_err(io)?;
-    let log_error = |err: super::log::LogError| open_error(path, err.to_string(), HINT);
+    let log_error = |err: super::log::LogError| failed(path, err);
     let (mut log, _) = LogWriter::open(fs, config.clone()).map_err(log_error)?;
     let mut group: Vec<sled::IVec> = Vec::new();
     let mut moved = 0;
@@ -164,7 +169,7 @@ fn append(
 /// The steps after the format switch: the rename, then deleting the old log and journal.
 fn finish(path: &Path, tree: &sled::Tree, flusher: &mut SledFlusher) -> Result<(), SinkError> {
     let (from, to) = (path.join(MIGRATING_DIR), path.join(LOG_DIR));
-    let io = |err: std::io::Error| open_error(path, err.to_string(), HINT);
+    let io = |err: std::io::Error| failed(path, err);
     if from.exists() && !to.exists() {
         std::fs::rename(&from, &to).map_err(io)?;
         File::open(path)
@@ -186,9 +191,7 @@ fn finish(path: &Path, tree: &sled::Tree, flusher: &mut SledFlusher) -> Result<(
         removed_any = true;
     }
     if removed_any {
-        flusher
-            .flush()
-            .map_err(|reason| open_error(path, reason, HINT))?;
+        flusher.flush().map_err(|err| failed(path, err))?;
     }
     let journal = path.join(journal::DIR);
     if journal.exists() {
@@ -200,12 +203,23 @@ fn finish(path: &Path, tree: &sled::Tree, flusher: &mut SledFlusher) -> Result<(
     Ok(())
 }
 
-fn open_error(path: &Path, reason: String, hint: &'static str) -> SinkError {
+fn open_error(
+    path: &Path,
+    reason: String,
+    hint: &'static str,
+    source: Option<super::Cause>,
+) -> SinkError {
     SinkError::Open {
         path: path.to_path_buf(),
         reason: format!("migrating to the segment log: {reason}"),
         hint,
+        source,
     }
+}
+
+/// The open error of a migration step that `err` failed, keeping `err` as its source.
+fn failed<E: std::error::Error + Send + Sync + 'static>(path: &Path, err: E) -> SinkError {
+    open_error(path, err.to_string(), HINT, Some(err.into()))
 }
 
 #[cfg(test)]

@@ -52,6 +52,8 @@ mod applier;
 pub(crate) mod checkpoint;
 mod counters;
 mod epoch;
+#[cfg(test)]
+mod error_tests;
 mod fault_fs;
 pub mod faults;
 mod index_runs;
@@ -100,6 +102,7 @@ pub mod test_support {
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -107,7 +110,9 @@ use thiserror::Error;
 
 use crate::domain::command::Command;
 use crate::domain::event::{EncodedEvent, Event};
+use crate::error_class::Cause;
 
+pub use checkpoint::CheckpointError;
 pub use counters::JobCounters;
 pub use faults::Faults;
 /// The journal's decoders, for `crate::fuzzing`.
@@ -221,7 +226,8 @@ pub trait Sink: Send + Sync + 'static {
     fn close(&self) -> impl Future<Output = Result<(), SinkError>> + Send;
 }
 
-/// Why a sink operation failed.
+/// Why a sink operation failed. Every variant that comes from another error keeps it as its
+/// [`source`](std::error::Error::source); the message already includes its text.
 #[derive(Debug, Error)]
 pub enum SinkError {
     /// The database could not be opened.
@@ -229,10 +235,13 @@ pub enum SinkError {
     Open {
         /// The data directory.
         path: PathBuf,
-        /// What sled reported.
+        /// What went wrong (the cause's text included).
         reason: String,
         /// What to do about it.
         hint: &'static str,
+        /// The error behind `reason`, if one was reported.
+        #[source]
+        source: Option<Cause>,
     },
     /// The command was refused; nothing was written.
     #[error("{0}")]
@@ -262,12 +271,52 @@ pub enum SinkError {
         /// nobody's predecessor): never publish them under these ids; the emitter publishes
         /// a volatile copy of a dead-letter instead.
         events: Vec<Event>,
-        /// The flush error.
+        /// The flush error's text.
         reason: String,
+        /// The log's error (shared by every append of the group); none for an injected fault.
+        #[source]
+        source: Option<Arc<log::LogError>>,
     },
-    /// A disk or sled error.
+    /// A file-system call of the sink failed (a sidecar file, a thread that could not start,
+    /// an injected write fault).
+    #[error("sink I/O failed: {context}: {source}")]
+    Io {
+        /// What the sink was doing.
+        context: String,
+        /// The error of the operating system.
+        #[source]
+        source: std::io::Error,
+    },
+    /// sled (the projection's store) failed.
     #[error("sink I/O failed: {0}")]
-    Io(String),
+    Sled(#[from] sled::Error),
+    /// The segment log failed to read (its message says what to do).
+    #[error("sink I/O failed: {0}")]
+    Log(#[from] log::LogError),
+    /// Making sled durable (a checkpoint) failed; the log keeps every event until one succeeds.
+    #[error("sink I/O failed: {0}")]
+    Checkpoint(#[from] checkpoint::CheckpointError),
+    /// A record could not be encoded as JSON.
+    #[error("sink I/O failed: cannot encode {what}: {source}")]
+    Encode {
+        /// What was being encoded.
+        what: String,
+        /// The encoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The projection is behind the log and applying the log to it failed: appends are
+    /// refused until it succeeds.
+    #[error("sink I/O failed: the projection is behind the log and cannot be updated ({source}); nothing was written. Check the disk, then restart: opening applies the log")]
+    Behind {
+        /// Why applying failed (shared by every append of the group).
+        #[source]
+        source: Arc<SinkError>,
+    },
+    /// The sink's own state cannot be used (a lock poisoned by a panic); there is no other
+    /// error behind it.
+    #[error("sink I/O failed: {0}")]
+    Unavailable(&'static str),
     /// An unpublished event's log entry is missing or cannot be decoded; the reconciler parks
     /// it (see [`Sink::park`]) and goes on with the rest.
     #[error("unpublished event {seq} cannot be read: {reason}")]
@@ -276,14 +325,20 @@ pub enum SinkError {
         seq: u64,
         /// What is wrong with it.
         reason: String,
+        /// The read or decode error, if there was one.
+        #[source]
+        source: Option<Cause>,
     },
     /// A stored record could not be decoded.
     #[error("corrupt record at key {key}: {reason}; run `dlq rebuild` if it is in the projection")]
     Corrupt {
         /// The key, escaped.
         key: String,
-        /// The decode error.
+        /// The decode error's text.
         reason: String,
+        /// The decode error, if there was one.
+        #[source]
+        source: Option<Cause>,
     },
     /// The sink was closed.
     #[error("the sink is closed")]
@@ -307,12 +362,6 @@ impl SinkError {
             SinkError::NotFound { .. } => crate::ErrorClass::NotFound,
             _ => crate::ErrorClass::Failure,
         }
-    }
-}
-
-impl From<sled::Error> for SinkError {
-    fn from(err: sled::Error) -> Self {
-        SinkError::Io(err.to_string())
     }
 }
 

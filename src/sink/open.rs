@@ -35,15 +35,16 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
         crate::domain::command::validate_id::<SinkError>("node_id", node_id)
             .map_err(|err| SinkError::Rejected(err.to_string()))?;
     }
-    let open_error = |reason: String| SinkError::Open {
+    let open_error = |context: &str, err: std::io::Error| SinkError::Open {
         path: config.path.clone(),
-        reason,
+        reason: format!("{context}: {err}"),
         hint: RECOVERY_HINT,
+        source: Some(err.into()),
     };
     let db = open_db(&config)?;
     let tree: sled::Tree = (*db).clone();
     let mut flusher = SledFlusher::open(db, &config.path)
-        .map_err(|err| open_error(format!("cannot open sled's log file for fsync: {err}")))?;
+        .map_err(|err| open_error("cannot open sled's log file for fsync", err))?;
     let node_id = resolve_node_id(&tree, &config)?;
     let log_config = LogConfig {
         segment_bytes: config.segment_bytes,
@@ -56,7 +57,7 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
         return Err(log_behind(&config, applied, 0));
     }
     let real = RealFs::open(config.path.join(LOG_DIR))
-        .map_err(|err| open_error(format!("cannot open the log directory: {err}")))?;
+        .map_err(|err| open_error("cannot open the log directory", err))?;
     let faults = Faults::default();
     let backend = match config.log_sim.clone() {
         Some(sim) => Backend::Sim(sim),
@@ -75,6 +76,7 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
         path: config.path.join(LOG_DIR),
         reason: err.to_string(),
         hint: "Nothing was changed.",
+        source: Some(err.into()),
     })?;
     for (file, offset, reason) in &recovery.torn {
         info!(%file, offset, %reason, "the log ends in an append a crash cut short (never acknowledged); ignored");
@@ -125,8 +127,12 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
     let (requests, rx) = mpsc::channel(config.queue_depth.max(1));
     let applied = Arc::new(Applied::new(applied));
     let (jobs, to_apply) = std::sync::mpsc::channel();
-    let applier = applier::spawn(tree.clone(), applied.clone(), to_apply, faults.clone())
-        .map_err(|err| SinkError::Io(format!("cannot start the applier thread: {err}")))?;
+    let applier = applier::spawn(tree.clone(), applied.clone(), to_apply, faults.clone()).map_err(
+        |source| SinkError::Io {
+            context: "cannot start the applier thread".into(),
+            source,
+        },
+    )?;
     let mut writer = Writer {
         tree: tree.clone(),
         flusher: Arc::new(Mutex::new(flusher)),
@@ -164,7 +170,10 @@ pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
     let handle = std::thread::Builder::new()
         .name("dlq-sink-writer".into())
         .spawn(move || writer.run(rx))
-        .map_err(|err| SinkError::Io(format!("cannot start the writer thread: {err}")))?;
+        .map_err(|source| SinkError::Io {
+            context: "cannot start the writer thread".into(),
+            source,
+        })?;
     spawn_ticker(requests.downgrade(), config.checkpoint_every)?;
     Ok(Inner {
         tree,
@@ -189,6 +198,7 @@ fn log_behind(config: &SinkConfig, applied: u64, durable: u64) -> SinkError {
         reason: format!(
             "the projection holds events up to sequence {applied} but the log only up to {durable}: log/ was removed, or an older copy of it restored"
         ),
+        source: None,
         hint: "Nothing was changed. Put back the log/ directory that belongs to this database. To keep only what this log/ holds instead, move sled's files aside (db, conf, blobs/ and every snap.* file): the next open rebuilds the projection from log/ under the same node id; the events log/ lacks, and items older than the log's retention, are then only in the NATS stream.",
     }
 }
@@ -212,8 +222,9 @@ fn load_publish_state(tree: &sled::Tree) -> Result<PublishState, SinkError> {
         Some(state) => Ok(state),
         None => {
             warn!("the saved publish state is unreadable: every logged event is published again (the stream and consumers drop duplicates by id)");
-            PublishState::load(None, pending, parked)
-                .ok_or_else(|| SinkError::Io("cannot start an empty publish state".into()))
+            PublishState::load(None, pending, parked).ok_or(SinkError::Unavailable(
+                "cannot start an empty publish state",
+            ))
         }
     }
 }

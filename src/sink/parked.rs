@@ -61,7 +61,10 @@ impl ParkedSet<'_> {
             reason: reason.to_owned(),
             parked_at: Utc::now(),
         };
-        let value = serde_json::to_vec(&record).map_err(|err| SinkError::Io(err.to_string()))?;
+        let value = serde_json::to_vec(&record).map_err(|source| SinkError::Encode {
+            what: format!("the parked marker of event {seq}"),
+            source,
+        })?;
         // The publish state first, then the index: the order every caller keeps.
         let mut state = self.state()?;
         let parked = state.park(seq, &self.log.index());
@@ -88,6 +91,7 @@ impl ParkedSet<'_> {
                 return Err(SinkError::Corrupt {
                     key: show_key(&key),
                     reason: "unreadable parked marker".into(),
+                    source: None,
                 });
             };
             parked.push(Parked {
@@ -123,6 +127,6 @@ impl ParkedSet<'_> {
     fn state(&self) -> Result<std::sync::MutexGuard<'_, PublishState>, SinkError> {
         self.publish
             .lock()
-            .map_err(|_| SinkError::Io("the publish state is unavailable".into()))
+            .map_err(|_| SinkError::Unavailable("the publish state is unavailable"))
     }
 }

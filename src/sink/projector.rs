@@ -72,7 +72,7 @@ pub(crate) fn catch_up_skipping(
     let mut chunk: Vec<Event> = Vec::new();
     let (mut through, mut count) = (applied, 0);
     for record in reader.records(applied.saturating_add(1)) {
-        let record = record.map_err(|err| SinkError::Io(err.to_string()))?;
+        let record = record?;
         match Event::from_json(&record.payload) {
             Ok(event) if skip(&event) => {}
             Ok(event) => chunk.push(event),

@@ -8,8 +8,9 @@
 use super::counters::JobCounters;
 use super::index_runs;
 use super::item_record::ItemRecord;
+use super::log::LogError;
 use super::projector::Reader;
-use super::{keys, show_key, SinkError};
+use super::{keys, show_key, Cause, SinkError};
 use crate::domain::event::Event;
 use crate::domain::projection::{apply_owned, Change, StoredItem};
 
@@ -26,15 +27,16 @@ impl TreeView<'_> {
         key: &[u8],
         value: &[u8],
     ) -> Result<(StoredItem, ItemRecord), SinkError> {
-        let corrupt = |reason: String| SinkError::Corrupt {
+        let corrupt = |(reason, source): Unfolded| SinkError::Corrupt {
             key: show_key(key),
             reason,
+            source,
         };
-        let record = ItemRecord::decode(value).map_err(|err| corrupt(err.to_string()))?;
+        let record = ItemRecord::decode(value)
+            .map_err(|err| corrupt((err.to_string(), Some(err.into()))))?;
         let stored = match &record {
-            ItemRecord::Inline(json) => {
-                serde_json::from_slice(json).map_err(|err| corrupt(err.to_string()))?
-            }
+            ItemRecord::Inline(json) => serde_json::from_slice(json)
+                .map_err(|err| corrupt((err.to_string(), Some(err.into()))))?,
             ItemRecord::Events(seqs) => fold_events(self.log, seqs).map_err(corrupt)?,
         };
         Ok((stored, record))
@@ -97,6 +99,7 @@ impl TreeView<'_> {
                 .ok_or_else(|| SinkError::Corrupt {
                     key: show_key(&key),
                     reason: "malformed FIFO index key".into(),
+                    source: None,
                 })?;
             oldest = Some(oldest.map_or(seq, |o| o.min(seq)));
         }
@@ -116,6 +119,7 @@ impl TreeView<'_> {
             Some(bytes) => JobCounters::decode(&bytes).ok_or_else(|| SinkError::Corrupt {
                 key: show_key(&key),
                 reason: "malformed job counters".into(),
+                source: None,
             }),
         }
     }
@@ -129,6 +133,7 @@ impl TreeView<'_> {
             let corrupt = |reason: &str| SinkError::Corrupt {
                 key: show_key(&key),
                 reason: reason.into(),
+                source: None,
             };
             let job = keys::job_of_count(&key).ok_or_else(|| corrupt("malformed job key"))?;
             let counters =
@@ -145,6 +150,7 @@ impl TreeView<'_> {
             keys::job_of_count(&key).ok_or_else(|| SinkError::Corrupt {
                 key: show_key(&key),
                 reason: "malformed job key".into(),
+                source: None,
             })
         })
     }
@@ -156,32 +162,44 @@ impl TreeView<'_> {
     }
 }
 
+/// Why an item record cannot be read: the text, and the error behind it if there is one.
+type Unfolded = (String, Option<Cause>);
+
 /// The item that the logged events `seqs` make, folded from nothing; or why it cannot be read.
-fn fold_events(log: &Reader, seqs: &[u64]) -> Result<StoredItem, String> {
+fn fold_events(log: &Reader, seqs: &[u64]) -> Result<StoredItem, Unfolded> {
     let mut item: Option<StoredItem> = None;
     let reads = log.read_many(seqs);
+    let unreadable = |seq, err: LogError| {
+        (
+            format!("its event {seq} cannot be read from the log: {err}"),
+            Some(err.into()),
+        )
+    };
     if reads.len() != seqs.len() {
         if let Some((seq, Err(err))) = reads.into_iter().next() {
-            return Err(format!(
-                "its event {seq} cannot be read from the log: {err}"
-            ));
+            return Err(unreadable(seq, err));
         }
-        return Err("its events cannot be read from the log".to_owned());
+        return Err(("its events cannot be read from the log".to_owned(), None));
     }
     for (seq, read) in reads {
         let bytes = read
-            .map_err(|err| format!("its event {seq} cannot be read from the log: {err}"))?
-            .ok_or_else(|| format!("its event {seq} is not in the log"))?;
-        let event = Event::from_json(&bytes)
-            .map_err(|err| format!("its event {seq} in the log does not decode: {err}"))?;
+            .map_err(|err| unreadable(seq, err))?
+            .ok_or_else(|| (format!("its event {seq} is not in the log"), None))?;
+        let event = Event::from_json(&bytes).map_err(|err| {
+            (
+                format!("its event {seq} in the log does not decode: {err}"),
+                Some(err.into()),
+            )
+        })?;
         match apply_owned(item.as_ref(), event) {
             Change::Put { item: next, .. } => item = Some(*next),
             Change::Delete { .. } | Change::Unchanged => {
-                return Err(format!(
-                    "its event {seq} does not change the item as the record says"
+                return Err((
+                    format!("its event {seq} does not change the item as the record says"),
+                    None,
                 ))
             }
         }
     }
-    item.ok_or_else(|| "the record names no event".to_owned())
+    item.ok_or_else(|| ("the record names no event".to_owned(), None))
 }

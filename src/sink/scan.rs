@@ -41,6 +41,7 @@ impl JobWalk {
                     SinkError::Corrupt {
                         key: show_key(&key),
                         reason: "malformed recency index key".into(),
+                        source: None,
                     }
                 })?;
             Ok(Recent {
@@ -151,6 +152,7 @@ impl SledSink {
             keys::ms_item_of_age(&key, prefix.len()).ok_or_else(|| SinkError::Corrupt {
                 key: show_key(&key),
                 reason: "malformed age index key".into(),
+                source: None,
             })
         })
     }

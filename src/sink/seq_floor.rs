@@ -26,10 +26,16 @@ impl SeqFloor {
             Ok(text) => text.trim().parse::<u64>().map_err(|_| SinkError::Open {
                 path: path.clone(),
                 reason: format!("unreadable sequence floor {:?}", text.trim()),
+                source: None,
                 hint: "The file holds one number: the next unused event sequence. If the database is intact, delete seq.floor; otherwise see docs/operations.md, 'Recovering a data directory'.",
             })?,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => 0,
-            Err(err) => return Err(SinkError::Io(format!("cannot read {}: {err}", path.display()))),
+            Err(source) => {
+                return Err(SinkError::Io {
+                    context: format!("cannot read {}", path.display()),
+                    source,
+                })
+            }
         };
         Ok(SeqFloor { floor })
     }

@@ -202,7 +202,7 @@ impl SledSink {
     /// its retention, see [`SinkConfig::log_retention`]).
     pub fn events_from(&self, from: u64) -> impl Iterator<Item = Result<Event, SinkError>> + '_ {
         self.inner.log.records(from).map(|record| {
-            let record = record.map_err(|err| SinkError::Io(err.to_string()))?;
+            let record = record?;
             Event::from_json(&record.payload).map_err(|err| corrupt(record.seq, err))
         })
     }
@@ -267,17 +267,14 @@ impl SledSink {
     }
 
     fn payload(&self, seq: u64) -> Result<Option<Vec<u8>>, SinkError> {
-        self.inner
-            .log
-            .read(seq)
-            .map_err(|err| SinkError::Io(err.to_string()))
+        Ok(self.inner.log.read(seq)?)
     }
 
     fn publish_state(&self) -> Result<MutexGuard<'_, PublishState>, SinkError> {
         self.inner
             .publish
             .lock()
-            .map_err(|_| SinkError::Io("the publish state is unavailable".into()))
+            .map_err(|_| SinkError::Unavailable("the publish state is unavailable"))
     }
 
     fn parked_set(&self) -> ParkedSet<'_> {
@@ -324,10 +321,11 @@ impl SledSink {
     }
 }
 
-fn corrupt(seq: u64, err: impl std::fmt::Display) -> SinkError {
+fn corrupt(seq: u64, err: serde_json::Error) -> SinkError {
     SinkError::Corrupt {
         key: format!("log event {seq}"),
         reason: err.to_string(),
+        source: Some(err.into()),
     }
 }
 
@@ -388,12 +386,16 @@ impl Sink for SledSink {
         let seqs = self.unpublished_seqs(after, limit)?;
         let mut events = Vec::with_capacity(seqs.len());
         for (seq, read) in self.inner.log.read_many(&seqs) {
-            let unreadable = |reason: String| SinkError::Unreadable { seq, reason };
+            let unreadable = |reason: String, source: Option<super::Cause>| SinkError::Unreadable {
+                seq,
+                reason,
+                source,
+            };
             let bytes = read
-                .map_err(|err| unreadable(err.to_string()))?
-                .ok_or_else(|| unreadable("unpublished event missing from the log".into()))?;
+                .map_err(|err| unreadable(err.to_string(), Some(err.into())))?
+                .ok_or_else(|| unreadable("unpublished event missing from the log".into(), None))?;
             let event = EncodedEvent::stored(bytes)
-                .map_err(|err| unreadable(format!("corrupt log entry: {err}")))?;
+                .map_err(|err| unreadable(format!("corrupt log entry: {err}"), Some(err.into())))?;
             events.push(event);
         }
         Ok(events)
@@ -464,13 +466,19 @@ impl Sink for SledSink {
 }
 
 pub(super) fn open_db(config: &SinkConfig) -> Result<sled::Db, SinkError> {
-    let open_error = |reason: String, hint| SinkError::Open {
+    let open_error = |reason: String, hint, source: Option<super::Cause>| SinkError::Open {
         path: config.path.clone(),
         reason,
         hint,
+        source,
     };
-    std::fs::create_dir_all(&config.path)
-        .map_err(|err| open_error(err.to_string(), "Check that the directory is writable."))?;
+    std::fs::create_dir_all(&config.path).map_err(|err| {
+        open_error(
+            err.to_string(),
+            "Check that the directory is writable.",
+            Some(err.into()),
+        )
+    })?;
     let sled_config = sled::Config::new()
         .path(&config.path)
         .cache_capacity(config.cache_capacity_bytes)
@@ -489,11 +497,12 @@ pub(super) fn open_db(config: &SinkConfig) -> Result<sled::Db, SinkError> {
             } else {
                 RECOVERY_HINT
             };
-            Err(open_error(err.to_string(), hint))
+            Err(open_error(err.to_string(), hint, Some(err.into())))
         }
         Err(_) => Err(open_error(
             "sled panicked while recovering".into(),
             RECOVERY_HINT,
+            None,
         )),
     }
 }
@@ -507,6 +516,7 @@ pub(super) fn resolve_node_id(tree: &sled::Tree, config: &SinkConfig) -> Result<
             path: config.path.clone(),
             reason: format!("the database belongs to node '{stored}', not '{wanted}'"),
             hint: "Each node needs its own data directory: pass the matching --node-id or another --data-dir.",
+            source: None,
         }),
         (Some(stored), _) => Ok(stored),
         (None, wanted) => {
@@ -552,5 +562,8 @@ pub(super) fn spawn_ticker(
             }
         })
         .map(|_| ())
-        .map_err(|err| SinkError::Io(format!("cannot start the ticker thread: {err}")))
+        .map_err(|source| SinkError::Io {
+            context: "cannot start the ticker thread".into(),
+            source,
+        })
 }

@@ -111,9 +111,10 @@ impl<'a> Staged<'a> {
         let mut payloads = Vec::new();
         for event in events {
             if let Some(limit) = log_limit {
-                let json = event
-                    .to_json()
-                    .map_err(|err| SinkError::Io(err.to_string()))?;
+                let json = event.to_json().map_err(|source| SinkError::Encode {
+                    what: format!("event {}", event.seq),
+                    source,
+                })?;
                 if json.len() > limit {
                     return Err(SinkError::Rejected(format!(
                         "event of {} bytes exceeds the limit of {limit} bytes (max_event_bytes): shorten item_data or the failure texts",
@@ -268,7 +269,10 @@ fn json_len(value: &impl serde::Serialize) -> Result<usize, SinkError> {
         }
     }
     let mut count = Count(0);
-    serde_json::to_writer(&mut count, value).map_err(|err| SinkError::Io(err.to_string()))?;
+    serde_json::to_writer(&mut count, value).map_err(|source| SinkError::Encode {
+        what: "a record to measure its size".into(),
+        source,
+    })?;
     Ok(count.0)
 }
 
@@ -285,9 +289,14 @@ fn next_record(
             seqs.push(seq);
             Ok(ItemRecord::Events(seqs))
         }
-        Some(ItemRecord::Inline(_)) => serde_json::to_vec(item)
-            .map(ItemRecord::Inline)
-            .map_err(|err| SinkError::Io(err.to_string())),
+        Some(ItemRecord::Inline(_)) => {
+            serde_json::to_vec(item)
+                .map(ItemRecord::Inline)
+                .map_err(|source| SinkError::Encode {
+                    what: format!("item {}/{}", item.item.job_id, item.item.item_id),
+                    source,
+                })
+        }
     }
 }
 
@@ -343,6 +352,7 @@ impl StateView for Staged<'_> {
             let corrupt = || SinkError::Corrupt {
                 key: super::show_key(&key),
                 reason: "malformed FIFO index key".into(),
+                source: None,
             };
             let id = keys::item_of_fifo(&key, prefix.len()).ok_or_else(corrupt)?;
             let seq = key
@@ -400,6 +410,7 @@ impl StateView for Staged<'_> {
                     keys::ms_item_of_age(&key, prefix.len()).ok_or_else(|| SinkError::Corrupt {
                         key: super::show_key(&key),
                         reason: "malformed age index key".into(),
+                        source: None,
                     })?;
                 let item_key = (job.clone(), item);
                 if self.tree_entry_current(&item_key, |s| {

@@ -9,7 +9,7 @@ use crate::bus::BusError;
 
 pub(super) fn require_file(path: &Path, what: &str) -> Result<(), BusError> {
     std::fs::metadata(path).map(|_| ()).map_err(|err| {
-        BusError::Config(format!("cannot read the {what} {}: {err}", path.display()))
+        BusError::config(format!("cannot read the {what} {}: {err}", path.display())).caused_by(err)
     })
 }
 
@@ -18,17 +18,18 @@ pub(super) fn require_file(path: &Path, what: &str) -> Result<(), BusError> {
 pub(super) fn read_seed(path: &Path) -> Result<String, BusError> {
     warn_if_readable_by_others(path);
     let text = std::fs::read_to_string(path).map_err(|err| {
-        BusError::Config(format!(
+        BusError::config(format!(
             "cannot read the NKey seed file {}: {err} (--nkey, NATS_NKEY)",
             path.display()
         ))
+        .caused_by(err)
     })?;
     text.lines()
         .map(str::trim)
         .find(|line| line.starts_with('S'))
         .map(str::to_owned)
         .ok_or_else(|| {
-            BusError::Config(format!(
+            BusError::config(format!(
                 "no NKey seed (a line starting with `S`) in {} (--nkey, NATS_NKEY)",
                 path.display()
             ))

@@ -69,7 +69,7 @@ impl Plan {
     /// Checks `config` (URL credentials, one method, TLS files in pairs, no plaintext
     /// credentials off loopback without TLS) without touching any file. Pure.
     pub fn new(config: &BusConfig) -> Result<Plan, BusError> {
-        let invalid = |message: String| BusError::Config(message);
+        let invalid = |message: String| BusError::config(message);
         let mut servers = Vec::new();
         let mut in_url: Option<UrlCredentials> = None;
         let mut hosts = Vec::new();
@@ -179,10 +179,11 @@ impl Plan {
             Method::Creds(path) => {
                 warn_if_readable_by_others(path);
                 options.credentials_file(path).await.map_err(|err| {
-                    BusError::Config(format!(
+                    BusError::config(format!(
                         "cannot use the credentials file {}: {err} (--creds, NATS_CREDS)",
                         path.display()
                     ))
+                    .caused_by(err)
                 })?
             }
         };

@@ -22,6 +22,7 @@ use super::item_log::{self, Change, ChangeRef, Chunks, COMPACT_SLACK};
 use crate::domain::projection::StoredItem;
 use crate::sink::checkpoint::{flush_shared, SharedFlusher, SledFlusher};
 use crate::sink::sled_open::{open_waiting_for_lock, LOCK_WAIT};
+use crate::Cause;
 
 /// An item as one key (`i` + job + NUL + item → StoredItem JSON): how stores before the chunks
 /// kept items. Loaded, and deleted by the first save, which writes every item in chunks.
@@ -52,9 +53,23 @@ pub enum StoreError {
     Io {
         /// The store directory.
         path: PathBuf,
-        /// What failed.
+        /// What failed (the cause's text included).
         reason: String,
+        /// The error behind `reason` (sled, I/O, JSON), if there is one.
+        #[source]
+        source: Option<Cause>,
     },
+}
+
+impl StoreError {
+    /// The error of the store at `path` that `err` caused.
+    fn caused<E: std::error::Error + Send + Sync + 'static>(path: &Path, err: E) -> Self {
+        StoreError::Io {
+            path: path.to_owned(),
+            reason: err.to_string(),
+            source: Some(err.into()),
+        }
+    }
 }
 
 /// One save, prepared, not yet written: see [`ConsumerStore::prepare`].
@@ -101,15 +116,11 @@ impl PendingSave {
                     delete_chunks,
                 },
         } = self;
-        let io = |reason: String| StoreError::Io {
-            path: path.clone(),
-            reason,
-        };
         let chunks = match changes {
             ItemChanges::Encoded(chunks) => chunks,
             ItemChanges::Copied(changes) => {
                 item_log::encode(changes.iter().map(Change::as_written))
-                    .map_err(|err| io(err.to_string()))?
+                    .map_err(|err| StoreError::caused(&path, err))?
             }
         };
         for (number, chunk) in (first_chunk..).zip(chunks) {
@@ -121,11 +132,12 @@ impl PendingSave {
                 .range(chunk_key(numbers.start)..chunk_key(numbers.end))
                 .keys()
             {
-                batch.remove(key.map_err(|err| io(err.to_string()))?);
+                batch.remove(key.map_err(|err| StoreError::caused(&path, err))?);
             }
         }
-        db.apply_batch(batch).map_err(|err| io(err.to_string()))?;
-        flush_shared(&flusher).map_err(io)?;
+        db.apply_batch(batch)
+            .map_err(|err| StoreError::caused(&path, err))?;
+        flush_shared(&flusher).map_err(|err| StoreError::caused(&path, err))?;
         Ok(())
     }
 }
@@ -173,13 +185,12 @@ impl ConsumerStore {
 
     fn open_with_slack(path: &Path, slack: u64) -> Result<Self, StoreError> {
         let config = sled::Config::new().path(path).flush_every_ms(None);
-        let db = open_waiting_for_lock(&config, LOCK_WAIT).map_err(|err| StoreError::Io {
-            path: path.to_owned(),
-            reason: err.to_string(),
-        })?;
+        let db = open_waiting_for_lock(&config, LOCK_WAIT)
+            .map_err(|err| StoreError::caused(path, err))?;
         let flusher = SledFlusher::open(db.clone(), path).map_err(|err| StoreError::Io {
             path: path.to_owned(),
             reason: format!("cannot open sled's log file for fsync: {err}"),
+            source: Some(err.into()),
         })?;
         let store = ConsumerStore {
             path: path.to_owned(),
@@ -195,7 +206,7 @@ impl ConsumerStore {
     fn saved(&self) -> Result<MutexGuard<'_, Saved>, StoreError> {
         self.saved
             .lock()
-            .map_err(|_| self.io("a save panicked while preparing; reopen the store"))
+            .map_err(|_| self.broken("a save panicked while preparing; reopen the store".into()))
     }
 
     /// The store as sled holds it.
@@ -211,10 +222,17 @@ impl ConsumerStore {
         })
     }
 
-    fn io(&self, reason: impl ToString) -> StoreError {
+    /// The error `err` caused, kept as its source.
+    fn io<E: std::error::Error + Send + Sync + 'static>(&self, err: E) -> StoreError {
+        StoreError::caused(&self.path, err)
+    }
+
+    /// An error with no other error behind it (a malformed key, a poisoned lock).
+    fn broken(&self, reason: String) -> StoreError {
         StoreError::Io {
             path: self.path.clone(),
-            reason: reason.to_string(),
+            reason,
+            source: None,
         }
     }
 
@@ -239,8 +257,10 @@ impl ConsumerStore {
         for entry in self.db.scan_prefix(CHUNK) {
             let (key, chunk) = entry.map_err(|e| self.io(e))?;
             for change in item_log::decode(&chunk) {
-                let change = change.map_err(|e| {
-                    self.io(format!("chunk {}: {e}", String::from_utf8_lossy(&key)))
+                let change = change.map_err(|e| StoreError::Io {
+                    path: self.path.clone(),
+                    reason: format!("chunk {}: {e}", String::from_utf8_lossy(&key)),
+                    source: Some(e.into()),
                 })?;
                 match change {
                     Change::Put(stored) => {
@@ -265,7 +285,7 @@ impl ConsumerStore {
             let (key, value) = entry.map_err(|e| self.io(e))?;
             let rest = key.get(EPOCH.len()..).unwrap_or_default();
             let Some(split) = rest.iter().position(|&b| b == 0) else {
-                return Err(self.io(format!(
+                return Err(self.broken(format!(
                     "malformed epoch key {:?}",
                     String::from_utf8_lossy(&key)
                 )));
@@ -288,7 +308,7 @@ impl ConsumerStore {
             let rest = key.get(HELD.len()..).unwrap_or_default();
             let Some(split) = rest.iter().position(|&b| b == 0) else {
                 let shown = String::from_utf8_lossy(&key);
-                return Err(self.io(format!("malformed held key {shown:?}")));
+                return Err(self.broken(format!("malformed held key {shown:?}")));
             };
             let job = String::from_utf8_lossy(&rest[..split]).into_owned();
             let item = String::from_utf8_lossy(&rest[split + 1..]).into_owned();

@@ -104,6 +104,7 @@ impl<'t> RunEdits<'t> {
             None => Err(SinkError::Corrupt {
                 key: show_key(&key),
                 reason: "index run vanished from the batch".into(),
+                source: None,
             }),
         }
     }
@@ -125,6 +126,7 @@ impl<'t> RunEdits<'t> {
             Some(value) => codec::decode(&value).ok_or_else(|| SinkError::Corrupt {
                 key: show_key(&key),
                 reason: "malformed index run".into(),
+                source: None,
             })?,
             None => Run::default(),
         };

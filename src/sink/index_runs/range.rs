@@ -86,6 +86,7 @@ impl RunRange {
         let entries = codec::decode(&value).ok_or_else(|| SinkError::Corrupt {
             key: show_key(&key),
             reason: "malformed index run".into(),
+            source: None,
         })?;
         (self.pending, self.taken) = (entries, 0);
         Ok(true)

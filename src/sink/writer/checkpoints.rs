@@ -3,7 +3,7 @@
 
 use tracing::warn;
 
-use super::super::checkpoint::{flush_shared, BackgroundFlush};
+use super::super::checkpoint::{flush_shared, BackgroundFlush, CheckpointError};
 use super::super::inline_items;
 use super::super::keys;
 use super::super::reads::TreeView;
@@ -12,7 +12,7 @@ use super::Writer;
 impl Writer {
     /// Saves the publish state in sled, makes sled durable, then deletes the log segments that
     /// are applied, checkpointed, published and past retention. Waits for a tick's flush first.
-    pub(super) fn checkpoint(&mut self) -> Result<(), String> {
+    pub(super) fn checkpoint(&mut self) -> Result<(), CheckpointError> {
         self.finish_flush(true);
         let removable = self.prepare_checkpoint(true)?;
         self.flush_here(removable)
@@ -20,14 +20,14 @@ impl Writer {
 
     /// A checkpoint that deletes no log segment (a rebuild's, while the projection is not
     /// what the log and the items kept whole make).
-    pub(super) fn checkpoint_keeping_log(&mut self) -> Result<(), String> {
+    pub(super) fn checkpoint_keeping_log(&mut self) -> Result<(), CheckpointError> {
         self.finish_flush(true);
         self.prepare_checkpoint(false)?;
         self.flush_here(0)
     }
 
     /// Flushes sled on the writer and completes the checkpoint.
-    fn flush_here(&mut self, removable: u64) -> Result<(), String> {
+    fn flush_here(&mut self, removable: u64) -> Result<(), CheckpointError> {
         let flushed = flush_shared(&self.flusher);
         if flushed.is_ok() {
             self.changed = false;
@@ -81,20 +81,18 @@ impl Writer {
     /// The checkpoint's part before sled's flush: the applier drained, the publish state saved
     /// in sled, the items created in the segments about to go kept whole. Returns the last
     /// sequence whose segment may go once the flush succeeded (0 without `delete_segments`).
-    fn prepare_checkpoint(&mut self, delete_segments: bool) -> Result<u64, String> {
+    fn prepare_checkpoint(&mut self, delete_segments: bool) -> Result<u64, CheckpointError> {
         if self.faults.fail_flush() {
-            return Err("injected flush fault".into());
+            return Err(CheckpointError::Injected);
         }
         if self.applier.is_some() {
             self.applied.wait_idle();
         }
         let (published, keep_from) = match self.publish.lock() {
             Ok(mut state) => (state.encode(), state.keep_from()),
-            Err(_) => return Err("the publish state is unavailable".into()),
+            Err(_) => return Err(CheckpointError::PublishStateUnavailable),
         };
-        self.tree
-            .insert(keys::PUBLISHED, published)
-            .map_err(|err| err.to_string())?;
+        self.tree.insert(keys::PUBLISHED, published)?;
         let done_through = keep_from.saturating_sub(1).min(self.applied.through());
         // Items created in the segments about to go are kept whole first, durably with them.
         let removable = match delete_segments {
@@ -122,9 +120,9 @@ impl Writer {
     /// `removable` that no live item points into.
     fn complete_checkpoint(
         &mut self,
-        flushed: Result<(), String>,
+        flushed: Result<(), CheckpointError>,
         removable: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), CheckpointError> {
         if let Err(reason) = flushed {
             if let Ok(mut state) = self.publish.lock() {
                 state.mark_dirty();

@@ -43,7 +43,7 @@ mod rebuild;
 use super::checkpoint::{BackgroundFlush, SharedFlusher};
 use super::epoch::Epoch;
 use super::fault_fs::FaultFs;
-use super::log::LogWriter;
+use super::log::{LogError, LogWriter};
 use super::log_retention::Retention;
 use super::projector;
 use super::publish_state::PublishState;
@@ -133,6 +133,32 @@ pub(crate) struct Writer {
 
 type Reply = oneshot::Sender<Result<Vec<Event>, SinkError>>;
 
+/// Why the log did not acknowledge a group.
+enum CommitError {
+    /// The log's error, shared by every append of the group.
+    Log(Arc<LogError>),
+    /// A test injected the failure ([`Faults`]).
+    Injected,
+}
+
+impl CommitError {
+    /// The text each append's [`SinkError::NotDurable`] shows.
+    fn reason(&self) -> String {
+        match self {
+            CommitError::Log(err) => err.to_string(),
+            CommitError::Injected => "injected flush fault".into(),
+        }
+    }
+
+    /// The log's error, the source of each append's [`SinkError::NotDurable`].
+    fn log_error(&self) -> Option<Arc<LogError>> {
+        match self {
+            CommitError::Log(err) => Some(err.clone()),
+            CommitError::Injected => None,
+        }
+    }
+}
+
 impl Writer {
     /// Runs until a `Close` arrives or every sender is gone, then checkpoints one last time.
     pub(crate) fn run(mut self, mut rx: mpsc::Receiver<Request>) {
@@ -210,7 +236,9 @@ impl Writer {
                 Request::Append { command, reply, .. } => {
                     let result = match &caught_up {
                         Ok(()) => self.stage(&mut staged, first, &mut seq, *command),
-                        Err(reason) => Err(SinkError::Io(reason.clone())),
+                        Err(behind) => Err(SinkError::Behind {
+                            source: behind.clone(),
+                        }),
                     };
                     let result = result.map(|(events, json)| {
                         payloads.extend(json);
@@ -227,10 +255,11 @@ impl Writer {
         drop(pinned);
         if !payloads.is_empty() {
             let (writes, layer) = staged.into_parts();
-            if let Err(reason) = self.commit(&payloads, writes, layer, seq) {
+            if let Err(failed) = self.commit(&payloads, writes, layer, seq) {
                 fail_stored(&mut answers, |events| SinkError::NotDurable {
                     events,
-                    reason: reason.clone(),
+                    reason: failed.reason(),
+                    source: failed.log_error(),
                 });
             }
         }
@@ -251,7 +280,7 @@ impl Writer {
             let _ = reply.send(self.rebuild_durably());
         }
         for reply in checkpoints {
-            let _ = reply.send(self.checkpoint().map_err(SinkError::Io));
+            let _ = reply.send(self.checkpoint().map_err(SinkError::from));
         }
         let stop = !closing.is_empty();
         if stop {
@@ -268,7 +297,7 @@ impl Writer {
             self.start_checkpoint();
         }
         for reply in closing {
-            let _ = reply.send(checkpointed.clone().map_err(SinkError::Io));
+            let _ = reply.send(checkpointed.clone().map_err(SinkError::from));
         }
         stop
     }
@@ -282,7 +311,11 @@ impl Writer {
         command: Command,
     ) -> Result<(Vec<Event>, Vec<Vec<u8>>), SinkError> {
         if self.faults.fail_writes() {
-            return Err(SinkError::Io("injected write fault".into()));
+            // Shaped like the disk failure it stands for.
+            return Err(SinkError::Io {
+                context: "injected write fault".into(),
+                source: std::io::Error::other("Faults::set_fail_writes is on"),
+            });
         }
         let drafts = decide(&*staged, command, self.limits).map_err(|err| match err {
             DecideError::NotFound { job_id, item_id } => SinkError::NotFound { job_id, item_id },
@@ -332,12 +365,15 @@ impl Writer {
         writes: Vec<super::journal_record::Write>,
         layer: super::staged::Layer,
         end: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), CommitError> {
         if self.faults.fail_flush() {
             self.log.skip_to(end);
-            return Err("injected flush fault".into());
+            return Err(CommitError::Injected);
         }
-        let range = self.log.append(payloads).map_err(|err| err.to_string())?;
+        let range = self
+            .log
+            .append(payloads)
+            .map_err(|err| CommitError::Log(Arc::new(err)))?;
         // Counted by the benchmarks (`dlq_testkit::group_commits`): one per fdatasync'd group.
         debug!(events = payloads.len(), "sink group made durable");
         self.changed = true;
@@ -365,7 +401,7 @@ impl Writer {
     /// After the applier stopped on a failure: waits for it to drop what it was given, then
     /// applies the log from sled's mark, so decisions see every durable event. An error
     /// refuses the group's appends.
-    fn catch_up(&mut self) -> Result<(), String> {
+    fn catch_up(&mut self) -> Result<(), Arc<SinkError>> {
         if self.applied.failure().is_none() {
             return Ok(());
         }
@@ -377,9 +413,7 @@ impl Writer {
                 self.changed = true;
                 Ok(())
             }
-            Err(err) => Err(format!(
-                "the projection is behind the log and cannot be updated ({err}); nothing was written. Check the disk, then restart: opening applies the log"
-            )),
+            Err(err) => Err(Arc::new(err)),
         }
     }
 

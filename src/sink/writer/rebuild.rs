@@ -52,12 +52,12 @@ impl Writer {
             Some(mark) => mark,
             None => {
                 // Whatever retention deletes goes now, before the kept items are taken.
-                self.checkpoint().map_err(SinkError::Io)?;
+                self.checkpoint().map_err(SinkError::from)?;
                 self.refuse_lossy_rebuild()?;
                 self.copy_kept_items()?
             }
         };
-        self.checkpoint_keeping_log().map_err(SinkError::Io)?;
+        self.checkpoint_keeping_log().map_err(SinkError::from)?;
         let inlined = inline_items::inlined_through(&self.tree)?;
         projector::clear(&self.tree)?;
         let kept = restore_kept_items(&self.tree)?;
@@ -83,7 +83,7 @@ impl Writer {
         }
         done.remove(REBUILD_KEPT_THROUGH);
         self.tree.apply_batch(done)?;
-        self.checkpoint().map_err(SinkError::Io)?;
+        self.checkpoint().map_err(SinkError::from)?;
         if let Err(err) = remove_prefix(&self.tree, KEPT) {
             warn!(error = %err, "cannot delete the rebuild's copy of the items kept whole; the next rebuild deletes it");
         }
