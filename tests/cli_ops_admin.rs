@@ -61,8 +61,8 @@ async fn clear_and_purge_without_bus_store_removal_events_for_later() {
     assert_eq!(cleared["drained"], false);
     assert_eq!(
         cleared["unpublished"],
-        10 + 3,
-        "demo events plus three removals, all kept"
+        5 + 3,
+        "demo's five dead-letters (stored without a publish attempt: no bus) plus three removals, all kept"
     );
     let items = env.items().await;
     assert!(items.iter().all(|i| i.job_id == "j2"));

@@ -176,15 +176,16 @@ fn list_help_shows_its_own_options_before_the_connection_flags() {
 #[test]
 fn logs_carry_no_colour_when_stderr_is_not_a_terminal() {
     let env = Env::new(DLQ, DEAD_BUS_URL);
-    // -v: the bus connection's info lines, so that there is a log to look at.
+    // -vv: the sink's debug lines (its checkpoints), always there, so that there is a log to
+    // look at.
     let out = env
-        .command(&["-v", "demo", "--count", "1", "--drain-timeout", "0s"])
+        .command(&["-vv", "demo", "--count", "1", "--drain-timeout", "0s"])
         .env_remove("RUST_LOG")
         .output()
         .unwrap();
     ok(&out);
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("INFO"), "no log to look at: {stderr}");
+    assert!(stderr.contains("DEBUG"), "no log to look at: {stderr}");
     assert!(!stderr.contains('\u{1b}'), "ANSI escapes in: {stderr:?}");
 }
 
