@@ -153,23 +153,8 @@ fn an_unstored_event_is_published_volatile_and_verify_lists_it_apart() {
 async fn a_late_write_that_fails_publishes_the_volatile_copy() {
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let config = SinkConfig {
-        store_timeout: Duration::from_millis(200),
-        ..SinkConfig::new(dir.path())
-    };
-    let policy = TopicPolicy::default();
-    let emitter = node::emitter(config, &server.url(), policy, Duration::from_millis(500)).await;
-    connected(&emitter).await;
-
-    emitter.sink().faults().set_stall(Duration::from_secs(1));
-    emitter.sink().faults().set_fail_flush(true);
-    let item = failed_once(
-        ("job-late", "late-1"),
-        "shell: make",
-        2,
-        "make failed".into(),
-        json!({"n": 1}),
-    );
+    let emitter = slow_failing_disk(&server, dir.path()).await;
+    let item = late_item("late-1");
     let err = emitter.dead_letter("late", item).await.unwrap_err();
     assert!(
         matches!(
@@ -183,15 +168,7 @@ async fn a_late_write_that_fails_publishes_the_volatile_copy() {
     wait_for(
         "the volatile copy of the failed late write is in the stream",
         Duration::from_secs(20),
-        || async {
-            stream_messages(&server.url(), "DLQ")
-                .await
-                .iter()
-                .any(|(id, body)| {
-                    body["item"]["item_id"] == "late-1"
-                        && dlq::domain::event::Event::is_volatile_id(id)
-                })
-        },
+        || in_stream(&server, "late-1", true),
     )
     .await;
     emitter.sink().faults().set_stall(Duration::ZERO);
@@ -212,24 +189,9 @@ async fn a_late_write_that_fails_publishes_the_volatile_copy() {
 async fn a_late_write_that_fails_with_the_bus_down_is_stored_again() {
     let mut server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let config = SinkConfig {
-        store_timeout: Duration::from_millis(200),
-        ..SinkConfig::new(dir.path())
-    };
-    let policy = TopicPolicy::default();
-    let emitter = node::emitter(config, &server.url(), policy, Duration::from_millis(500)).await;
-    connected(&emitter).await;
+    let emitter = slow_failing_disk(&server, dir.path()).await;
     server.kill();
-
-    emitter.sink().faults().set_stall(Duration::from_secs(1));
-    emitter.sink().faults().set_fail_flush(true);
-    let item = failed_once(
-        ("job-late", "late-2"),
-        "shell: make",
-        2,
-        "make failed".into(),
-        json!({"n": 2}),
-    );
+    let item = late_item("late-2");
     let err = emitter
         .dead_letter("late-bus-down", item)
         .await
@@ -253,19 +215,49 @@ async fn a_late_write_that_fails_with_the_bus_down_is_stored_again() {
     wait_for(
         "the stored copy is published under a stored id",
         Duration::from_secs(30),
-        || async {
-            stream_messages(&server.url(), "DLQ")
-                .await
-                .iter()
-                .any(|(id, body)| {
-                    body["item"]["item_id"] == "late-2"
-                        && !dlq::domain::event::Event::is_volatile_id(id)
-                })
-        },
+        || in_stream(&server, "late-2", false),
     )
     .await;
     assert_eq!(emitter.unstored_waiting(), 0);
     emitter.shutdown().await.unwrap();
+}
+
+/// An emitter whose disk stalls past the store timeout (callers are told `Unconfirmed`) and
+/// then fails every flush, so the late write fails.
+async fn slow_failing_disk(server: &NatsServer, dir: &std::path::Path) -> node::NodeEmitter {
+    let config = SinkConfig {
+        store_timeout: Duration::from_millis(200),
+        ..SinkConfig::new(dir)
+    };
+    let policy = TopicPolicy::default();
+    let emitter = node::emitter(config, &server.url(), policy, Duration::from_millis(500)).await;
+    connected(&emitter).await;
+    emitter.sink().faults().set_stall(Duration::from_secs(1));
+    emitter.sink().faults().set_fail_flush(true);
+    emitter
+}
+
+fn late_item(item_id: &str) -> dlq::domain::model::DeadLetteredItem {
+    let data = json!({ "item": item_id });
+    failed_once(
+        ("job-late", item_id),
+        "shell: make",
+        2,
+        "make failed".into(),
+        data,
+    )
+}
+
+/// Whether the stream holds a dead-letter of `item_id` under a volatile id (`volatile`) or a
+/// stored one.
+async fn in_stream(server: &NatsServer, item_id: &str, volatile: bool) -> bool {
+    stream_messages(&server.url(), "DLQ")
+        .await
+        .iter()
+        .any(|(id, body)| {
+            body["item"]["item_id"] == item_id
+                && dlq::domain::event::Event::is_volatile_id(id) == volatile
+        })
 }
 
 /// The `held` list of a `consume` report.

@@ -329,21 +329,22 @@ async fn the_overview_orders_and_pages_many_jobs() {
     let top = browser
         .text_until("#by-job", |t| t.contains("bench-9"))
         .await;
-    let order: Vec<&str> = top
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .collect();
-    let expected: Vec<String> = (0..10).map(|n| format!("bench-{n}")).collect();
-    assert_eq!(order[1..], expected, "{top}");
+    assert_eq!(job_column(&top), benches(10), "{top}");
     click(&browser, "#by-job-all").await;
     let all = browser
         .text_until("#by-job", |t| t.contains("bench-11"))
         .await;
-    let order: Vec<&str> = all
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .collect();
-    let expected: Vec<String> = (0..12).map(|n| format!("bench-{n}")).collect();
-    assert_eq!(order[1..], expected, "{all}");
+    assert_eq!(job_column(&all), benches(12), "{all}");
     browser.close().await;
+}
+
+/// The first column of a table's text, without its header.
+fn job_column(table: &str) -> Vec<String> {
+    let cells = table.lines().filter_map(|l| l.split_whitespace().next());
+    cells.skip(1).map(str::to_owned).collect()
+}
+
+/// `bench-0` .. `bench-{n-1}`, the jobs `dlq generate` makes.
+fn benches(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("bench-{i}")).collect()
 }
