@@ -208,7 +208,12 @@ fn every_route_answers_what_the_cli_prints_and_the_cli_goes_through_it() {
     assert_eq!(announced["pid"], server.child.id());
     assert_eq!(announced["token_required"], false);
     let health = json_of(&server.get("/healthz"));
-    assert_eq!(health["status"], "ok");
+    // The bus is dead: up, but degraded, and says why.
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert!(
+        health["reason"].as_str().unwrap().contains("bus"),
+        "{health}"
+    );
     assert!(health["node_id"].as_str().unwrap().starts_with("node-"));
     // 15 dead-letters stored for the dead bus; with the bus known down demo stores them
     // without a publish attempt, so no EmitFailed audit events beside them.

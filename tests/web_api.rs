@@ -99,4 +99,6 @@ fn page_headers_and_the_routes_it_uses() {
     let (_, _, body) = http(port, "/healthz", None);
     let health: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(health["bus"], "connected", "{body}");
+    assert_eq!(health["status"], "ok", "{body}");
+    assert_eq!(health["reason"], Value::Null, "{body}");
 }

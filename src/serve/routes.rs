@@ -260,13 +260,26 @@ fn answer(format: Format, body: Vec<u8>) -> Response {
 }
 
 /// `GET /healthz`: liveness, node id, backlog and parked events (never needs a token).
+/// Always 200 while the process serves; `status` is `degraded`, with the `reason`, while the
+/// bus is not connected (events are stored and wait for it).
 pub async fn healthz(State(state): Shared) -> Answer {
     let sink = state.emitter.sink();
     let backlog = sink.backlog().map_err(RequestError::from)?;
     let parked = sink.parked().map_err(RequestError::from)?.len();
     let bus = state.emitter.bus().connection();
+    let (status, reason) =
+        match bus {
+            "connected" => ("ok", None),
+            _ => (
+                "degraded",
+                Some(state.emitter.bus().refusal().unwrap_or_else(|| {
+                    format!("the bus is {bus}: events are stored and wait for it")
+                })),
+            ),
+        };
     Ok(Json(json!({
-        "status": "ok",
+        "status": status,
+        "reason": reason,
         "node_id": sink.node_id(),
         "bus": bus,
         "unpublished": backlog.count,
