@@ -107,11 +107,7 @@ fn read_commands_refuse_a_missing_data_directory_and_create_nothing() {
 fn writers_create_the_data_directory_and_forwarded_reads_need_none() {
     let work = tempfile::tempdir().unwrap();
     let dir = work.path();
-    std::fs::write(
-        dir.join("fast.yml"),
-        "topics:\n  default:\n    retry_attempts: 0\nbus:\n  publish_timeout: 300ms\n",
-    )
-    .unwrap();
+    write_fast_config(dir);
     let out = run(&mut dlq(
         dir,
         &[
@@ -335,11 +331,7 @@ fn each_bus_failure_is_one_line_naming_the_server_and_the_cause() {
 fn reconcile_names_a_dead_bus_or_a_refusing_one_and_keeps_the_events() {
     let work = tempfile::tempdir().unwrap();
     let dir = work.path();
-    std::fs::write(
-        dir.join("fast.yml"),
-        "topics:\n  default:\n    retry_attempts: 0\nbus:\n  publish_timeout: 300ms\n",
-    )
-    .unwrap();
+    write_fast_config(dir);
     let base = ["--config", "fast.yml", "-s", DEAD_BUS_URL];
     let mut demo = base.to_vec();
     demo.extend_from_slice(&["demo", "--count", "3", "--drain-timeout", "0s"]);
@@ -392,4 +384,11 @@ fn reconcile_names_a_dead_bus_or_a_refusing_one_and_keeps_the_events() {
     one_line(&out, &[url.as_str(), "refused user `sec`", "stay stored"]);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["unpublished_before"], report["unpublished_after"]);
+}
+
+/// `fast.yml` in `dir`: no emit-path retries and a short publish timeout, so runs without a
+/// bus end quickly.
+fn write_fast_config(dir: &std::path::Path) {
+    let yaml = "topics:\n  default:\n    retry_attempts: 0\nbus:\n  publish_timeout: 300ms\n";
+    std::fs::write(dir.join("fast.yml"), yaml).unwrap();
 }
