@@ -46,4 +46,4 @@ if [[ $mode == long && -z ${DLQ_SIM_SEED:-} ]]; then
     export DLQ_SIM_FIRST_SEED=${DLQ_SIM_FIRST_SEED:-$((RANDOM * 32768 + RANDOM))}
     echo "sim.sh: ${DLQ_SIM_SEEDS} seeds from ${DLQ_SIM_FIRST_SEED}, ${DLQ_SIM_OPS} operations each"
 fi
-exec cargo test -p dlq --test sim_whole_system -- --nocapture seeds_keep_every_promise
+exec cargo test -p dlq-ops --test sim_whole_system -- --nocapture seeds_keep_every_promise

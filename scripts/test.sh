@@ -36,8 +36,16 @@ run() {
 
 run cargo fmt --all -- --check
 run cargo clippy --workspace --all-targets -- -D warnings
-# The embeddable core (no CLI, admin API, runner or query language) must keep building alone.
-run cargo check -p dlq --no-default-features --lib
+# The embeddable core (`dlq`, core/) builds alone, and its dependency tree holds none of the
+# operator side's crates (HTTP server, command line, job runner, query language).
+run cargo check -p dlq --lib
+announce "cargo tree -p dlq holds no operator-side crate"
+front="$(cargo tree -p dlq -e normal --prefix none | grep -E '^(axum|clap|cel|csv|indicatif|serde_json_path|nix|dlq-ops) ' || true)"
+if [ -n "$front" ]; then
+  echo "the core library depends on operator-side crates:" >&2
+  echo "$front" >&2
+  false
+fi
 
 # Test output is also kept in a log so the totals can be summed for the closing line, which is
 # printed whether the tests passed or not.

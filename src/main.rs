@@ -11,7 +11,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = dlq::cli::Cli::parse();
-    dlq::cli::logging::init(cli.verbose);
-    dlq::cli::run(cli).await
+    let cli = dlq_ops::cli::Cli::parse();
+    dlq_ops::cli::logging::init(cli.verbose);
+    dlq_ops::cli::run(cli).await
 }

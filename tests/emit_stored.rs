@@ -12,8 +12,8 @@ use dlq::bus::NatsBus;
 use dlq::domain::event::EventKind;
 use dlq::domain::model::DeadLetteredItem;
 use dlq::emitter::{Emitter, PublishOutcome, TopicPolicy};
-use dlq::runner::{self, ProgressMode, RunOptions};
 use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq_ops::runner::{self, ProgressMode, RunOptions};
 use dlq_testkit::items::failed_once;
 use dlq_testkit::node::{
     self, assert_stream_matches_log, connected, drained, kill_bus, logged_ids,

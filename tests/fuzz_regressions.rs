@@ -1,5 +1,5 @@
 //! Replays every input the fuzz targets ever crashed on (`fuzz/regressions/<target>/`) and the
-//! committed seed corpus (`fuzz/corpus/<target>/`) through the same `dlq::fuzzing` functions
+//! committed seed corpus (`fuzz/corpus/<target>/`) through the same `dlq_ops::fuzzing` functions
 //! the cargo-fuzz targets call, under a plain `cargo test`: a fixed crash stays fixed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -24,7 +24,7 @@ fn replay(kind: &str) -> usize {
         .join(kind);
     let mut ran = 0;
     let mut failed = Vec::new();
-    for (target, run) in dlq::fuzzing::TARGETS {
+    for (target, run) in dlq_ops::fuzzing::TARGETS {
         for file in inputs(&root.join(target)) {
             let data = std::fs::read(&file).unwrap();
             ran += 1;
@@ -51,5 +51,8 @@ fn every_fuzz_finding_stays_fixed() {
 #[test]
 fn the_seed_corpus_runs_clean() {
     let ran = replay("corpus");
-    assert!(ran >= dlq::fuzzing::TARGETS.len(), "only {ran} seeds found");
+    assert!(
+        ran >= dlq_ops::fuzzing::TARGETS.len(),
+        "only {ran} seeds found"
+    );
 }

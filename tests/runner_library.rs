@@ -1,4 +1,4 @@
-//! The job runner as a library (`dlq::runner::start`) in-process, with a real sled sink
+//! The job runner as a library (`dlq_ops::runner::start`) in-process, with a real sled sink
 //! and a real nats-server: the job's Prometheus metrics and the report agree with what ran.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -8,8 +8,8 @@ use dlq::bus::{BusConfig, NatsBus};
 use dlq::domain::event::EventKind;
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::EmitterBuilder;
-use dlq::runner::{self, ProgressMode, RunOptions};
 use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq_ops::runner::{self, ProgressMode, RunOptions};
 use dlq_testkit::stream::{metric_value, metrics, stream_messages};
 use dlq_testkit::{wait_for, NatsServer};
 use serde_json::json;

@@ -17,10 +17,10 @@ use dlq::domain::event::{Event, RemovalReason};
 use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::domain::projection::{MemoryProjection, StateView, StoredItem};
-use dlq::query::list::{in_listing_order, page_in_order, Cursor, ListRequest};
-use dlq::query::stats::{stats, StatsAccumulator};
-use dlq::query::Criteria;
 use dlq::sink::{Sink, SinkConfig, SinkError, SledSink};
+use dlq_ops::query::list::{in_listing_order, page_in_order, Cursor, ListRequest};
+use dlq_ops::query::stats::{stats, StatsAccumulator};
+use dlq_ops::query::Criteria;
 use proptest::prelude::*;
 use tempfile::TempDir;
 

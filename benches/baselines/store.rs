@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlq::domain::command::Command;
-use dlq::query::list::{in_listing_order, page_in_order, ListRequest};
-use dlq::query::stats::stats;
-use dlq::query::Criteria;
 use dlq::sink::{Sink, SledSink};
+use dlq_ops::query::list::{in_listing_order, page_in_order, ListRequest};
+use dlq_ops::query::stats::stats;
+use dlq_ops::query::Criteria;
 
 use crate::reference;
 use crate::run::{histogram, median_ms, open_sink, run_concurrent, Items, Run};

@@ -44,7 +44,7 @@ fn dlq_bin() -> PathBuf {
     let bin = Path::new(env!("CARGO_BIN_EXE_dlq-chaos")).with_file_name("dlq");
     assert!(
         bin.is_file(),
-        "{} is missing: run `cargo test --workspace`, or `cargo build -p dlq` first",
+        "{} is missing: run `cargo test --workspace`, or `cargo build -p dlq-ops` first",
         bin.display()
     );
     bin

@@ -1,10 +1,10 @@
-//! `dlq::fuzzing::api_body`: a broken invariant is a panic, which libFuzzer reports as a crash.
+//! `dlq_ops::fuzzing::api_body`: a broken invariant is a panic, which libFuzzer reports as a crash.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Err(broken) = dlq::fuzzing::api_body(data) {
+    if let Err(broken) = dlq_ops::fuzzing::api_body(data) {
         panic!("api_body: {broken}");
     }
 });

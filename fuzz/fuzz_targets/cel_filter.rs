@@ -1,10 +1,10 @@
-//! `dlq::fuzzing::cel_filter`: a broken invariant is a panic, which libFuzzer reports as a crash.
+//! `dlq_ops::fuzzing::cel_filter`: a broken invariant is a panic, which libFuzzer reports as a crash.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Err(broken) = dlq::fuzzing::cel_filter(data) {
+    if let Err(broken) = dlq_ops::fuzzing::cel_filter(data) {
         panic!("cel_filter: {broken}");
     }
 });

@@ -1,10 +1,10 @@
-//! `dlq::fuzzing::import_file`: a broken invariant is a panic, which libFuzzer reports as a crash.
+//! `dlq_ops::fuzzing::import_file`: a broken invariant is a panic, which libFuzzer reports as a crash.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Err(broken) = dlq::fuzzing::import_file(data) {
+    if let Err(broken) = dlq_ops::fuzzing::import_file(data) {
         panic!("import_file: {broken}");
     }
 });

@@ -1,10 +1,10 @@
-//! `dlq::fuzzing::journal_segment`: a broken invariant is a panic, which libFuzzer reports as a crash.
+//! `dlq_ops::fuzzing::journal_segment`: a broken invariant is a panic, which libFuzzer reports as a crash.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Err(broken) = dlq::fuzzing::journal_segment(data) {
+    if let Err(broken) = dlq_ops::fuzzing::journal_segment(data) {
         panic!("journal_segment: {broken}");
     }
 });

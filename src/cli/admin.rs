@@ -15,15 +15,15 @@ use serde_json::json;
 use super::forward::{self, Local, Target};
 use super::open;
 use super::{Cli, CliError, Format, EXIT_OK};
-use crate::emitter::NodeEmitter;
 use crate::query::QueryError;
-use crate::removal::{
-    clear_job, count_purgeable, nothing_to_purge, purge_cutoff, purge_items, scope_of, Removal,
-};
 use crate::render::removal::write_removal;
 use crate::serve::client::params;
 use crate::serve::client::ApiClient;
-use crate::sink::{Sink, SledSink};
+use dlq::emitter::NodeEmitter;
+use dlq::removal::{
+    clear_job, count_purgeable, nothing_to_purge, purge_cutoff, purge_items, scope_of, Removal,
+};
+use dlq::sink::{Sink, SledSink};
 
 /// Options of `dlq clear`.
 #[derive(Debug, Args)]

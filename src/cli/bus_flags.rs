@@ -12,8 +12,8 @@
 //! and password uses only F), so that one way is left.
 
 use super::{Cli, CliError};
-use crate::bus::context::{context_path, NatsContext};
-use crate::bus::{BusAuth, BusConfig};
+use dlq::bus::context::{context_path, NatsContext};
+use dlq::bus::{BusAuth, BusConfig};
 
 /// The environment variable of the `nats` CLI that names the server(s); `DLQ_NATS_URL` wins
 /// over it.
@@ -31,7 +31,7 @@ pub fn apply(cli: &Cli, bus: &mut BusConfig) -> Result<(), CliError> {
         bus.subject = subject.clone();
     }
     if let Some(mode) = cli.bus_mode {
-        bus.mode = mode;
+        bus.mode = mode.into();
     }
     override_auth(cli, &mut bus.auth);
     for (flag, setting) in [
@@ -99,7 +99,7 @@ mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::bus::Secret;
+    use dlq::bus::Secret;
 
     fn cli(args: &[&str]) -> Cli {
         Cli::try_parse_from([&["dlq"], args, &["status"]].concat()).unwrap()
@@ -156,5 +156,23 @@ mod tests {
         override_auth(&cli(&[]), &mut auth);
         assert_eq!(auth.user.as_ref().map(Secret::expose), Some("sec"));
         assert_eq!(auth.password.as_ref().map(Secret::expose), Some("right"));
+    }
+}
+
+/// `--bus-mode`: the core's [`BusMode`](dlq::BusMode), as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BusModeArg {
+    /// JetStream publish, acknowledged once the stream stored the event (the default).
+    Jetstream,
+    /// Plain core-NATS publish plus flush (weaker: for buses without JetStream only).
+    Core,
+}
+
+impl From<BusModeArg> for dlq::BusMode {
+    fn from(mode: BusModeArg) -> Self {
+        match mode {
+            BusModeArg::Jetstream => dlq::BusMode::Jetstream,
+            BusModeArg::Core => dlq::BusMode::Core,
+        }
     }
 }

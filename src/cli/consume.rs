@@ -7,11 +7,11 @@ use clap::Args;
 use serde_json::json;
 
 use super::{open, Cli, CliError, Format, EXIT_DIFFERENCES, EXIT_OK};
-use crate::consumer::{
+use dlq::consumer::{
     compare_node, explain_held, read_from_start, run_durable, ConsumeError, ConsumerStore,
     Difference, DurableConfig, Fold, ReadError, StoreError, StreamRead,
 };
-use crate::sink::Sink;
+use dlq::sink::Sink;
 
 /// Options of `dlq consume`.
 #[derive(Debug, Args)]
@@ -80,7 +80,7 @@ async fn consume_durable(
     store_dir: &Path,
 ) -> Result<u8, CliError> {
     if let Some(addr) = cli.metrics_addr {
-        crate::metrics::serve_prometheus(addr)?;
+        dlq::metrics::serve_prometheus(addr)?;
     }
     let store = ConsumerStore::open(store_dir)?;
     let config = DurableConfig {

@@ -10,12 +10,12 @@ use serde_json::json;
 use super::drain::drain;
 use super::open::{self, NodeEmitter};
 use super::{Cli, CliError, Format, EXIT_OK};
-use crate::bus::Bus;
-use crate::domain::failure::dead_lettered_item;
-use crate::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
-use crate::domain::signature::classify;
-use crate::emitter::EmitError;
-use crate::sink::Sink;
+use dlq::bus::Bus;
+use dlq::domain::failure::dead_lettered_item;
+use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
+use dlq::domain::signature::classify;
+use dlq::emitter::EmitError;
+use dlq::sink::Sink;
 
 /// Options of `dlq demo`.
 #[derive(Debug, Args)]
@@ -65,8 +65,8 @@ const SAMPLES: &[(&str, Option<i32>, bool)] = &[
 /// Runs the demo.
 ///
 /// While the bus is connected each item is dead-lettered as a scheduler would, waiting for
-/// its publish ([`crate::emitter::Emitter::dead_letter`]); while it is not, each is only
-/// stored ([`crate::emitter::Emitter::store`]: durable, publishing left to the reconciler), so
+/// its publish ([`dlq::emitter::Emitter::dead_letter`]); while it is not, each is only
+/// stored ([`dlq::emitter::Emitter::store`]: durable, publishing left to the reconciler), so
 /// an outage adds no retry delays per item and no warning per item, only the one line of the
 /// summary ([`super::drain::Drained::line`]).
 pub async fn run(cli: &Cli, args: &DemoArgs) -> Result<u8, CliError> {
@@ -148,7 +148,7 @@ async fn emit(
 }
 
 /// The `n`-th sample item of `job_id` (also used by `dlq generate`).
-pub(super) fn sample_item(job_id: &str, n: u64) -> Option<crate::domain::model::DeadLetteredItem> {
+pub(super) fn sample_item(job_id: &str, n: u64) -> Option<dlq::domain::model::DeadLetteredItem> {
     let index = usize::try_from(n).unwrap_or(0) % SAMPLES.len();
     let (template, exit_code, timed_out) =
         SAMPLES

@@ -9,11 +9,11 @@
 
 use std::time::Duration;
 
-use crate::bus::auth::redact_url;
-use crate::bus::Bus;
-use crate::emitter::NodeEmitter;
-use crate::removal::wait_for_drain;
-use crate::sink::{Sink, SinkError};
+use dlq::bus::auth::redact_url;
+use dlq::bus::Bus;
+use dlq::emitter::NodeEmitter;
+use dlq::removal::wait_for_drain;
+use dlq::sink::{Sink, SinkError};
 
 /// How the end-of-work wait for the bus went.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,13 +10,13 @@ use serde_json::json;
 
 use super::list::with_sink;
 use super::{open, Cli, CliError, Format, EXIT_OK};
-use crate::domain::command::Command;
-use crate::emitter::NodeEmitter;
 use crate::query::export::{export, ExportFormat};
 use crate::query::import::{ImportLimits, ImportSource};
 use crate::query::QueryError;
-use crate::removal::{finish_publishing, Published};
-use crate::sink::Sink;
+use dlq::domain::command::Command;
+use dlq::emitter::NodeEmitter;
+use dlq::removal::{finish_publishing, Published};
+use dlq::sink::Sink;
 
 /// Scheduler topic recorded on imported items' events.
 pub const IMPORT_TOPIC: &str = "import";

@@ -12,12 +12,12 @@
 use std::io::Write;
 
 use super::{open, Cli, CliError, EXIT_OK};
-use crate::config::Config;
 use crate::serve::client::discovery::ServeFile;
 use crate::serve::client::token::token_text;
 use crate::serve::client::{Answer, ApiClient};
 use crate::serve::ServeError;
-use crate::sink::{Sink, SledSink};
+use dlq::config::Config;
+use dlq::sink::{Sink, SledSink};
 
 /// The data directory, opened here.
 pub struct Local {

@@ -12,8 +12,8 @@ use serde_json::json;
 
 use super::demo::sample_item;
 use super::{open, Cli, CliError, Format, EXIT_OK};
-use crate::domain::command::Command;
-use crate::sink::{Sink, SledSink};
+use dlq::domain::command::Command;
+use dlq::sink::{Sink, SledSink};
 
 /// Appends in flight while generating.
 const CONCURRENCY: usize = 64;

@@ -13,7 +13,7 @@ use crate::query::list::find_item;
 use crate::render::items::{check_inspect_format, check_list_format, write_item, write_list};
 use crate::request::ListArgs;
 use crate::serve::client::params;
-use crate::sink::{Sink, SledSink};
+use dlq::sink::{Sink, SledSink};
 
 /// Options of `dlq inspect`.
 #[derive(Debug, Args)]

@@ -31,10 +31,12 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::bus::{BusError, BusMode, Secret};
+use dlq::bus::{BusError, Secret};
+
 use crate::render::Format;
 use crate::request::RequestError;
-use crate::ErrorClass;
+pub use bus_flags::BusModeArg;
+use dlq::ErrorClass;
 
 /// Exit code: success.
 pub const EXIT_OK: u8 = 0;
@@ -84,7 +86,7 @@ pub struct Cli {
     /// JetStream (acknowledged) or core (weaker: no stream, no ack) [default: bus.mode of
     /// --config, else jetstream].
     #[arg(long, global = true, value_enum, help_heading = HEADING_NATS)]
-    pub bus_mode: Option<BusMode>,
+    pub bus_mode: Option<BusModeArg>,
     /// A context of the `nats` CLI (`nats context save`): its URL, credentials and TLS files
     /// replace the config file's; each flag below overrides its own field of the context (a
     /// flag of another way to authenticate replaces the context's).
@@ -295,13 +297,13 @@ pub enum CliError {
     Request(#[from] RequestError),
     /// Configuration problem.
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] dlq::config::ConfigError),
     /// Bus problem.
     #[error(transparent)]
-    Bus(#[from] crate::bus::BusError),
+    Bus(#[from] dlq::bus::BusError),
     /// Metrics exporter problem.
     #[error(transparent)]
-    Metrics(#[from] crate::metrics::MetricsError),
+    Metrics(#[from] dlq::metrics::MetricsError),
     /// Reading the stream failed.
     #[error("{0}")]
     Consumer(String),
@@ -357,7 +359,7 @@ macro_rules! request_error_from {
 }
 
 request_error_from!(
-    crate::sink::SinkError,
+    dlq::sink::SinkError,
     crate::query::QueryError,
     crate::runner::RunError,
     std::io::Error

@@ -5,15 +5,15 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Cli, CliError};
-use crate::bus::{connect_client, payload_warning, BusConfig, NatsBus};
-use crate::config::Config;
-use crate::emitter::EmitterBuilder;
 use crate::serve::client::discovery::ServeFile;
 use crate::serve::ServeError;
-use crate::sink::{Sink, SledSink};
+use dlq::bus::{connect_client, payload_warning, BusConfig, NatsBus};
+use dlq::config::Config;
+use dlq::emitter::EmitterBuilder;
+use dlq::sink::{Sink, SledSink};
 
 /// The emitter type the CLI uses.
-pub use crate::emitter::NodeEmitter;
+pub use dlq::emitter::NodeEmitter;
 
 /// The configuration file (or defaults) with command-line overrides applied.
 pub fn config(cli: &Cli) -> Result<Config, CliError> {
@@ -74,12 +74,12 @@ pub async fn sink(cli: &Cli, config: &Config) -> Result<SledSink, CliError> {
 /// At the end of a command that writes (`generate`, `run` and `resume`, `retry`, `serve`),
 /// once every handle of its sink is gone (the sink closed and dropped, or the emitter shut
 /// down and dropped with no clone left in a task): makes sled's snapshot current, so the next
-/// command's open does not replay what this one wrote ([`crate::sink::refresh_snapshot`]). A
+/// command's open does not replay what this one wrote ([`dlq::sink::refresh_snapshot`]). A
 /// failure only costs the next open that replay, so it is logged, never returned.
 pub async fn refresh_snapshot(cli: &Cli, config: &Config) {
     let sink_config = config.sink_config(&cli.data_dir);
     let refreshed =
-        tokio::task::spawn_blocking(move || crate::sink::refresh_snapshot(&sink_config)).await;
+        tokio::task::spawn_blocking(move || dlq::sink::refresh_snapshot(&sink_config)).await;
     let reason = match refreshed {
         Ok(Ok(())) => return,
         Ok(Err(err)) => err.to_string(),
@@ -152,7 +152,7 @@ pub async fn reach_bus(bus: &BusConfig) -> Result<(), CliError> {
 pub async fn emitter(cli: &Cli) -> Result<NodeEmitter, CliError> {
     let config = config(cli)?;
     if let Some(addr) = config.metrics_addr {
-        crate::metrics::serve_prometheus(addr)?;
+        dlq::metrics::serve_prometheus(addr)?;
     }
     let sink = sink(cli, &config).await?;
     emitter_with_sink(&config, sink, true).await

@@ -7,9 +7,9 @@ use clap::Args;
 use serde_json::json;
 
 use super::{open, Cli, CliError, Format, EXIT_DIFFERENCES, EXIT_OK};
-use crate::bus::NatsBus;
-use crate::consumer::repair::{holding_of_node, missing_events, republish};
-use crate::sink::{Sink, SledSink};
+use dlq::bus::NatsBus;
+use dlq::consumer::repair::{holding_of_node, missing_events, republish};
+use dlq::sink::{Sink, SledSink};
 
 /// Options of `dlq republish`.
 #[derive(Debug, Args)]

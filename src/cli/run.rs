@@ -10,11 +10,11 @@ use tokio_util::sync::CancellationToken;
 use super::drain::Drained;
 use super::open::{self, NodeEmitter};
 use super::{Cli, CliError, Format, EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK};
-use crate::config::Config;
 use crate::render::table::{cut, write_table};
 use crate::runner::DEFAULT_AGENT_COMMAND;
 use crate::runner::{self, list_jobs, JobReport, JobStore, ProgressMode, RunError, RunOptions};
-use crate::sink::Sink;
+use dlq::config::Config;
+use dlq::sink::Sink;
 
 /// How progress is shown.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]

@@ -6,9 +6,9 @@ use clap::Args;
 use serde_json::json;
 
 use super::{open, Cli, CliError, Format, EXIT_INCOMPLETE, EXIT_OK};
-use crate::bus::BusError;
-use crate::removal::wait_for_drain;
-use crate::sink::Sink;
+use dlq::bus::BusError;
+use dlq::removal::wait_for_drain;
+use dlq::sink::Sink;
 
 /// Options of `dlq reconcile`.
 #[derive(Debug, Args)]
@@ -73,7 +73,7 @@ pub async fn status(cli: &Cli) -> Result<u8, CliError> {
 pub async fn reconcile(cli: &Cli, args: &ReconcileArgs) -> Result<u8, CliError> {
     let config = open::config(cli)?;
     if let Some(addr) = config.metrics_addr {
-        crate::metrics::serve_prometheus(addr)?;
+        dlq::metrics::serve_prometheus(addr)?;
     }
     // The backlog is counted before the reconciler starts: it may publish all of it at once.
     let sink = open::sink(cli, &config).await?;

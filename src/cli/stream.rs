@@ -13,8 +13,8 @@ use serde_json::json;
 
 use super::admin::confirm;
 use super::{open, Cli, CliError, Format, EXIT_OK};
-use crate::bus::stream::{changes, check, human, subjects_of, updated, Change, Fit};
-use crate::bus::{BusConfig, BusMode, NatsBus};
+use dlq::bus::stream::{changes, check, human, subjects_of, updated, Change, Fit};
+use dlq::bus::{BusConfig, BusMode, NatsBus};
 
 /// Options of `dlq stream`.
 #[derive(Debug, Args)]

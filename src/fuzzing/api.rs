@@ -86,7 +86,7 @@ pub fn api_body(data: &[u8]) -> Outcome {
             let _ = body.options();
         }
     } else if let Ok(body) = serde_json::from_slice::<PurgeBody>(body) {
-        let _ = crate::removal::purge_cutoff(body.older_than_days);
+        let _ = dlq::removal::purge_cutoff(body.older_than_days);
     }
     Ok(())
 }

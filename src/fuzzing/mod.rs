@@ -20,37 +20,16 @@
 //! | [`api_body`] | an admin API JSON body (retry, purge) |
 //! | [`api_response`] | an admin API answer, as the forwarding CLI reads it |
 
-use std::fmt;
+pub use dlq::fuzzing::{
+    check, consumer_fold, event_json, journal_segment, log_segment, scratch, Broken, Outcome,
+    Target,
+};
 
 mod api;
-mod events;
-mod journal;
-mod log_segment;
 mod operator;
 
 pub use api::{api_body, api_query, api_response};
-pub use events::{consumer_fold, event_json};
-pub use journal::journal_segment;
-pub use log_segment::log_segment;
 pub use operator::{cel_filter, import_file, workflow_yaml};
-
-/// An invariant a decoder broke on some input.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Broken(pub String);
-
-impl fmt::Display for Broken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Broken {}
-
-/// What each entry point returns: `Ok` whether the input was accepted or rejected.
-pub type Outcome = Result<(), Broken>;
-
-/// One entry point: arbitrary bytes in, a broken invariant out.
-pub type Target = fn(&[u8]) -> Outcome;
 
 /// Every target by name, for the regression test and the fuzz crate.
 pub const TARGETS: &[(&str, Target)] = &[
@@ -65,20 +44,3 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("api_body", api_body),
     ("api_response", api_response),
 ];
-
-/// Fails with `what` unless `holds`.
-fn check(holds: bool, what: impl FnOnce() -> String) -> Outcome {
-    if holds {
-        Ok(())
-    } else {
-        Err(Broken(what()))
-    }
-}
-
-/// A scratch directory for targets that must read files, one per process, under the system's
-/// temporary directory (`None` if it cannot be created: the target then does nothing).
-fn scratch(name: &str) -> Option<std::path::PathBuf> {
-    let dir = std::env::temp_dir().join(format!("dlq-fuzz-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).ok()?;
-    Some(dir)
-}

@@ -1,9 +1,9 @@
 //! What operators hand over: import files, workflow files, CEL filters.
 
 use super::{check, scratch, Outcome};
-use crate::domain::model::{ErrorType, FailureDetail};
 use crate::query::cel::CelFilter;
 use crate::query::import::{ImportLimits, ImportSource};
+use dlq::domain::model::{ErrorType, FailureDetail};
 
 /// A `dlq import` source, selected by the first byte (mod 3): `0` the rest is a `.jsonl` file,
 /// `1` a `.json` file, `2` a job directory `job/` given as `index.json`, NUL, an item file name
@@ -123,7 +123,7 @@ fn evaluate(data: &[u8]) -> Outcome {
         json_log_location: None,
     };
     if let Some(item) =
-        crate::domain::failure::dead_lettered_item("job", "item", value, vec![failure], None)
+        dlq::domain::failure::dead_lettered_item("job", "item", value, vec![failure], None)
     {
         let _ = filter.matches_item(&item);
     }

@@ -12,9 +12,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{ItemRef, QueryError};
-use crate::domain::model::{DeadLetteredItem, ErrorType};
-use crate::domain::signature::remediation;
-use crate::sink::SledSink;
+use dlq::domain::model::{DeadLetteredItem, ErrorType};
+use dlq::domain::signature::remediation;
+use dlq::sink::SledSink;
 
 /// Sample ids kept per pattern group.
 pub const SAMPLE_IDS: usize = 5;
@@ -40,7 +40,7 @@ pub struct PatternGroup {
     pub sample_ids: Vec<ItemRef>,
     /// The most recent failure message of the group's most recently failed item.
     pub representative_message: String,
-    /// What to do about it ([`crate::domain::signature::remediation`]).
+    /// What to do about it ([`dlq::domain::signature::remediation`]).
     pub remediation: String,
 }
 
@@ -215,7 +215,7 @@ pub fn analyze(sink: &SledSink, job_id: Option<&str>) -> Result<Analysis, QueryE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::model::FailureDetail;
+    use dlq::domain::model::FailureDetail;
 
     fn item(id: &str, message: &str, kind: ErrorType, at: &str) -> DeadLetteredItem {
         let at = DateTime::parse_from_rfc3339(at)
@@ -232,7 +232,7 @@ mod tests {
             duration_ms: 1,
             json_log_location: None,
         };
-        crate::domain::failure::dead_lettered_item(
+        dlq::domain::failure::dead_lettered_item(
             "j",
             id,
             serde_json::json!({}),

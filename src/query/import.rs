@@ -27,7 +27,7 @@ use serde::Serialize;
 
 use super::export::{id_of_file_name, JobIndex};
 use super::QueryError;
-use crate::domain::model::DeadLetteredItem;
+use dlq::domain::model::DeadLetteredItem;
 
 /// How deep below the given directory job directories are looked for.
 pub const MAX_DEPTH: usize = 8;
@@ -199,14 +199,13 @@ impl ImportSource {
             None if item.job_id.is_empty() => return Err(bad(origin, "the item has no job_id")),
             None => {}
         }
-        crate::domain::command::validate_id::<String>("job_id", &item.job_id)
+        dlq::domain::command::validate_id::<String>("job_id", &item.job_id)
             .map_err(|e| bad(&origin, e))?;
-        crate::domain::command::validate_id::<String>("item_id", &item.item_id)
+        dlq::domain::command::validate_id::<String>("item_id", &item.item_id)
             .map_err(|e| bad(&origin, e))?;
         if item.error_pattern.is_empty() {
             if let Some(last) = item.failure_history.last() {
-                let sig =
-                    crate::domain::signature::signature(&last.error_type, &last.error_message);
+                let sig = dlq::domain::signature::signature(&last.error_type, &last.error_message);
                 item.error_signature = sig.hash;
                 item.error_pattern = sig.pattern;
             }
@@ -375,7 +374,7 @@ fn job_dir(path: PathBuf) -> Result<JobDir, QueryError> {
             .map(|name| id_of_file_name(&name.to_string_lossy()))
             .ok_or_else(|| bad(path.display(), "cannot tell the job id: add an index.json"))?,
     };
-    crate::domain::command::validate_id::<String>("job_id", &job_id)
+    dlq::domain::command::validate_id::<String>("job_id", &job_id)
         .map_err(|e| bad(path.display(), e))?;
     Ok(JobDir {
         path,

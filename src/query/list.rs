@@ -22,8 +22,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{Criteria, ItemRef, QueryError};
-use crate::domain::model::{DeadLetteredItem, ErrorType};
-use crate::sink::{JobCounters, SledSink};
+use dlq::domain::model::{DeadLetteredItem, ErrorType};
+use dlq::sink::{JobCounters, SledSink};
 
 /// Largest `offset + limit` of one page.
 pub const MAX_WINDOW: usize = 100_000;
@@ -337,7 +337,7 @@ pub fn find_item(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::model::{ErrorType, FailureDetail};
+    use dlq::domain::model::{ErrorType, FailureDetail};
 
     fn item(job: &str, id: &str, minute: u32) -> DeadLetteredItem {
         let at = DateTime::parse_from_rfc3339(&format!("2025-01-11T10:{minute:02}:00Z"))
@@ -354,7 +354,7 @@ mod tests {
             duration_ms: 1,
             json_log_location: None,
         };
-        crate::domain::failure::dead_lettered_item(
+        dlq::domain::failure::dead_lettered_item(
             job,
             id,
             serde_json::json!({}),

@@ -2,7 +2,7 @@
 //! export and import. Used by the `dlq` command line; written to be called by an admin API too.
 //!
 //! Everything streams: a query walks the sink's items one at a time
-//! ([`crate::sink::SledSink::scan_items`]) and keeps only what its answer needs (a page of keys,
+//! ([`dlq::sink::SledSink::scan_items`]) and keeps only what its answer needs (a page of keys,
 //! one counter per error type, signature or hour). The aggregations themselves are pure
 //! accumulators (`StatsAccumulator`, `AnalysisAccumulator`), fed item by item, so they are
 //! testable without a disk.
@@ -20,8 +20,8 @@ use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::domain::model::{DeadLetteredItem, ErrorType};
-use crate::sink::SinkError;
+use dlq::domain::model::{DeadLetteredItem, ErrorType};
+use dlq::sink::SinkError;
 
 /// Every error type name a filter accepts.
 pub const ERROR_TYPE_NAMES: [&str; 8] = ErrorType::NAMES;
@@ -118,13 +118,13 @@ impl QueryError {
     }
 
     /// Which kind of failure this is for the one who asked.
-    pub fn class(&self) -> crate::ErrorClass {
+    pub fn class(&self) -> dlq::ErrorClass {
         if self.is_not_found() {
-            crate::ErrorClass::NotFound
+            dlq::ErrorClass::NotFound
         } else if self.is_usage() {
-            crate::ErrorClass::Usage
+            dlq::ErrorClass::Usage
         } else {
-            crate::ErrorClass::Failure
+            dlq::ErrorClass::Failure
         }
     }
 }

@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{ItemRef, QueryError};
-use crate::domain::model::{DeadLetteredItem, ErrorType};
-use crate::sink::{JobCounters, Sink, SledSink};
+use dlq::domain::model::{DeadLetteredItem, ErrorType};
+use dlq::sink::{JobCounters, Sink, SledSink};
 
 /// An item and one of its times.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

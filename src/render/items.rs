@@ -5,8 +5,6 @@ use std::io::Write;
 
 use super::table::{cut, write_table};
 use super::Format;
-use crate::domain::model::DeadLetteredItem;
-use crate::domain::signature::remediation;
 use crate::query::cel::CelFilter;
 use crate::query::export::{csv_record, CSV_COLUMNS};
 use crate::query::list::ItemSummary;
@@ -14,7 +12,9 @@ use crate::query::list::{counted_total, in_listing_order, page_in_order, Cursor}
 use crate::query::QueryError;
 use crate::request::list::ListQuery;
 use crate::request::RequestError;
-use crate::sink::SledSink;
+use dlq::domain::model::DeadLetteredItem;
+use dlq::domain::signature::remediation;
+use dlq::sink::SledSink;
 
 /// The formats `dlq list` prints.
 pub fn check_list_format(format: Format) -> Result<(), RequestError> {
@@ -240,7 +240,7 @@ fn print_item(out: &mut impl Write, item: &DeadLetteredItem) -> std::io::Result<
     writeln!(out, "history")?;
     for f in &item.failure_history {
         let kind = match &f.error_type {
-            crate::domain::model::ErrorType::CommandFailed { exit_code } => {
+            dlq::domain::model::ErrorType::CommandFailed { exit_code } => {
                 format!("CommandFailed (exit {exit_code})")
             }
             other => other.name().to_owned(),

@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use super::Format;
-use crate::removal::Removal;
+use dlq::removal::Removal;
 
 /// Writes a removal in `format`: its line for a table, else its JSON summary.
 pub fn write_removal(

@@ -10,9 +10,9 @@ pub use list::{ListArgs, DEFAULT_LIMIT};
 
 use thiserror::Error;
 
-pub use crate::error_class::ErrorClass;
 use crate::query::QueryError;
-use crate::sink::SinkError;
+use dlq::sink::SinkError;
+pub use dlq::ErrorClass;
 
 /// Why an operator request failed.
 #[derive(Debug, Error)]

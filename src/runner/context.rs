@@ -13,10 +13,10 @@ use super::job_events::JobEventKind;
 use super::job_store::{JobRecord, JobStore};
 use super::job_summary::{Outcome, Tally};
 use super::workflow::{Step, Workflow};
-use crate::bus::Bus;
-use crate::emitter::Emitter;
-use crate::metrics as m;
-use crate::sink::SledSink;
+use dlq::bus::Bus;
+use dlq::emitter::Emitter;
+use dlq::metrics as m;
+use dlq::sink::SledSink;
 
 /// The command `claude:` steps run when neither the config nor `DLQ_AGENT_COMMAND` says
 /// otherwise: Claude Code in print mode; the prompt is appended as one argument.
@@ -103,18 +103,18 @@ impl<B: Bus> JobContext<B> {
     pub(super) async fn remove_resolved(
         &self,
         item_id: &str,
-    ) -> Result<(), crate::emitter::EmitError> {
-        let command = crate::domain::command::Command::Remove {
+    ) -> Result<(), dlq::emitter::EmitError> {
+        let command = dlq::domain::command::Command::Remove {
             job_id: self.record.job_id.clone(),
             item_id: item_id.to_owned(),
-            reason: crate::domain::event::RemovalReason::Resolved,
+            reason: dlq::domain::event::RemovalReason::Resolved,
         };
         match self
             .emitter
             .submit_stored(&self.options.topic, command)
             .await
         {
-            Ok(_) | Err(crate::emitter::EmitError::NotFound { .. }) => Ok(()),
+            Ok(_) | Err(dlq::emitter::EmitError::NotFound { .. }) => Ok(()),
             Err(err) => Err(err),
         }
     }

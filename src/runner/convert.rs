@@ -2,15 +2,15 @@
 //!
 //! [`failure_detail`] turns one failed or timed-out attempt into a [`FailureDetail`]. The
 //! runner keeps the details of every attempt of an item and builds the dead-lettered item from
-//! the whole history with [`crate::domain::failure::dead_lettered_item`], so `failure_count` equals the
+//! the whole history with [`dlq::domain::failure::dead_lettered_item`], so `failure_count` equals the
 //! attempts made. Successful and cancelled agents produce nothing: a cancelled agent did not
 //! fail, its item stays pending.
 
 use chrono::{DateTime, Utc};
 
 use super::agent::{AgentResult, AgentStatus};
-use crate::domain::model::FailureDetail;
-use crate::domain::signature::classify;
+use dlq::domain::model::FailureDetail;
+use dlq::domain::signature::classify;
 
 /// The step name recorded when no step is known (e.g. the agent never started).
 const AGENT_STEP: &str = "agent_execution";
@@ -22,9 +22,9 @@ pub(super) fn agent_id(item_id: &str) -> String {
 
 /// The failure detail of one attempt, or `None` when the attempt did not fail.
 ///
-/// Timeouts are classified as [`crate::domain::model::ErrorType::Timeout`] whatever the output said;
+/// Timeouts are classified as [`dlq::domain::model::ErrorType::Timeout`] whatever the output said;
 /// other failures are classified from their message and exit code by
-/// [`crate::domain::signature::classify`]. The stderr tail becomes the stack trace.
+/// [`dlq::domain::signature::classify`]. The stderr tail becomes the stack trace.
 pub(super) fn failure_detail(
     result: &AgentResult,
     attempt: u32,
@@ -66,9 +66,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::domain::failure::dead_lettered_item;
-    use crate::domain::model::{DeadLetteredItem, ErrorType, WorktreeArtifacts};
     use crate::runner::input::WorkItem;
+    use dlq::domain::failure::dead_lettered_item;
+    use dlq::domain::model::{DeadLetteredItem, ErrorType, WorktreeArtifacts};
 
     /// The dead-lettered item for one attempt of `work_item` in job `job_id`, built as the runner
     /// builds it (from the attempts' failure details), or `None` when the agent succeeded or was

@@ -74,21 +74,21 @@ pub enum RunError {
     },
     /// The dead-letter sink could not be used.
     #[error(transparent)]
-    Sink(#[from] crate::sink::SinkError),
+    Sink(#[from] dlq::sink::SinkError),
 }
 
 impl RunError {
     /// Which kind of failure this is: usage for a bad workflow, job id or filter, not found
     /// for an unknown job, a failure otherwise.
-    pub fn class(&self) -> crate::ErrorClass {
+    pub fn class(&self) -> dlq::ErrorClass {
         match self {
             RunError::Workflow(_)
             | RunError::BadJobId(_)
             | RunError::JobExists(_)
             | RunError::Filter { .. }
-            | RunError::NoTemplate { .. } => crate::ErrorClass::Usage,
-            RunError::JobNotFound { .. } => crate::ErrorClass::NotFound,
-            _ => crate::ErrorClass::Failure,
+            | RunError::NoTemplate { .. } => dlq::ErrorClass::Usage,
+            RunError::JobNotFound { .. } => dlq::ErrorClass::NotFound,
+            _ => dlq::ErrorClass::Failure,
         }
     }
 

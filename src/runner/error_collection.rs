@@ -6,7 +6,7 @@ use super::context::JobContext;
 use super::job_events::JobEventKind;
 use super::progress::Progress;
 use super::workflow::ErrorCollection;
-use crate::bus::Bus;
+use dlq::bus::Bus;
 
 /// Collects failure lines and emits them per the strategy.
 #[derive(Debug)]

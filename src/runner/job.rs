@@ -25,9 +25,9 @@ use super::job_summary::{JobSummary, Outcome, Tally};
 use super::map::{run_map, MapEnd, Work};
 use super::progress::{Progress, ProgressMode};
 use super::workflow::{Input, Isolation, Step, Workflow};
-use crate::bus::Bus;
-use crate::emitter::Emitter;
-use crate::sink::SledSink;
+use dlq::bus::Bus;
+use dlq::emitter::Emitter;
+use dlq::sink::SledSink;
 
 /// How much of reduce's output a report carries.
 const REDUCE_OUTPUT_BYTES: usize = 4096;

@@ -1,7 +1,7 @@
 //! Job events: what happened during a job, in order, for `dlq events JOB_ID`.
 //!
 //! These are the runner's own log (one JSON object per line in the job's `events.jsonl`),
-//! separate from the dead-letter event log of [`crate::domain::event`]: they record agent attempts,
+//! separate from the dead-letter event log of [`dlq::domain::event`]: they record agent attempts,
 //! circuit-breaker transitions, stops and the final summary, which the DLQ does not hold.
 
 use chrono::{DateTime, Utc};

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::model::ErrorType;
-use crate::domain::signature::{remediation, signature};
+use dlq::domain::model::ErrorType;
+use dlq::domain::signature::{remediation, signature};
 
 /// A signature must recur this often to be reported as a failure pattern: fewer is a one-off,
 /// not a pattern.

@@ -1,6 +1,6 @@
 //! The MapReduce job runner (`dlq run`): reads a workflow, runs one agent per work item,
 //! applies the workflow's error policy and dead-letters items that keep failing through the
-//! embedded [`crate::emitter`].
+//! embedded [`dlq::emitter`].
 //!
 //! # Use as a library
 //!

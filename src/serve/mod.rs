@@ -56,9 +56,9 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use thiserror::Error;
 use tokio::net::TcpListener;
 
-use crate::sink::SinkError;
-use crate::ErrorClass;
 use client::discovery::{Holder, ServeFile};
+use dlq::sink::SinkError;
+use dlq::ErrorClass;
 use routes::Held;
 
 /// How often the Prometheus recorder drains its histograms.
@@ -285,7 +285,7 @@ pub fn install_metrics(also_on: Option<SocketAddr>) -> Result<PrometheusHandle, 
             handle
         }
     };
-    crate::metrics::describe();
+    dlq::metrics::describe();
     Ok(handle)
 }
 

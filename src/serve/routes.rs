@@ -21,17 +21,17 @@ use serde_json::json;
 use tokio::sync::oneshot;
 
 use super::client::params::{list_args, Params};
-use crate::emitter::NodeEmitter;
 use crate::query::list::find_item;
 use crate::query::QueryError;
-use crate::removal::{self, DEFAULT_DRAIN};
 use crate::render::items::{check_inspect_format, check_list_format, write_item, write_list};
 use crate::render::removal::write_removal;
 use crate::render::report::{check_report_format, write_analysis, write_stats};
 use crate::render::Format;
 use crate::request::RequestError;
-use crate::sink::{Sink, SledSink};
-use crate::ErrorClass;
+use dlq::emitter::NodeEmitter;
+use dlq::removal::{self, DEFAULT_DRAIN};
+use dlq::sink::{Sink, SledSink};
+use dlq::ErrorClass;
 
 /// What every handler shares.
 pub struct AppState {
@@ -172,8 +172,8 @@ impl From<QueryError> for ApiError {
     }
 }
 
-impl From<crate::sink::SinkError> for ApiError {
-    fn from(err: crate::sink::SinkError) -> Self {
+impl From<dlq::sink::SinkError> for ApiError {
+    fn from(err: dlq::sink::SinkError) -> Self {
         RequestError::from(err).into()
     }
 }
@@ -298,7 +298,7 @@ pub async fn metrics(State(state): Shared) -> Response {
     })
     .await;
     if let Ok(items) = items {
-        metrics::gauge!(crate::metrics::ITEMS).set(items as f64);
+        metrics::gauge!(dlq::metrics::ITEMS).set(items as f64);
     }
     let text = state.metrics.render();
     (

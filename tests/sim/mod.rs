@@ -109,7 +109,7 @@ pub fn report(outcome: &Outcome, count: usize, switches: Switches, test: &str) -
     }
     let _ = writeln!(
         text,
-        "replay: DLQ_SIM_SEED={} DLQ_SIM_OPS={count} DLQ_SIM_SWITCHES={switches} cargo test -p dlq --test sim_whole_system -- --include-ignored --nocapture {test}",
+        "replay: DLQ_SIM_SEED={} DLQ_SIM_OPS={count} DLQ_SIM_SWITCHES={switches} cargo test -p dlq-ops --test sim_whole_system -- --include-ignored --nocapture {test}",
         outcome.seed
     );
     let _ = writeln!(text, "operations:");

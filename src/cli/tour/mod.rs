@@ -21,11 +21,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::open::{self, NodeEmitter};
 use super::{Cli, CliError, Format, EXIT_DIFFERENCES, EXIT_OK};
-use crate::consumer::{compare_node, read_from_start, Difference};
-use crate::domain::projection::MemoryProjection;
-use crate::removal::wait_for_drain;
 use crate::runner::{self, ProgressMode, RunOptions};
-use crate::sink::Sink;
+use dlq::consumer::{compare_node, read_from_start, Difference};
+use dlq::domain::projection::MemoryProjection;
+use dlq::removal::wait_for_drain;
+use dlq::sink::Sink;
 use private_bus::PrivateBus;
 
 /// Options of `dlq tour`.
@@ -101,7 +101,7 @@ pub async fn run(cli: &Cli, args: &TourArgs) -> Result<u8, CliError> {
     config.reconciler.interval = Duration::from_millis(200);
     say(format!(
         "bus: {}",
-        crate::bus::auth::redact_url(&config.bus.0.url)
+        dlq::bus::auth::redact_url(&config.bus.0.url)
     ));
 
     let workflow = example::write(&tour_dir.join("workflow"))?;
@@ -235,7 +235,7 @@ struct StreamCheck {
 }
 
 async fn compare_with_stream(
-    config: &crate::config::Config,
+    config: &dlq::config::Config,
     emitter: &NodeEmitter,
     jobs: &[String],
 ) -> Result<StreamCheck, CliError> {

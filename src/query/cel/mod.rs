@@ -39,7 +39,7 @@ use cel::common::value::Val;
 use cel::{Context, Env, ExecutionError, Program, Value};
 use thiserror::Error;
 
-use crate::domain::model::DeadLetteredItem;
+use dlq::domain::model::DeadLetteredItem;
 
 mod compile;
 #[cfg(test)]

@@ -5,8 +5,8 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::domain::model::ErrorType;
-use crate::domain::model::FailureDetail;
+use dlq::domain::model::ErrorType;
+use dlq::domain::model::FailureDetail;
 
 fn data_matches(expr: &str, data: serde_json::Value) -> Result<bool, CelError> {
     CelFilter::parse(expr).unwrap().matches_data(&data)

@@ -26,8 +26,8 @@ use serde::{Deserialize, Serialize};
 
 use super::list::ItemSummary;
 use super::QueryError;
-use crate::domain::model::DeadLetteredItem;
-use crate::sink::SledSink;
+use dlq::domain::model::DeadLetteredItem;
+use dlq::sink::SledSink;
 
 /// The CSV header: stable, in this order.
 pub const CSV_COLUMNS: [&str; 17] = [

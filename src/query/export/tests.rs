@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
-use crate::domain::failure::dead_lettered_item;
-use crate::domain::model::{ErrorType, FailureDetail, WorktreeArtifacts};
+use dlq::domain::failure::dead_lettered_item;
+use dlq::domain::model::{ErrorType, FailureDetail, WorktreeArtifacts};
 
 #[test]
 fn file_names_round_trip_and_never_escape_the_directory() {
@@ -165,7 +165,7 @@ fn a_failure_mid_stream_leaves_no_file_and_says_so() {
             "{text}"
         );
         assert!(text.contains("nothing was written"), "{text}");
-        assert_eq!(err.class(), crate::ErrorClass::Usage, "the cause's class");
+        assert_eq!(err.class(), dlq::ErrorClass::Usage, "the cause's class");
         assert!(!path.exists(), "{format:?}: a partial export was left");
     }
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();

@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::process_group::{sleep_until, Groups};
 use super::workflow::{Isolation, Step};
-use crate::domain::model::WorktreeArtifacts;
+use dlq::domain::model::WorktreeArtifacts;
 
 mod output;
 mod step;

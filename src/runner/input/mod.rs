@@ -25,8 +25,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-use crate::domain::command::MAX_ID_BYTES;
 use crate::query::cel::{CelError, CelFilter};
+use dlq::domain::command::MAX_ID_BYTES;
 
 mod load;
 mod sort;

@@ -29,7 +29,7 @@ use super::input::WorkItem;
 use super::job_events::{JobEvent, JobEventKind};
 use super::job_summary::Outcome;
 use super::workflow::Workflow;
-use crate::domain::model::ErrorType;
+use dlq::domain::model::ErrorType;
 
 /// Longest job id.
 const MAX_JOB_ID_BYTES: usize = 128;

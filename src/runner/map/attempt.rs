@@ -8,14 +8,14 @@ use chrono::Utc;
 use tracing::warn;
 
 use super::Work;
-use crate::bus::Bus;
-use crate::domain::failure::dead_lettered_item;
 use crate::runner::agent::{run_agent, AgentResult, AgentStatus};
 use crate::runner::breaker::Permit;
 use crate::runner::context::JobContext;
 use crate::runner::convert::failure_detail;
 use crate::runner::job_events::JobEventKind;
 use crate::runner::on_failure::{final_action, FinalAction};
+use dlq::bus::Bus;
+use dlq::domain::failure::dead_lettered_item;
 
 /// How the final action of an item went.
 #[derive(Debug)]

@@ -9,8 +9,6 @@ use tracing::warn;
 
 use super::attempt::{Done, Final};
 use super::{note_transition, Work};
-use crate::bus::Bus;
-use crate::domain::model::FailureDetail;
 use crate::runner::agent::AgentStatus;
 use crate::runner::backoff::retry_delay;
 use crate::runner::breaker::CircuitBreaker;
@@ -22,6 +20,8 @@ use crate::runner::job_summary::{Outcome, Tally};
 use crate::runner::on_failure::final_action;
 use crate::runner::progress::Progress;
 use crate::runner::workflow::RetryConfig;
+use dlq::bus::Bus;
+use dlq::domain::model::FailureDetail;
 
 /// The bookkeeping after one attempt.
 pub(super) struct Bookkeeping<'a, B: Bus> {
@@ -109,7 +109,7 @@ impl<B: Bus> Bookkeeping<'_, B> {
                 };
                 let (error_type, error) = match &last {
                     Some(f) => (f.error_type.clone(), f.error_message.clone()),
-                    None => (crate::domain::model::ErrorType::Unknown, String::new()),
+                    None => (dlq::domain::model::ErrorType::Unknown, String::new()),
                 };
                 ctx.event(JobEventKind::AgentFailed {
                     item_id: item_id.clone(),
@@ -171,7 +171,7 @@ impl<B: Bus> Bookkeeping<'_, B> {
         let item_id = &ctx.record.items[work.index].id;
         self.tally.record(item_id, outcome);
         if let Some(last) = last {
-            metrics::counter!(crate::metrics::JOB_FAILURES, "job_id" => ctx.record.job_id.clone(), "error_type" => last.error_type.name())
+            metrics::counter!(dlq::metrics::JOB_FAILURES, "job_id" => ctx.record.job_id.clone(), "error_type" => last.error_type.name())
                 .increment(1);
         }
         let record = OutcomeRecord {

@@ -25,8 +25,8 @@ use super::job_events::JobEventKind;
 use super::job_summary::Tally;
 use super::on_failure::stop_reason;
 use super::progress::Progress;
-use crate::bus::Bus;
-use crate::domain::model::FailureDetail;
+use dlq::bus::Bus;
+use dlq::domain::model::FailureDetail;
 
 mod attempt;
 mod bookkeeping;
@@ -210,7 +210,7 @@ fn note_transition<B: Bus>(
             "circuit breaker closed: dispatch resumed".to_owned(),
         ),
     };
-    metrics::gauge!(crate::metrics::JOB_CIRCUIT_OPEN, "job_id" => ctx.record.job_id.clone()).set(
+    metrics::gauge!(dlq::metrics::JOB_CIRCUIT_OPEN, "job_id" => ctx.record.job_id.clone()).set(
         if transition == Transition::Closed {
             0.0
         } else {

@@ -8,9 +8,6 @@ use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::bus::Bus;
-use crate::domain::failure::dead_lettered_item;
-use crate::emitter::EmitError;
 use crate::runner::agent::{run_agent, AgentStatus};
 use crate::runner::backoff::retry_delay;
 use crate::runner::context::JobContext;
@@ -19,6 +16,9 @@ use crate::runner::input::WorkItem;
 use crate::runner::job_events::JobEventKind;
 use crate::runner::job_store::OutcomeRecord;
 use crate::runner::job_summary::Outcome;
+use dlq::bus::Bus;
+use dlq::domain::failure::dead_lettered_item;
+use dlq::emitter::EmitError;
 
 /// How one item's retry ended.
 pub(super) enum ItemEnd {

@@ -27,10 +27,10 @@ use super::error::RunError;
 use super::job_store::{JobRecord, JobStore};
 use super::progress::{Progress, ProgressMode};
 use super::workflow::Workflow;
-use crate::bus::Bus;
-use crate::emitter::Emitter;
 use crate::query::cel::CelFilter;
-use crate::sink::SledSink;
+use dlq::bus::Bus;
+use dlq::emitter::Emitter;
+use dlq::sink::SledSink;
 
 mod item;
 

@@ -1,8 +1,8 @@
 //! Agents isolated in git worktrees of their own.
 
 use super::*;
-use crate::domain::model::ErrorType;
-use crate::domain::signature::classify;
+use dlq::domain::model::ErrorType;
+use dlq::domain::signature::classify;
 
 /// A git repository with one commit holding `tracked.txt`.
 fn git_repo() -> TempDir {

@@ -213,7 +213,7 @@ mod example_file {
     /// The documented example in deploy/ stays valid.
     #[test]
     fn deploy_example_parses() {
-        let config = Config::parse(include_str!("../deploy/dlq.example.yml")).unwrap();
+        let config = Config::parse(include_str!("../../deploy/dlq.example.yml")).unwrap();
         assert_eq!(config.topics.for_topic("mapreduce").retry_attempts, 3);
         assert_eq!(config.sink.capacity_per_job, 10_000);
         assert_eq!(config.retention.retention_days, Some(30));

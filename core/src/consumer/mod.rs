@@ -11,8 +11,7 @@ mod durable;
 mod fold;
 mod foreign;
 mod item_log;
-#[cfg(feature = "cli")]
-pub(crate) mod repair;
+pub mod repair;
 mod seqset;
 mod store;
 mod stream;

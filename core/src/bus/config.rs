@@ -10,7 +10,6 @@ use super::auth::{redact_url, BusAuth, BusTls};
 
 /// How events are published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum BusMode {
     /// JetStream publish, acknowledged once the stream stored the event (the default).
