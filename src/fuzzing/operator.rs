@@ -1,7 +1,7 @@
 //! What operators hand over: import files, workflow files, CEL filters.
 
 use super::{check, scratch, Outcome};
-use crate::domain::model::{ErrorType, FailureDetail};
+use crate::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use crate::query::cel::CelFilter;
 use crate::query::import::{ImportLimits, ImportSource};
 
@@ -122,9 +122,7 @@ fn evaluate(data: &[u8]) -> Outcome {
         duration_ms: 1,
         json_log_location: None,
     };
-    if let Some(item) =
-        crate::domain::failure::dead_lettered_item("job", "item", value, vec![failure], None)
-    {
+    if let Ok(item) = DeadLetteredItem::new("job", "item", value, vec![failure]) {
         let _ = filter.matches_item(&item);
     }
     Ok(())

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::bus::Bus;
-use crate::domain::failure::dead_lettered_item;
+use crate::domain::model::DeadLetteredItem;
 use crate::emitter::EmitError;
 use crate::runner::agent::{run_agent, AgentStatus};
 use crate::runner::backoff::retry_delay;
@@ -118,7 +118,8 @@ async fn retry_claimed<B: Bus>(
     let last = history
         .last()
         .map(|f| (f.error_type.name().to_owned(), f.error_message.clone()));
-    let Some(update) = dead_lettered_item(job_id, item_id, item.item_data, history, worktree)
+    let Ok(update) = DeadLetteredItem::new(job_id, item_id, item.item_data, history)
+        .map(|item| item.with_artifacts(worktree))
     else {
         return ItemEnd::NotRecorded;
     };
