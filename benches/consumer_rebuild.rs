@@ -26,8 +26,7 @@ use dlq::consumer::{
 };
 use dlq::domain::command::Command;
 use dlq::domain::event::Event;
-use dlq::domain::failure::dead_lettered_item;
-use dlq::domain::model::{ErrorType, FailureDetail};
+use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::emitter::EmitterBuilder;
 use dlq::sink::{Sink, SinkConfig, SledSink};
 use dlq_testkit::bench::suite;
@@ -55,8 +54,7 @@ async fn fill(sink: &SledSink, events: usize) {
                     let data = serde_json::json!({ "blob": blob });
                     let job = format!("job-{}", n % 100);
                     let item =
-                        dead_lettered_item(&job, &format!("i{n}"), data, vec![failure], None)
-                            .unwrap();
+                        DeadLetteredItem::new(&job, &format!("i{n}"), data, vec![failure]).unwrap();
                     let topic = "bench".to_owned();
                     let command = Command::DeadLetter {
                         topic,

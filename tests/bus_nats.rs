@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use chrono::Utc;
 use dlq::bus::{Bus, BusConfig, BusMode, NatsBus};
-use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::emitter::{Emitter, EmitterBuilder};
 use dlq::sink::{Sink, SinkConfig, SledSink};
@@ -27,7 +26,7 @@ fn item(id: &str) -> DeadLetteredItem {
         duration_ms: 30_000,
         json_log_location: Some("/tmp/log.json".into()),
     };
-    dead_lettered_item("job-b", id, serde_json::json!({}), vec![failure], None).unwrap()
+    DeadLetteredItem::new("job-b", id, serde_json::json!({}), vec![failure]).unwrap()
 }
 
 async fn emitter(dir: &std::path::Path, config: BusConfig) -> Emitter<SledSink, NatsBus> {

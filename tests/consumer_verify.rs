@@ -12,7 +12,6 @@ use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::consumer::{compare, read_from_start};
 use dlq::domain::command::Command as SinkCommand;
 use dlq::domain::event::RemovalReason;
-use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::{EmitterBuilder, TopicPolicies, TopicPolicy};
@@ -35,14 +34,7 @@ fn item(job: &str, id: &str, days_ago: i64) -> DeadLetteredItem {
         duration_ms: 10,
         json_log_location: None,
     };
-    dead_lettered_item(
-        job,
-        id,
-        serde_json::json!({ "id": id }),
-        vec![failure],
-        None,
-    )
-    .unwrap()
+    DeadLetteredItem::new(job, id, serde_json::json!({ "id": id }), vec![failure]).unwrap()
 }
 
 fn dlq(data_dir: &Path, url: &str, args: &[&str]) -> Output {

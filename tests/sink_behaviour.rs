@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeDelta, Utc};
 use dlq::domain::command::Command;
 use dlq::domain::event::{EncodedEvent, Event, EventKind, RemovalReason};
-use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::domain::projection::{MemoryProjection, StoredItem};
 use dlq::sink::purge;
@@ -41,7 +40,7 @@ fn failures(n: u32, from: DateTime<Utc>, kind: ErrorType, msg: &str) -> Vec<Fail
 /// A complete item of `n` failures, the first at `first`.
 fn item(job: &str, id: &str, first: DateTime<Utc>, n: u32) -> DeadLetteredItem {
     let fails = failures(n, first, ErrorType::Unknown, "test failed");
-    dead_lettered_item(job, id, serde_json::json!({ "id": id }), fails, None).unwrap()
+    DeadLetteredItem::new(job, id, serde_json::json!({ "id": id }), fails).unwrap()
 }
 
 fn dead_letter(item: DeadLetteredItem) -> Command {
@@ -165,7 +164,7 @@ async fn repeated_failure_appends_history() {
     let t0 = Utc::now() - TimeDelta::hours(3);
     let first = item("A", "i1", t0, 2);
     let later = failures(3, t0 + TimeDelta::hours(1), ErrorType::Timeout, "slow");
-    let second = dead_lettered_item("A", "i1", 1.into(), later, None).unwrap();
+    let second = DeadLetteredItem::new("A", "i1", 1.into(), later).unwrap();
     ok(&sink, dead_letter(first.clone())).await;
     let events = ok(&sink, dead_letter(second.clone())).await;
     assert_eq!(brief(&events), ["2 failure_appended A/i1"]);

@@ -11,8 +11,7 @@
 use chrono::{TimeDelta, Utc};
 use dlq::domain::command::{decide, Command, Limits};
 use dlq::domain::event::{Event, RemovalReason};
-use dlq::domain::failure::dead_lettered_item;
-use dlq::domain::model::{ErrorType, FailureDetail};
+use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::domain::projection::{MemoryProjection, StateView};
 use dlq::sink::{Sink, SinkConfig, SinkError, SledSink};
 use dlq_testkit::group_commits;
@@ -59,12 +58,11 @@ fn command(op: &Op) -> Command {
                 duration_ms: 1,
                 json_log_location: None,
             };
-            let item = dead_lettered_item(
+            let item = DeadLetteredItem::new(
                 &job(j),
                 &format!("i{item}"),
                 serde_json::Value::Null,
                 vec![failure],
-                None,
             )
             .unwrap();
             Command::DeadLetter {

@@ -5,7 +5,6 @@
 
 use chrono::Utc;
 use dlq::domain::command::Command;
-use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::sink::{Sink, SinkConfig, SinkError, SledSink};
 
@@ -21,7 +20,7 @@ fn big_item(id: &str, trace_bytes: usize) -> DeadLetteredItem {
         duration_ms: 1,
         json_log_location: None,
     };
-    dead_lettered_item("job", id, serde_json::Value::Null, vec![failure], None).unwrap()
+    DeadLetteredItem::new("job", id, serde_json::Value::Null, vec![failure]).unwrap()
 }
 
 fn dead_letter(item: DeadLetteredItem) -> Command {

@@ -14,7 +14,6 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, TimeDelta, Utc};
 use dlq::domain::command::Command;
 use dlq::domain::event::{Event, RemovalReason};
-use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::domain::projection::{MemoryProjection, StateView, StoredItem};
 use dlq::sink::{Sink, SinkConfig, SinkError, SledSink};
@@ -102,7 +101,7 @@ fn item_at(job: &str, id: &str, first: DateTime<Utc>, kind: ErrorType, n: u32) -
     };
     let failures = (0..n).map(detail).collect();
     let data = serde_json::json!({ "item": id, "n": n });
-    dead_lettered_item(job, id, data, failures, None).unwrap()
+    DeadLetteredItem::new(job, id, data, failures).unwrap()
 }
 
 fn dead_letter(item: DeadLetteredItem) -> Command {

@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use dlq::bus::{Bus, BusConfig, NatsBus};
-use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::{DeadLetteredItem, FailureDetail};
 use dlq::sink::{SinkConfig, SledSink};
 
@@ -33,7 +32,7 @@ impl Items {
             "step_failed": "shell: cargo test", "duration_ms": 45_000 }))
         .expect("failure detail");
         let template =
-            dead_lettered_item(JOB, "item-0", data, vec![failure], None).expect("one failure");
+            DeadLetteredItem::new(JOB, "item-0", data, vec![failure]).expect("one failure");
         Items { template, base }
     }
 

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlq::bus::{Bus, BusConfig, NatsBus};
-use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::{DeadLetteredItem, FailureDetail};
 use dlq::emitter::{EmitterBuilder, TopicPolicies};
 use dlq::sink::{SinkConfig, SledSink};
@@ -30,8 +29,7 @@ pub fn item(n: usize) -> DeadLetteredItem {
         "error_message": "cargo test failed with exit code 101", "agent_id": "agent-1",
         "step_failed": "shell: cargo test", "duration_ms": 45_000 }))
     .expect("failure detail");
-    dead_lettered_item("job-0", &format!("item-{n}"), data, vec![failure], None)
-        .expect("one failure")
+    DeadLetteredItem::new("job-0", &format!("item-{n}"), data, vec![failure]).expect("one failure")
 }
 
 /// The event JSON every contender stores (and publishes): what dlq puts on the bus.

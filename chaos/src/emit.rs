@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use chrono::Utc;
 use dlq::bus::{BusConfig, NatsBus};
-use dlq::domain::model::{ErrorType, FailureDetail};
+use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::{
     AntiEntropyConfig, EmitError, Emitter, EmitterBuilder, RetryBackoff, TopicPolicies, TopicPolicy,
@@ -301,7 +301,7 @@ async fn load(
 }
 
 /// The `n`-th item of this emitter: unique ids, 5,000 items per job (below the job capacity).
-fn item(node: &str, incarnation: u32, n: u64) -> Option<dlq::domain::model::DeadLetteredItem> {
+fn item(node: &str, incarnation: u32, n: u64) -> Option<DeadLetteredItem> {
     let job_id = format!("{node}-i{incarnation}-j{}", n / 5000);
     let message = format!("cargo test failed with exit code 101 after {n}.2s in /tmp/w{n}");
     let failure = FailureDetail {
@@ -316,13 +316,7 @@ fn item(node: &str, incarnation: u32, n: u64) -> Option<dlq::domain::model::Dead
         json_log_location: None,
     };
     let data = json!({ "file": format!("src/module_{n}.rs"), "priority": n % 10 });
-    dlq::domain::failure::dead_lettered_item(
-        &job_id,
-        &format!("item-{n}"),
-        data,
-        vec![failure],
-        None,
-    )
+    DeadLetteredItem::new(&job_id, &format!("item-{n}"), data, vec![failure]).ok()
 }
 
 /// Waits until the backlog is empty or `timeout` passes; true if it emptied.

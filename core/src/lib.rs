@@ -8,26 +8,22 @@
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! use dlq::{BusConfig, EmitterBuilder, FailureDetail, NatsBus, SinkConfig, SledSink};
+//! use std::time::Duration;
+//! use dlq::{BusConfig, DeadLetteredItem, EmitterBuilder, FailureDetail, NatsBus, SinkConfig, SledSink};
 //!
 //! let sink = SledSink::open(SinkConfig::new("dlq-data"))?;
 //! let bus = NatsBus::connect(BusConfig::default()).await?;
 //! let emitter = EmitterBuilder::new(sink, bus).build();
-//! let failure = FailureDetail {
-//!     attempt_number: 1,
-//!     timestamp: chrono::Utc::now(),
-//!     error_type: dlq::classify("exit status 101", Some(101), false),
-//!     error_message: "exit status 101".into(),
-//!     stack_trace: None,
-//!     agent_id: "agent-1".into(),
-//!     step_failed: "shell: cargo test".into(),
-//!     duration_ms: 4_500,
-//!     json_log_location: None,
-//! };
-//! if let Some(item) = dlq::dead_lettered_item("job-1", "item-7", serde_json::json!({}), vec![failure], None) {
-//!     let receipt = emitter.dead_letter("mapreduce", item).await?;
-//!     println!("durable; published: {}", receipt.published);
-//! }
+//! // Classified from the message and exit code: CommandFailed { exit_code: 101 }.
+//! let failure = FailureDetail::builder("exit status 101")
+//!     .exit_code(101)
+//!     .agent("agent-1")
+//!     .step("shell: cargo test")
+//!     .duration(Duration::from_millis(4_500))
+//!     .build();
+//! let item = DeadLetteredItem::new("job-1", "item-7", serde_json::json!({}), vec![failure])?;
+//! let receipt = emitter.dead_letter("mapreduce", item).await?;
+//! println!("durable; published: {}", receipt.published);
 //! emitter.shutdown().await?;
 //! # Ok(()) }
 //! ```
@@ -76,10 +72,11 @@ mod testing;
 
 pub use bus::{Bus, BusAuth, BusConfig, BusError, BusMode, BusTls, NatsBus, Secret};
 pub use consumer::Fold;
+pub use domain::attempt::FailureBuilder;
 pub use domain::event::{Event, EventKind, RemovalReason};
-pub use domain::failure::dead_lettered_item;
+pub use domain::failure::NoFailures;
 pub use domain::model::{DeadLetteredItem, ErrorType, FailureDetail, WorktreeArtifacts};
-pub use domain::signature::{classify, signature, Signature};
+pub use domain::signature::{classify, signature, Outcome, Signature};
 pub use emitter::{
     AntiEntropyConfig, AntiEntropyStats, EmitError, Emitter, EmitterBuilder, PublishOutcome,
     Receipt, ReconcilerConfig, RetentionConfig, StoredReceipt, TopicPolicies, TopicPolicy,

@@ -242,14 +242,7 @@ pub fn item(job: &str, id: &str) -> DeadLetteredItem {
         duration_ms: 1,
         json_log_location: None,
     };
-    crate::domain::failure::dead_lettered_item(
-        job,
-        id,
-        serde_json::Value::Null,
-        vec![failure],
-        None,
-    )
-    .unwrap()
+    DeadLetteredItem::new(job, id, serde_json::Value::Null, vec![failure]).unwrap()
 }
 
 /// `item(job, id)` as the projection keeps it, last written by the event `last_event_id`.

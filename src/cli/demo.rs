@@ -11,9 +11,8 @@ use super::drain::drain;
 use super::open::{self, NodeEmitter};
 use super::{Cli, CliError, Format, EXIT_OK};
 use dlq::bus::Bus;
-use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
-use dlq::domain::signature::classify;
+use dlq::domain::signature::{classify, Outcome};
 use dlq::emitter::EmitError;
 use dlq::sink::Sink;
 
@@ -156,7 +155,11 @@ pub(super) fn sample_item(job_id: &str, n: u64) -> Option<dlq::domain::model::De
             .copied()
             .unwrap_or(("unknown failure", None, false));
     let message = template.replace("{n}", &n.to_string());
-    let error_type = classify(&message, exit_code, timed_out);
+    let error_type = classify(&Outcome {
+        message: &message,
+        exit_code,
+        timed_out,
+    });
     let step = if matches!(error_type, ErrorType::Timeout) {
         "claude: /process '${item}'"
     } else {
@@ -175,5 +178,5 @@ pub(super) fn sample_item(job_id: &str, n: u64) -> Option<dlq::domain::model::De
     };
     let data = json!({ "file": format!("src/module_{n}.rs"), "priority": n % 10 });
     let item_id = format!("item-{n}");
-    dead_lettered_item(job_id, &item_id, data, vec![failure], None)
+    DeadLetteredItem::new(job_id, &item_id, data, vec![failure]).ok()
 }

@@ -3,7 +3,7 @@
 use super::{check, scratch, Outcome};
 use crate::query::cel::CelFilter;
 use crate::query::import::{ImportLimits, ImportSource};
-use dlq::domain::model::{ErrorType, FailureDetail};
+use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 
 /// A `dlq import` source, selected by the first byte (mod 3): `0` the rest is a `.jsonl` file,
 /// `1` a `.json` file, `2` a job directory `job/` given as `index.json`, NUL, an item file name
@@ -122,9 +122,7 @@ fn evaluate(data: &[u8]) -> Outcome {
         duration_ms: 1,
         json_log_location: None,
     };
-    if let Some(item) =
-        dlq::domain::failure::dead_lettered_item("job", "item", value, vec![failure], None)
-    {
+    if let Ok(item) = DeadLetteredItem::new("job", "item", value, vec![failure]) {
         let _ = filter.matches_item(&item);
     }
     Ok(())

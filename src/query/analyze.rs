@@ -232,14 +232,7 @@ mod tests {
             duration_ms: 1,
             json_log_location: None,
         };
-        dlq::domain::failure::dead_lettered_item(
-            "j",
-            id,
-            serde_json::json!({}),
-            vec![failure],
-            None,
-        )
-        .unwrap()
+        DeadLetteredItem::new("j", id, serde_json::json!({}), vec![failure]).unwrap()
     }
 
     #[test]

@@ -354,14 +354,7 @@ mod tests {
             duration_ms: 1,
             json_log_location: None,
         };
-        dlq::domain::failure::dead_lettered_item(
-            job,
-            id,
-            serde_json::json!({}),
-            vec![failure],
-            None,
-        )
-        .unwrap()
+        DeadLetteredItem::new(job, id, serde_json::json!({}), vec![failure]).unwrap()
     }
 
     fn request(limit: usize, offset: usize, after: Option<Cursor>, count: bool) -> ListRequest {

@@ -2,7 +2,7 @@
 //!
 //! [`failure_detail`] turns one failed or timed-out attempt into a [`FailureDetail`]. The
 //! runner keeps the details of every attempt of an item and builds the dead-lettered item from
-//! the whole history with [`dlq::domain::failure::dead_lettered_item`], so `failure_count` equals the
+//! the whole history with [`DeadLetteredItem::new`](dlq::domain::model::DeadLetteredItem::new), so `failure_count` equals the
 //! attempts made. Successful and cancelled agents produce nothing: a cancelled agent did not
 //! fail, its item stays pending.
 
@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 
 use super::agent::{AgentResult, AgentStatus};
 use dlq::domain::model::FailureDetail;
-use dlq::domain::signature::classify;
+use dlq::domain::signature::{classify, Outcome};
 
 /// The step name recorded when no step is known (e.g. the agent never started).
 const AGENT_STEP: &str = "agent_execution";
@@ -45,7 +45,11 @@ pub(super) fn failure_detail(
     Some(FailureDetail {
         attempt_number: attempt.max(1),
         timestamp: now,
-        error_type: classify(&classified_text, result.exit_code, timed_out),
+        error_type: classify(&Outcome {
+            message: &classified_text,
+            exit_code: result.exit_code,
+            timed_out,
+        }),
         error_message: message,
         stack_trace: result.stderr_tail.clone(),
         agent_id: agent_id(&result.item_id),
@@ -67,7 +71,6 @@ mod tests {
 
     use super::*;
     use crate::runner::input::WorkItem;
-    use dlq::domain::failure::dead_lettered_item;
     use dlq::domain::model::{DeadLetteredItem, ErrorType, WorktreeArtifacts};
 
     /// The dead-lettered item for one attempt of `work_item` in job `job_id`, built as the runner
@@ -81,13 +84,9 @@ mod tests {
         now: DateTime<Utc>,
     ) -> Option<DeadLetteredItem> {
         let detail = failure_detail(result, attempt, now)?;
-        dead_lettered_item(
-            job_id,
-            &work_item.id,
-            work_item.data.clone(),
-            vec![detail],
-            result.worktree.clone(),
-        )
+        DeadLetteredItem::new(job_id, &work_item.id, work_item.data.clone(), vec![detail])
+            .map(|item| item.with_artifacts(result.worktree.clone()))
+            .ok()
     }
 
     fn result(status: AgentStatus) -> AgentResult {

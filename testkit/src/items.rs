@@ -2,7 +2,6 @@
 
 use chrono::Utc;
 use dlq::domain::event::{Event, EventKind};
-use dlq::domain::failure::dead_lettered_item;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 
 /// An item with ~1 KiB of `item_data` and one `CommandFailed` failure, built once and cloned
@@ -22,7 +21,7 @@ pub fn template_item_sized(blob_bytes: usize) -> DeadLetteredItem {
         "error_message": "cargo test failed with exit code 101", "agent_id": "agent-1",
         "step_failed": "shell: cargo test", "duration_ms": 45_000 }))
     .expect("failure detail");
-    dead_lettered_item("job-0", "item-0", data, vec![failure], None).expect("one failure")
+    DeadLetteredItem::new("job-0", "item-0", data, vec![failure]).expect("one failure")
 }
 
 /// An item of `job` whose `step` failed once, exiting with `exit_code` and saying `message`,
@@ -45,7 +44,7 @@ pub fn failed_once(
         duration_ms: 10,
         json_log_location: None,
     };
-    dead_lettered_item(job, id, data, vec![failure], None).expect("one failure")
+    DeadLetteredItem::new(job, id, data, vec![failure]).expect("one failure")
 }
 
 /// The event a sink of node `node` would store for `item` at `seq`, published without a sink

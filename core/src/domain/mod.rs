@@ -2,13 +2,15 @@
 //! turn a request into events and events into state. Nothing here does I/O.
 //!
 //! - [`model`]: the item format (`DeadLetteredItem`, `FailureDetail`, `ErrorType`).
-//! - [`failure`]: building a complete item from failed attempts.
+//! - [`attempt`]: describing one failed attempt (`FailureDetail::builder`).
+//! - [`failure`]: building a complete item from failed attempts (`DeadLetteredItem::new`).
 //! - [`signature`]: classifying failures, error signatures and patterns, remediation hints.
 //! - [`event`]: the events of the log and their wire form.
 //! - [`command`]: what a caller asks for, and [`command::decide`], which events it produces.
 //! - [`projection`]: applying events to items; the state every reader queries.
 //! - [`timefmt`]: the timestamp formats items and events use.
 
+pub mod attempt;
 pub mod command;
 pub mod event;
 pub mod failure;

@@ -150,7 +150,19 @@ static KEYWORDS: LazyLock<[(Option<Regex>, ErrorType); 6]> = LazyLock::new(|| {
     ]
 });
 
-/// Classifies a failure, first match wins:
+/// What is known about a failed attempt, named so that a call reads:
+/// `classify(&Outcome { message, exit_code: Some(101), timed_out: false })`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outcome<'a> {
+    /// The failure's message (stderr tail, error text).
+    pub message: &'a str,
+    /// The command's exit code, when a command ran and exited.
+    pub exit_code: Option<i32>,
+    /// Whether the caller enforced a time limit and the attempt ran past it.
+    pub timed_out: bool,
+}
+
+/// Classifies a failed attempt, first match wins:
 ///
 /// 1. `timed_out` (the runner enforced its limit) → [`ErrorType::Timeout`];
 /// 2. keywords in `message` (case-insensitive, whole words, with paths removed first so that
@@ -167,18 +179,18 @@ static KEYWORDS: LazyLock<[(Option<Regex>, ErrorType); 6]> = LazyLock::new(|| {
 /// 4. any other non-zero exit code → [`ErrorType::CommandFailed`] with that code;
 /// 5. otherwise (no code, or 0) → [`ErrorType::Unknown`].
 #[must_use]
-pub fn classify(message: &str, exit_code: Option<i32>, timed_out: bool) -> ErrorType {
-    if timed_out {
+pub fn classify(outcome: &Outcome<'_>) -> ErrorType {
+    if outcome.timed_out {
         return E::Timeout;
     }
     let text = match PATH_RE.as_ref() {
-        Some(path) => path.replace_all(message, "${lead}<path>"),
-        None => message.into(),
+        Some(path) => path.replace_all(outcome.message, "${lead}<path>"),
+        None => outcome.message.into(),
     };
     if let Some((_, kind)) = KEYWORDS.iter().find(|(re, _)| hit(re.as_ref(), &text)) {
         return kind.clone();
     }
-    match exit_code {
+    match outcome.exit_code {
         Some(124) => E::Timeout,
         Some(137) => E::ResourceExhausted,
         Some(code) if code != 0 => E::CommandFailed { exit_code: code },
@@ -282,6 +294,15 @@ mod tests {
         ErrorType::CommandFailed { exit_code }
     }
 
+    /// `classify` of a message with an exit code, not timed out.
+    fn exited(message: &str, exit_code: Option<i32>) -> ErrorType {
+        classify(&Outcome {
+            message,
+            exit_code,
+            timed_out: false,
+        })
+    }
+
     #[test]
     fn classify_keywords() {
         let cases = [
@@ -300,15 +321,20 @@ mod tests {
             ("Validation failed: missing field", ValidationFailed),
         ];
         for (message, expected) in cases {
-            assert_eq!(classify(message, Some(1), false), expected, "{message}");
+            assert_eq!(exited(message, Some(1)), expected, "{message}");
         }
     }
 
     #[test]
     fn classify_precedence() {
         // The runner's flag beats everything, keywords beat exit codes, causes beat symptoms.
-        assert_eq!(classify("forbidden", Some(1), true), Timeout);
-        assert_eq!(classify("forbidden", Some(124), false), PermissionError);
+        let timed_out = Outcome {
+            message: "forbidden",
+            exit_code: Some(1),
+            timed_out: true,
+        };
+        assert_eq!(classify(&timed_out), Timeout);
+        assert_eq!(exited("forbidden", Some(124)), PermissionError);
         let cases = [
             ("worktree: permission denied", PermissionError),
             ("out of memory, timed out", ResourceExhausted),
@@ -321,19 +347,20 @@ mod tests {
             ("dependency version conflict", failed(101)),
         ];
         for (message, expected) in cases {
-            assert_eq!(classify(message, Some(101), false), expected, "{message}");
+            assert_eq!(exited(message, Some(101)), expected, "{message}");
         }
     }
 
     #[test]
     fn classify_exit_codes() {
-        assert_eq!(classify("boom", Some(124), false), Timeout);
-        assert_eq!(classify("boom", Some(137), false), ResourceExhausted);
-        assert_eq!(classify("boom", Some(2), false), failed(2));
-        assert_eq!(classify("boom", Some(-1), false), failed(-1));
+        assert_eq!(exited("boom", Some(124)), Timeout);
+        assert_eq!(exited("boom", Some(137)), ResourceExhausted);
+        assert_eq!(exited("boom", Some(2)), failed(2));
+        assert_eq!(exited("boom", Some(-1)), failed(-1));
         for code in [Some(0), None] {
-            assert_eq!(classify("boom", code, false), Unknown);
+            assert_eq!(exited("boom", code), Unknown);
         }
+        assert_eq!(classify(&Outcome::default()), Unknown);
     }
 
     #[test]

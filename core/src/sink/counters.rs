@@ -133,14 +133,7 @@ mod tests {
                 json_log_location: None,
             })
             .collect();
-        let mut item = crate::domain::failure::dead_lettered_item(
-            "j",
-            "i",
-            serde_json::json!({}),
-            history,
-            None,
-        )
-        .unwrap();
+        let mut item = DeadLetteredItem::new("j", "i", serde_json::json!({}), history).unwrap();
         item.reprocess_eligible = eligible;
         item.manual_review_required = manual;
         item

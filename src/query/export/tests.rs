@@ -4,8 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
-use dlq::domain::failure::dead_lettered_item;
-use dlq::domain::model::{ErrorType, FailureDetail, WorktreeArtifacts};
+use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail, WorktreeArtifacts};
 
 #[test]
 fn file_names_round_trip_and_never_escape_the_directory() {
@@ -40,7 +39,7 @@ fn failure(n: u32, time: &str, error_type: ErrorType, message: &str) -> FailureD
 /// Three items of two jobs, with what CSV has to quote (commas, quotes, new lines), non-ASCII
 /// text, a nested `item_data`, worktree artifacts and an exit code.
 fn fixture() -> Vec<DeadLetteredItem> {
-    let a1 = dead_lettered_item(
+    let a1 = DeadLetteredItem::new(
         "job-a",
         "item-1",
         serde_json::json!({"path": "src/a.rs", "n": 1, "tags": ["x", "y"]}),
@@ -58,14 +57,16 @@ fn fixture() -> Vec<DeadLetteredItem> {
                 "exit status 101, \"assertion failed\"\nleft: 1",
             ),
         ],
-        Some(WorktreeArtifacts {
+    )
+    .map(|item| {
+        item.with_artifacts(WorktreeArtifacts {
             worktree_path: "/tmp/wt/item-1".into(),
             branch_name: "agent-2".into(),
             uncommitted_changes: None,
             error_logs: Some("error: ü".into()),
-        }),
-    );
-    let a2 = dead_lettered_item(
+        })
+    });
+    let a2 = DeadLetteredItem::new(
         "job-a",
         "item-2",
         serde_json::json!("plain"),
@@ -75,9 +76,8 @@ fn fixture() -> Vec<DeadLetteredItem> {
             ErrorType::Unknown,
             "crème brûlée, burnt",
         )],
-        None,
     );
-    let b1 = dead_lettered_item(
+    let b1 = DeadLetteredItem::new(
         "job-b",
         "item,1",
         serde_json::json!(null),
@@ -87,9 +87,8 @@ fn fixture() -> Vec<DeadLetteredItem> {
             ErrorType::Timeout,
             "deadline",
         )],
-        None,
     );
-    [a1, a2, b1].into_iter().map(Option::unwrap).collect()
+    [a1, a2, b1].into_iter().map(Result::unwrap).collect()
 }
 
 /// Exports the fixture to `dir/name` in `format` and returns the bytes written.

@@ -15,7 +15,7 @@ use crate::runner::convert::failure_detail;
 use crate::runner::job_events::JobEventKind;
 use crate::runner::on_failure::{final_action, FinalAction};
 use dlq::bus::Bus;
-use dlq::domain::failure::dead_lettered_item;
+use dlq::domain::model::DeadLetteredItem;
 
 /// How the final action of an item went.
 #[derive(Debug)]
@@ -106,13 +106,13 @@ async fn perform_final_action<B: Bus>(
 
 async fn dead_letter<B: Bus>(ctx: &JobContext<B>, work: &Work, result: &AgentResult) -> Final {
     let item = &ctx.record.items[work.index];
-    let Some(dlq_item) = dead_lettered_item(
+    let Ok(dlq_item) = DeadLetteredItem::new(
         &ctx.record.job_id,
         &item.id,
         item.data.clone(),
         work.history.clone(),
-        result.worktree.clone(),
-    ) else {
+    )
+    .map(|item| item.with_artifacts(result.worktree.clone())) else {
         return Final::NotRecorded("no failure recorded".into());
     };
     // Durable-only: the publish goes on in the background (or is left to the reconciler while

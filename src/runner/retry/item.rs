@@ -17,7 +17,7 @@ use crate::runner::job_events::JobEventKind;
 use crate::runner::job_store::OutcomeRecord;
 use crate::runner::job_summary::Outcome;
 use dlq::bus::Bus;
-use dlq::domain::failure::dead_lettered_item;
+use dlq::domain::model::DeadLetteredItem;
 use dlq::emitter::EmitError;
 
 /// How one item's retry ended.
@@ -118,7 +118,8 @@ async fn retry_claimed<B: Bus>(
     let last = history
         .last()
         .map(|f| (f.error_type.name().to_owned(), f.error_message.clone()));
-    let Some(update) = dead_lettered_item(job_id, item_id, item.item_data, history, worktree)
+    let Ok(update) = DeadLetteredItem::new(job_id, item_id, item.item_data, history)
+        .map(|item| item.with_artifacts(worktree))
     else {
         return ItemEnd::NotRecorded;
     };

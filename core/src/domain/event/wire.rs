@@ -182,12 +182,11 @@ mod tests {
     }
 
     fn every_kind() -> Vec<EventKind> {
-        let item = crate::domain::failure::dead_lettered_item(
+        let item = DeadLetteredItem::new(
             "job",
             "i1",
             serde_json::json!({"nested": {"list": [1, 2.5, null, "s"]}}),
             vec![failure()],
-            None,
         )
         .unwrap();
         vec![

@@ -2,7 +2,7 @@
 
 use super::*;
 use dlq::domain::model::ErrorType;
-use dlq::domain::signature::classify;
+use dlq::domain::signature::{classify, Outcome};
 
 /// A git repository with one commit holding `tracked.txt`.
 fn git_repo() -> TempDir {
@@ -126,7 +126,11 @@ async fn a_worktree_that_cannot_be_created_is_a_worktree_error() {
         "{message}"
     );
     assert_eq!(
-        classify(&message, result.exit_code, false),
+        classify(&Outcome {
+            message: &message,
+            exit_code: result.exit_code,
+            timed_out: false,
+        }),
         ErrorType::WorktreeError
     );
     assert_eq!(result.worktree, None);
