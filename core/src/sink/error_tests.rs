@@ -5,8 +5,8 @@
 use std::error::Error;
 use std::io;
 
-use super::seq_floor::SeqFloor;
 use super::{CheckpointError, SinkConfig, SinkError, SledSink};
+use crate::sink::writer::seq_floor::SeqFloor;
 
 /// The first `io::Error` in `err`'s source chain (`err` itself included).
 fn io_error_in<'a>(err: &'a (dyn Error + 'static)) -> Option<&'a io::Error> {

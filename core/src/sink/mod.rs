@@ -48,52 +48,33 @@
 //! rebuilt from the log when opened; [`SledSink::rebuild_projection`] (`dlq rebuild`) rebuilds
 //! it on demand.
 
-mod applier;
-pub(crate) mod checkpoint;
-mod counters;
-mod epoch;
+mod config;
 #[cfg(test)]
 mod error_tests;
 mod fault_fs;
 pub mod faults;
-mod index_runs;
-mod inline_items;
-mod item_record;
-mod journal;
-mod journal_record;
-mod keys;
+mod handle;
+mod legacy;
 #[doc(hidden)]
 pub mod log;
-mod log_node;
-mod log_retention;
-mod migrate;
+mod log_fs;
 mod open;
-mod parked;
-mod projection_format;
-mod projector;
-mod publish_state;
-mod reads;
+mod projection;
 mod remove;
-mod scan;
-mod seq_floor;
-pub(crate) mod sled_open;
-mod sled_sink;
-mod snapshot;
-mod staged;
 mod writer;
 
 /// What tests outside the crate must reach inside the sink: not part of the API.
 #[doc(hidden)]
 pub mod test_support {
-    pub use super::journal::DIR as JOURNAL_DIR;
-    pub use super::keys::item as item_key;
-    pub use super::keys::log as log_key;
-    pub use super::migrate::LOG_DIR;
-    pub use super::sled_open::open_waiting_for_lock;
-    pub use super::sled_sink::SEGMENT_SIZE as SLED_SEGMENT_SIZE;
+    pub use super::config::LOG_DIR;
+    pub use super::legacy::journal::DIR as JOURNAL_DIR;
+    pub use super::projection::keys::item as item_key;
+    pub use super::projection::keys::log as log_key;
+    pub use super::projection::sled_open::open_waiting_for_lock;
+    pub use super::projection::sled_open::SEGMENT_SIZE as SLED_SEGMENT_SIZE;
     /// The key prefixes of the sled tree, for footprint measurements.
     pub mod key_prefixes {
-        pub use super::super::keys::{
+        pub use super::super::projection::keys::{
             AGE_RUNS, BY_AGE, BY_RECENCY, BY_SIGNATURE, FIFO, FIFO_RUNS, ITEM, JOB_COUNT, LOG,
             PARKED, RECENCY_RUNS, UNPUBLISHED,
         };
@@ -112,20 +93,22 @@ use crate::domain::command::Command;
 use crate::domain::event::{EncodedEvent, Event};
 use crate::error_class::Cause;
 
-pub use checkpoint::CheckpointError;
-pub use counters::JobCounters;
+pub(crate) use config::MAX_VALUE_BYTES;
+pub use config::{LogRetention, SinkConfig};
 pub use faults::Faults;
+pub use handle::{KeyValue, SledSink};
 /// The journal's decoders, for `crate::fuzzing`.
 #[cfg(feature = "fuzzing")]
-pub(crate) use journal::{replay as replay_journal, segment_file_name};
+pub(crate) use legacy::journal::{replay as replay_journal, segment_file_name};
 #[cfg(feature = "fuzzing")]
-pub(crate) use journal_record::{Records as JournalRecords, MAGIC as JOURNAL_MAGIC};
-pub use log_retention::LogRetention;
-pub use parked::Parked;
+pub(crate) use legacy::journal_record::{Records as JournalRecords, MAGIC as JOURNAL_MAGIC};
+pub use projection::counters::JobCounters;
+pub use projection::parked::Parked;
+pub(crate) use projection::sled_open;
+pub use projection::snapshot::refresh_snapshot;
 pub use remove::{clear, purge, remove_in_chunks, REMOVE_CHUNK};
-pub(crate) use sled_sink::MAX_VALUE_BYTES;
-pub use sled_sink::{KeyValue, SinkConfig, SledSink};
-pub use snapshot::refresh_snapshot;
+pub(crate) use writer::checkpoint;
+pub use writer::checkpoint::CheckpointError;
 
 /// The writer's final answer to an append whose caller was told [`SinkError::Unconfirmed`].
 pub struct LateAnswer(tokio::sync::oneshot::Receiver<Result<Vec<Event>, SinkError>>);

@@ -1,30 +1,35 @@
 //! Opening a data directory: sled, the migration of an older format, the log's recovery, the
 //! publish state, and applying what the projection has not seen yet.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use chrono::Utc;
+use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use super::applier::{self, Applied};
-use super::checkpoint::SledFlusher;
-use super::epoch::Epoch;
+use super::config::{SinkConfig, LOG_DIR, MAX_VALUE_BYTES};
 use super::fault_fs::{Backend, FaultFs};
+use super::handle::{Inner, SledSink};
+use super::legacy::migrate;
 use super::log::{io::RealFs, LogConfig, LogWriter};
-use super::log_retention::{LogFloor, Retention};
-use super::migrate::{self, LOG_DIR};
-use super::projection_format::{self, Takeover};
-use super::publish_state::PublishState;
-use super::seq_floor::SeqFloor;
-use super::sled_sink::{
-    open_db, resolve_node_id, spawn_ticker, Inner, SinkConfig, MAX_VALUE_BYTES, RECOVERY_HINT,
-};
-use super::writer::Writer;
-use super::{keys, projector, Faults, SinkError};
+use super::projection::applier::{self, Applied};
+use super::projection::format::{self as projection_format, Takeover};
+use super::projection::publish_state::PublishState;
+use super::projection::sled_open::{open_db, RECOVERY_HINT};
+use super::projection::{keys, projector};
+use super::writer::checkpoint::SledFlusher;
+use super::writer::epoch::Epoch;
+use super::writer::log_node;
+use super::writer::log_retention::{LogFloor, Retention};
+use super::writer::seq_floor::SeqFloor;
+use super::writer::{spawn_ticker, Writer};
+use super::{Faults, SinkError};
 use crate::domain::command::Limits;
 
 /// Opens the sink described by `config` and starts its writer thread.
-pub(super) fn open(config: SinkConfig) -> Result<Inner, SinkError> {
+fn open(config: SinkConfig) -> Result<Inner, SinkError> {
     if config.max_event_bytes > MAX_VALUE_BYTES {
         return Err(SinkError::Rejected(format!(
             "max_event_bytes {} is above the sink's limit of {MAX_VALUE_BYTES} bytes",
@@ -227,4 +232,52 @@ fn load_publish_state(tree: &sled::Tree) -> Result<PublishState, SinkError> {
             ))
         }
     }
+}
+
+impl SledSink {
+    /// Opens (or creates) the data directory and starts its writer thread. A directory of the
+    /// previous format (the log in sled) is migrated first (see `migrate`).
+    pub fn open(config: SinkConfig) -> Result<Self, SinkError> {
+        Ok(SledSink {
+            inner: Arc::new(open(config)?),
+        })
+    }
+}
+
+fn resolve_node_id(tree: &sled::Tree, config: &SinkConfig) -> Result<String, SinkError> {
+    let stored = tree
+        .get(keys::NODE_ID)?
+        .map(|v| String::from_utf8_lossy(&v).into_owned());
+    match (stored, &config.node_id) {
+        (Some(stored), Some(wanted)) if &stored != wanted => Err(SinkError::Open {
+            path: config.path.clone(),
+            reason: format!("the database belongs to node '{stored}', not '{wanted}'"),
+            hint: "Each node needs its own data directory: pass the matching --node-id or another --data-dir.",
+            source: None,
+        }),
+        (Some(stored), _) => Ok(stored),
+        (None, wanted) => {
+            // A given node id was validated before the database was opened.
+            // A database that lost its node id beside a log keeps the log's.
+            let from_log = || log_node::node_id_in_log(&config.path.join(LOG_DIR));
+            let node_id = match wanted {
+                Some(id) => id.clone(),
+                None => from_log().unwrap_or_else(|| generated_node_id(&config.path)),
+            };
+            tree.insert(keys::NODE_ID, node_id.as_bytes())?;
+            tree.flush()?;
+            Ok(node_id)
+        }
+    }
+}
+
+/// A new node id: stable once stored, unique enough across hosts and directories.
+fn generated_node_id(path: &Path) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(path.to_string_lossy().as_bytes());
+    hasher.update(Utc::now().timestamp_nanos_opt().unwrap_or(0).to_be_bytes());
+    hasher.update(std::process::id().to_be_bytes());
+    let digest = hasher.finalize();
+    let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    format!("node-{hex}")
 }

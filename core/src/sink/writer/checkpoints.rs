@@ -3,11 +3,11 @@
 
 use tracing::warn;
 
-use super::super::checkpoint::{flush_shared, BackgroundFlush, CheckpointError};
-use super::super::inline_items;
-use super::super::keys;
-use super::super::reads::TreeView;
 use super::Writer;
+use crate::sink::projection::inline_items;
+use crate::sink::projection::keys;
+use crate::sink::projection::reads::TreeView;
+use crate::sink::writer::checkpoint::{flush_shared, BackgroundFlush, CheckpointError};
 
 impl Writer {
     /// Saves the publish state in sled, makes sled durable, then deletes the log segments that

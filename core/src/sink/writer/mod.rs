@@ -3,7 +3,7 @@
 //! The thread drains every request already queued (up to `max_group`), decides each append on
 //! top of the ones before it ([`Staged`], over the groups not applied yet), appends the group's
 //! events to the segment log with one write and one `fdatasync` ([`LogWriter::append`]), hands
-//! the group's projection changes to the applier thread ([`super::applier`]), and answers
+//! the group's projection changes to the applier thread ([`crate::sink::projection::applier`]), and answers
 //! every waiter: `Ok` means durable in the log. Applying to sled runs beside the next group's
 //! `fdatasync`; a query made after an answer waits for it (read your writes).
 //!
@@ -29,6 +29,15 @@
 //! (the emitter's volatile publish); a caller that lost the race knows the writer has it and
 //! will store it or fail it, so it must not send a second copy.
 
+pub(crate) mod checkpoint;
+mod checkpoints;
+pub(super) mod epoch;
+pub(super) mod log_node;
+pub(super) mod log_retention;
+mod rebuild;
+pub(super) mod seq_floor;
+mod ticker;
+
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -36,22 +45,20 @@ use chrono::Utc;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
-use super::applier::{Applied, Job, Jobs};
-mod checkpoints;
-mod rebuild;
-
-use super::checkpoint::{BackgroundFlush, SharedFlusher};
-use super::epoch::Epoch;
-use super::fault_fs::FaultFs;
-use super::log::{LogError, LogWriter};
-use super::log_retention::Retention;
-use super::projector;
-use super::publish_state::PublishState;
-use super::staged::Staged;
-use super::{Faults, SinkError};
 use crate::domain::command::{decide, Command, DecideError, Limits};
 use crate::domain::event::Event;
 use crate::metrics as m;
+use crate::sink::log::{LogError, LogWriter};
+use crate::sink::log_fs::Fs;
+use crate::sink::projection::applier::{Applied, Job, Jobs};
+use crate::sink::projection::projector;
+use crate::sink::projection::publish_state::PublishState;
+use crate::sink::projection::staged::Staged;
+use crate::sink::{Faults, SinkError};
+use checkpoint::{BackgroundFlush, SharedFlusher};
+use epoch::Epoch;
+use log_retention::Retention;
+pub(super) use ticker::spawn_ticker;
 
 /// A message to the writer thread.
 pub(crate) enum Request {
@@ -111,7 +118,7 @@ pub(crate) struct Writer {
     /// A tick's checkpoint whose flush runs beside the writer.
     pub(crate) flushing: Option<BackgroundFlush>,
     /// The event log: the source of truth.
-    pub(crate) log: LogWriter<FaultFs>,
+    pub(crate) log: LogWriter<Fs>,
     /// What the applier thread has applied, and the groups it has still to apply.
     pub(crate) applied: Arc<Applied>,
     /// Where durable groups go to be applied (`None` once closing).
@@ -123,7 +130,7 @@ pub(crate) struct Writer {
     pub(crate) publish: Arc<Mutex<PublishState>>,
     pub(crate) retention: Retention,
     pub(crate) node_id: String,
-    /// This open's incarnation of the data directory (see [`super::epoch`]).
+    /// This open's incarnation of the data directory (see [`epoch`]).
     pub(crate) epoch: Epoch,
     pub(crate) limits: Limits,
     pub(crate) max_event_bytes: usize,
@@ -362,8 +369,8 @@ impl Writer {
     fn commit(
         &mut self,
         payloads: &[Vec<u8>],
-        writes: Vec<super::journal_record::Write>,
-        layer: super::staged::Layer,
+        writes: Vec<crate::sink::projection::Write>,
+        layer: crate::sink::projection::staged::Layer,
         end: u64,
     ) -> Result<(), CommitError> {
         if self.faults.fail_flush() {

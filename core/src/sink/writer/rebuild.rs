@@ -1,9 +1,9 @@
-//! A rebuild of the projection (`dlq rebuild`, [`super::super::SledSink::rebuild_projection`],
+//! A rebuild of the projection (`dlq rebuild`, [`crate::sink::SledSink::rebuild_projection`],
 //! and the one an open starts for a projection of another layout): from the log **and** the
 //! items kept whole in sled.
 //!
 //! Retention deletes done log segments once the live items created in them are kept whole in
-//! sled (`super::super::inline_items`): for those items sled is this node's only copy. A
+//! sled (`crate::sink::projection::inline_items`): for those items sled is this node's only copy. A
 //! rebuild from the log alone dropped them (issue 33: after retention, `dlq rebuild` left 5
 //! items of 10 and exited 0). So a rebuild keeps them. A kept item is its item's state as of
 //! the projection's applied mark `K` (an item and the mark change in one sled batch, and a
@@ -26,14 +26,16 @@ use std::collections::{HashMap, HashSet};
 
 use tracing::{info, warn};
 
-use super::super::counters::JobCounters;
-use super::super::inline_items;
-use super::super::item_record::ItemRecord;
-use super::super::journal_record::Write;
-use super::super::staged::index;
-use super::super::{keys, projector, show_key, SinkError};
 use super::Writer;
 use crate::domain::projection::StoredItem;
+use crate::sink::projection::counters::JobCounters;
+use crate::sink::projection::inline_items;
+use crate::sink::projection::item_record::ItemRecord;
+use crate::sink::projection::keys;
+use crate::sink::projection::projector;
+use crate::sink::projection::staged::index;
+use crate::sink::projection::Write;
+use crate::sink::{show_key, SinkError};
 
 /// Prefix of the kept items' copy during a rebuild: `k` + job + NUL + item → the item's JSON.
 pub(crate) const KEPT: &[u8] = b"k";

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 
 use super::{codec, range, RunEdits, RUN_MAX};
-use crate::sink::keys;
+use crate::sink::projection::keys;
 
 fn tree() -> sled::Tree {
     let db = sled::Config::new().temporary(true).open().unwrap();

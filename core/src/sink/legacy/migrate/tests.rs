@@ -4,8 +4,10 @@ use std::path::Path;
 
 use super::{LOG_DIR, MIGRATING_DIR};
 use crate::domain::command::Command;
-use crate::sink::journal_record::encode;
-use crate::sink::{journal, keys, Sink, SinkConfig, SledSink};
+use crate::sink::legacy::journal;
+use crate::sink::legacy::journal_record::encode;
+use crate::sink::projection::keys;
+use crate::sink::{Sink, SinkConfig, SledSink};
 
 fn config(dir: &Path) -> SinkConfig {
     let mut config = SinkConfig::new(dir);
@@ -44,7 +46,7 @@ async fn source(n: usize) -> (Vec<Vec<u8>>, Vec<crate::sink::KeyValue>) {
 fn write_format_2(dir: &Path, payloads: &[Vec<u8>], projection: &[crate::sink::KeyValue]) {
     let db = sled::Config::new()
         .path(dir)
-        .segment_size(crate::sink::sled_sink::SEGMENT_SIZE)
+        .segment_size(crate::sink::projection::sled_open::SEGMENT_SIZE)
         .flush_every_ms(None)
         .open()
         .unwrap();
@@ -67,7 +69,7 @@ fn write_format_2(dir: &Path, payloads: &[Vec<u8>], projection: &[crate::sink::K
     }
     db.flush().unwrap();
     drop(db);
-    let mut record = crate::sink::journal_record::MAGIC.to_vec();
+    let mut record = crate::sink::legacy::journal_record::MAGIC.to_vec();
     let writes = vec![(keys::log(last), Some(payloads[payloads.len() - 1].clone()))];
     encode(&writes, &mut record).unwrap();
     std::fs::create_dir_all(dir.join(journal::DIR)).unwrap();

@@ -11,10 +11,10 @@
 use chrono::{DateTime, Utc};
 
 /// Prefix of the event log of sink format 2 (`l` + seq → event JSON): read only to migrate it
-/// into the segment log ([`super::migrate`]).
+/// into the segment log ([`crate::sink::legacy::migrate`]).
 pub const LOG: &[u8] = b"l";
 /// Prefix of the pending set: `u` + seq → anything. Events at or below the published
-/// watermark that still need publishing ([`super::publish_state`]).
+/// watermark that still need publishing ([`crate::sink::projection::publish_state`]).
 pub const UNPUBLISHED: &[u8] = b"u";
 /// Prefix of the parked set: `p` + seq → `ParkedRecord` JSON (`parked.rs`). Events the bus
 /// refused for good (or whose log entry cannot be read), moved out of the unpublished set so
@@ -23,7 +23,7 @@ pub const PARKED: &[u8] = b"p";
 /// Prefix of items: `i` + job + NUL + item → stored item JSON.
 pub const ITEM: &[u8] = b"i";
 /// Prefix of the signature index of projection formats 2 and 3 (`s` + signature + NUL + job +
-/// NUL + item → empty). Nothing read it; format 4 drops it ([`super::projection_format`]).
+/// NUL + item → empty). Nothing read it; format 4 drops it ([`crate::sink::projection::format`]).
 pub const BY_SIGNATURE: &[u8] = b"s";
 /// Prefix of the age index: `a` + job + NUL + first-failure ms + item → empty.
 pub const BY_AGE: &[u8] = b"a";
@@ -33,7 +33,7 @@ pub const BY_RECENCY: &[u8] = b"r";
 pub const FIFO: &[u8] = b"f";
 /// The three indexes' logical prefixes, in the order of [`INDEX_RUNS`].
 pub const INDEX_KINDS: [&[u8]; 3] = [BY_AGE, BY_RECENCY, FIFO];
-/// Prefix of the age index's runs (projection format 5, [`super::index_runs`]).
+/// Prefix of the age index's runs (projection format 5, [`crate::sink::projection::index_runs`]).
 pub const AGE_RUNS: &[u8] = b"A";
 /// Prefix of the recency index's runs.
 pub const RECENCY_RUNS: &[u8] = b"R";
@@ -41,16 +41,16 @@ pub const RECENCY_RUNS: &[u8] = b"R";
 pub const FIFO_RUNS: &[u8] = b"F";
 /// Where each of [`INDEX_KINDS`] is stored in projection format 5.
 pub const INDEX_RUNS: [&[u8]; 3] = [AGE_RUNS, RECENCY_RUNS, FIFO_RUNS];
-/// Prefix of per-job counters: `c` + job → [`super::counters::JobCounters`].
+/// Prefix of per-job counters: `c` + job → [`crate::sink::projection::counters::JobCounters`].
 pub const JOB_COUNT: &[u8] = b"c";
 /// The node id this database belongs to.
 pub const NODE_ID: &[u8] = b"m/node_id";
 /// The projection layout version this database's projection was built with.
 pub const PROJECTION_FORMAT: &[u8] = b"m/projection_format";
 /// The current projection layout: items are pointer records into the log
-/// (`super::item_record`), indexed by age, recency and FIFO order in sorted runs of entries
-/// (`super::index_runs`); no signature index. A database of an older layout is taken over or
-/// rebuilt ([`super::projection_format`]).
+/// (`crate::sink::projection::item_record`), indexed by age, recency and FIFO order in sorted runs of entries
+/// (`crate::sink::projection::index_runs`); no signature index. A database of an older layout is taken over or
+/// rebuilt ([`crate::sink::projection::format`]).
 pub const CURRENT_PROJECTION_FORMAT: u64 = 5;
 /// The layout before: the same, with one sled key per index entry ([`BY_AGE`], [`BY_RECENCY`],
 /// [`FIFO`]).
@@ -68,10 +68,10 @@ pub const SINK_FORMAT: &[u8] = b"m/sink_format";
 pub const CURRENT_SINK_FORMAT: u64 = 3;
 /// The last log sequence applied to the projection; written in the same batch as the changes.
 pub const APPLIED_THROUGH: &[u8] = b"m/applied_through";
-/// The publish watermark and the events published above it ([`super::publish_state`]).
+/// The publish watermark and the events published above it ([`crate::sink::projection::publish_state`]).
 pub const PUBLISHED: &[u8] = b"m/published";
 /// Every item created at or below this sequence is kept whole in sled, not as a pointer into
-/// the log (`super::inline_items`); absent: 0.
+/// the log (`crate::sink::projection::inline_items`); absent: 0.
 pub const INLINED_THROUGH: &[u8] = b"m/inlined_through";
 
 /// Every projection prefix: what a rebuild clears and replays (with [`BY_SIGNATURE`] and the

@@ -19,13 +19,14 @@ use std::path::Path;
 
 use tracing::info;
 
-use super::checkpoint::SledFlusher;
-use super::log::{io::RealFs, LogConfig, LogWriter};
-use super::publish_state::PublishState;
-use super::{journal, keys, SinkError};
+use crate::sink::config::LOG_DIR;
+use crate::sink::legacy::journal;
+use crate::sink::log::{io::RealFs, LogConfig, LogWriter};
+use crate::sink::projection::keys;
+use crate::sink::projection::publish_state::PublishState;
+use crate::sink::writer::checkpoint::SledFlusher;
+use crate::sink::SinkError;
 
-/// The log's directory inside the data directory.
-pub const LOG_DIR: &str = "log";
 pub(crate) const MIGRATING_DIR: &str = "log.migrating";
 
 /// Events per group of the copy.
@@ -134,7 +135,7 @@ fn copy_log(path: &Path, tree: &sled::Tree, config: &LogConfig) -> Result<u64, S
         std::fs::remove_dir_all(&dir).map_err(io)?;
     }
     let fs = RealFs::open(&dir).map_err(io)?;
-    let log_error = |err: super::log::LogError| failed(path, err);
+    let log_error = |err: crate::sink::log::LogError| failed(path, err);
     let (mut log, _) = LogWriter::open(fs, config.clone()).map_err(log_error)?;
     let mut group: Vec<sled::IVec> = Vec::new();
     let mut moved = 0;
@@ -157,7 +158,7 @@ fn copy_log(path: &Path, tree: &sled::Tree, config: &LogConfig) -> Result<u64, S
 fn append(
     log: &mut LogWriter<RealFs>,
     group: &mut Vec<sled::IVec>,
-) -> Result<u64, super::log::LogError> {
+) -> Result<u64, crate::sink::log::LogError> {
     if group.is_empty() {
         return Ok(0);
     }
@@ -207,7 +208,7 @@ fn open_error(
     path: &Path,
     reason: String,
     hint: &'static str,
-    source: Option<super::Cause>,
+    source: Option<crate::error_class::Cause>,
 ) -> SinkError {
     SinkError::Open {
         path: path.to_path_buf(),

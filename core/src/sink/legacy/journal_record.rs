@@ -1,4 +1,4 @@
-//! The byte format of the sink's journal ([`super::journal`]). Pure encoding, no I/O.
+//! The byte format of the sink's journal ([`crate::sink::legacy::journal`]). Pure encoding, no I/O.
 //!
 //! A segment file starts with [`MAGIC`] and holds one record per group commit:
 //!
@@ -21,8 +21,8 @@ const HEADER: usize = 12;
 const REMOVE: u8 = 0;
 const INSERT: u8 = 1;
 
-/// One change of a group: a key and its new value (`None`: remove the key).
-pub type Write = (Vec<u8>, Option<Vec<u8>>);
+#[cfg(test)]
+use crate::sink::projection::Write;
 
 /// A decoded change, borrowing from the segment's bytes.
 pub type WriteRef<'a> = (&'a [u8], Option<&'a [u8]>);

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use super::SinkError;
+use crate::sink::SinkError;
 
 const FILE_NAME: &str = "seq.floor";
 

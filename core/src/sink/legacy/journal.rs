@@ -1,4 +1,4 @@
-//! The journal of sink format 2, read once to migrate it (see `super::migrate`).
+//! The journal of sink format 2, read once to migrate it (see `crate::sink::legacy::migrate`).
 //!
 //! Format 2 made a group durable by appending its exact sled key changes to
 //! `journal/{number:016}.wal` and `fdatasync`ing it, and applied them to sled in memory; sled
@@ -6,14 +6,14 @@
 //! after its last checkpoint: [`replay`] applies them to sled, in order, before the log moves
 //! into segment files. Replaying is idempotent: a record holds the values a batch wrote, so
 //! replaying all of them in order leaves each key with the value of its last write. Records:
-//! [`super::journal_record`].
+//! [`crate::sink::legacy::journal_record`].
 
 use std::path::{Path, PathBuf};
 
 use tracing::warn;
 
-use super::journal_record::Records;
-use super::SinkError;
+use crate::sink::legacy::journal_record::Records;
+use crate::sink::SinkError;
 
 /// The journal's directory inside the data directory.
 pub const DIR: &str = "journal";

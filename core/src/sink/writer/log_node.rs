@@ -7,8 +7,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::log::{frame, segment};
-use super::sled_sink::MAX_VALUE_BYTES;
+use crate::sink::config::MAX_VALUE_BYTES;
+use crate::sink::log::{frame, segment};
 
 /// Most bytes read of a segment: its header and a first frame of the largest event.
 const READ_LIMIT: u64 = (segment::MAGIC.len() + MAX_VALUE_BYTES + 64) as u64;
@@ -36,7 +36,7 @@ pub(crate) fn node_id_in_log(log_dir: &Path) -> Option<String> {
         file.take(READ_LIMIT).read_to_end(&mut bytes).ok()?;
         let (frame, _) = frame::decode(bytes.get(segment::MAGIC.len()..)?).ok()?;
         let node = serde_json::from_slice::<NodeOf>(frame.payload).ok()?;
-        crate::domain::command::validate_id::<super::SinkError>("node_id", &node.node_id)
+        crate::domain::command::validate_id::<crate::sink::SinkError>("node_id", &node.node_id)
             .ok()
             .map(|()| node.node_id)
     })

@@ -1,104 +1,34 @@
-//! [`SledSink`]: the [`Sink`] backed by sled 0.34, with its writer thread.
+//! The sink's handle, [`SledSink`]: the [`Sink`] its callers hold. It sends writes to the writer
+//! thread and reads the projection and the log; opening it is in `super::open`.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use chrono::Utc;
-use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
 
-use super::counters::JobCounters;
-use super::index_runs;
-use super::migrate::LOG_DIR;
-use super::parked::ParkedSet;
-use super::projector::Reader;
-use super::publish_state::{PendingKey, PublishState};
-use super::reads::TreeView;
+use super::log_fs::Reader;
+use super::projection::counters::JobCounters;
+use super::projection::parked::ParkedSet;
+use super::projection::publish_state::{PendingKey, PublishState};
+use super::projection::reads::TreeView;
+use super::projection::{applier, index_runs, keys};
+use super::writer::log_retention::LogFloor;
 use super::writer::{Claim, Request};
-use super::{
-    keys, log_node, open, sled_open, Backlog, Faults, LateAnswer, LogRetention, Parked, Sink,
-    SinkError,
-};
+use super::{Backlog, Faults, LateAnswer, Parked, Sink, SinkError};
 use crate::domain::command::Command;
 use crate::domain::event::{EncodedEvent, Event};
 use crate::domain::projection::StoredItem;
 
-/// sled segment size. sled 0.34 stores values larger than a quarter segment as separate blob
-/// files that it never fsyncs; with 8 MiB segments that threshold (2 MiB) is far above
-/// [`MAX_VALUE_BYTES`], so every accepted value lives in the log that we fsync.
-pub const SEGMENT_SIZE: usize = 8 << 20;
-/// Largest value (an event, or an item with its history) the sink stores.
-pub const MAX_VALUE_BYTES: usize = 1 << 20;
+mod scan;
 
 /// A raw key and value, as stored.
 pub type KeyValue = (Vec<u8>, Vec<u8>);
 
-/// How the sled sink is opened.
-#[derive(Debug, Clone)]
-pub struct SinkConfig {
-    /// Directory of the database (created if missing).
-    pub path: PathBuf,
-    /// Node id for new databases; must match an existing database's id when given.
-    pub node_id: Option<String>,
-    /// sled page cache size in bytes.
-    pub cache_capacity_bytes: u64,
-    /// Longest an append waits for durability before giving up (default 2 s).
-    pub store_timeout: Duration,
-    /// Most items per job before FIFO eviction (default 10,000).
-    pub capacity_per_job: u64,
-    /// Largest accepted event, in bytes (default 512 KiB, under NATS's 1 MiB payload limit;
-    /// at most [`MAX_VALUE_BYTES`]).
-    pub max_event_bytes: usize,
-    /// Most requests the writer commits in one group.
-    pub max_group: usize,
-    /// Requests that may wait for the writer before appends queue up (backpressure).
-    pub queue_depth: usize,
-    /// How often the writer checkpoints (flushes sled, saves the publish state and deletes
-    /// done log segments) when anything changed (default 1 s). Longer means fewer sled
-    /// flushes and more of the log to apply again after a crash.
-    pub checkpoint_every: Duration,
-    /// A log segment is closed once it holds this many bytes (default 64 MiB).
-    pub segment_bytes: u64,
-    /// How long done log segments are kept, for `republish` and `verify`.
-    pub log_retention: LogRetention,
-    /// Test switch: the log on this simulated directory instead of the data directory's
-    /// `log/` (crash tests build every crash state from its trace).
-    #[doc(hidden)]
-    pub log_sim: Option<super::log::sim::SimFs>,
-    /// Test switch: acknowledge without the log's `fdatasync`. Only for proving that the crash
-    /// tests see the loss; never set it otherwise.
-    #[doc(hidden)]
-    pub unsafe_skip_log_fdatasync: bool,
-}
-
-impl SinkConfig {
-    /// Defaults for a database in `path`.
-    pub fn new(path: impl Into<PathBuf>) -> Self {
-        SinkConfig {
-            path: path.into(),
-            node_id: None,
-            cache_capacity_bytes: 64 * 1024 * 1024,
-            store_timeout: Duration::from_secs(2),
-            capacity_per_job: 10_000,
-            max_event_bytes: 512 * 1024,
-            max_group: 1024,
-            queue_depth: 8192,
-            checkpoint_every: Duration::from_secs(1),
-            segment_bytes: 64 << 20,
-            log_retention: LogRetention::default(),
-            log_sim: None,
-            unsafe_skip_log_fdatasync: false,
-        }
-    }
-}
-
 /// The sled-backed sink. Cheap to clone; all clones share one database and one writer.
 #[derive(Clone)]
 pub struct SledSink {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 pub(super) struct Inner {
@@ -109,29 +39,18 @@ pub(super) struct Inner {
     /// Reads the durable events of the log.
     pub(super) log: Reader,
     /// How far the projection is applied; queries wait for it.
-    pub(super) applied: Arc<super::applier::Applied>,
+    pub(super) applied: Arc<applier::Applied>,
     /// Which events the bus acknowledged.
     pub(super) publish: Arc<Mutex<PublishState>>,
     pub(super) faults: Faults,
     /// The log segments anti-entropy needs kept.
-    pub(super) log_floor: super::log_retention::LogFloor,
+    pub(super) log_floor: LogFloor,
     /// How many times [`Sink::sync_publish_marks`] made the publish marks durable.
     pub(super) marks_synced: std::sync::atomic::AtomicU64,
     pub(super) writer: Mutex<Option<JoinHandle<()>>>,
 }
 
-pub(super) const LOCK_HINT: &str = "Another process holds this data directory: stop it, or point --data-dir elsewhere (`dlq serve` and `dlq run` hold it while they run).";
-pub(super) const RECOVERY_HINT: &str = "Nothing was changed. Keep log/ (the events) and move sled's files aside: db, conf, blobs/ and every snap.* file. The next open rebuilds the projection from log/ under the same node id and publishes every event again (the stream and consumers drop duplicates by id); items older than the log's retention, kept whole only in sled, are then only in the NATS stream. See docs/operations.md, 'Recovering a data directory'.";
-
 impl SledSink {
-    /// Opens (or creates) the data directory and starts its writer thread. A directory of the
-    /// previous format (the log in sled) is migrated first (see `migrate`).
-    pub fn open(config: SinkConfig) -> Result<Self, SinkError> {
-        Ok(SledSink {
-            inner: Arc::new(open::open(config)?),
-        })
-    }
-
     /// Fault switches for drills and tests.
     pub fn faults(&self) -> &Faults {
         &self.inner.faults
@@ -386,11 +305,12 @@ impl Sink for SledSink {
         let seqs = self.unpublished_seqs(after, limit)?;
         let mut events = Vec::with_capacity(seqs.len());
         for (seq, read) in self.inner.log.read_many(&seqs) {
-            let unreadable = |reason: String, source: Option<super::Cause>| SinkError::Unreadable {
-                seq,
-                reason,
-                source,
-            };
+            let unreadable =
+                |reason: String, source: Option<crate::error_class::Cause>| SinkError::Unreadable {
+                    seq,
+                    reason,
+                    source,
+                };
             let bytes = read
                 .map_err(|err| unreadable(err.to_string(), Some(err.into())))?
                 .ok_or_else(|| unreadable("unpublished event missing from the log".into(), None))?;
@@ -463,107 +383,4 @@ impl Sink for SledSink {
         }
         result
     }
-}
-
-pub(super) fn open_db(config: &SinkConfig) -> Result<sled::Db, SinkError> {
-    let open_error = |reason: String, hint, source: Option<super::Cause>| SinkError::Open {
-        path: config.path.clone(),
-        reason,
-        hint,
-        source,
-    };
-    std::fs::create_dir_all(&config.path).map_err(|err| {
-        open_error(
-            err.to_string(),
-            "Check that the directory is writable.",
-            Some(err.into()),
-        )
-    })?;
-    let sled_config = sled::Config::new()
-        .path(&config.path)
-        .cache_capacity(config.cache_capacity_bytes)
-        .segment_size(SEGMENT_SIZE)
-        .flush_every_ms(None);
-    // sled 0.34 has been reported to panic on some damaged databases (issues 1527, 1533):
-    // a panic while opening becomes an error with a recovery path, never a crash.
-    let opened = catch_unwind(AssertUnwindSafe(|| {
-        sled_open::open_waiting_for_lock(&sled_config, sled_open::LOCK_WAIT)
-    }));
-    match opened {
-        Ok(Ok(db)) => Ok(db),
-        Ok(Err(err)) => {
-            let hint = if sled_open::is_lock_conflict(&err) {
-                LOCK_HINT
-            } else {
-                RECOVERY_HINT
-            };
-            Err(open_error(err.to_string(), hint, Some(err.into())))
-        }
-        Err(_) => Err(open_error(
-            "sled panicked while recovering".into(),
-            RECOVERY_HINT,
-            None,
-        )),
-    }
-}
-
-pub(super) fn resolve_node_id(tree: &sled::Tree, config: &SinkConfig) -> Result<String, SinkError> {
-    let stored = tree
-        .get(keys::NODE_ID)?
-        .map(|v| String::from_utf8_lossy(&v).into_owned());
-    match (stored, &config.node_id) {
-        (Some(stored), Some(wanted)) if &stored != wanted => Err(SinkError::Open {
-            path: config.path.clone(),
-            reason: format!("the database belongs to node '{stored}', not '{wanted}'"),
-            hint: "Each node needs its own data directory: pass the matching --node-id or another --data-dir.",
-            source: None,
-        }),
-        (Some(stored), _) => Ok(stored),
-        (None, wanted) => {
-            // A given node id was validated before the database was opened.
-            // A database that lost its node id beside a log keeps the log's.
-            let from_log = || log_node::node_id_in_log(&config.path.join(LOG_DIR));
-            let node_id = match wanted {
-                Some(id) => id.clone(),
-                None => from_log().unwrap_or_else(|| generated_node_id(&config.path)),
-            };
-            tree.insert(keys::NODE_ID, node_id.as_bytes())?;
-            tree.flush()?;
-            Ok(node_id)
-        }
-    }
-}
-
-/// A new node id: stable once stored, unique enough across hosts and directories.
-fn generated_node_id(path: &Path) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(path.to_string_lossy().as_bytes());
-    hasher.update(Utc::now().timestamp_nanos_opt().unwrap_or(0).to_be_bytes());
-    hasher.update(std::process::id().to_be_bytes());
-    let digest = hasher.finalize();
-    let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
-    format!("node-{hex}")
-}
-
-/// Asks the writer to checkpoint every `every`; stops when the sink is gone.
-pub(super) fn spawn_ticker(
-    requests: mpsc::WeakSender<Request>,
-    every: Duration,
-) -> Result<(), SinkError> {
-    std::thread::Builder::new()
-        .name("dlq-sink-ticker".into())
-        .spawn(move || loop {
-            std::thread::sleep(every.max(Duration::from_millis(10)));
-            let Some(sender) = requests.upgrade() else {
-                return;
-            };
-            if let Err(mpsc::error::TrySendError::Closed(_)) = sender.try_send(Request::Tick) {
-                return;
-            }
-        })
-        .map(|_| ())
-        .map_err(|source| SinkError::Io {
-            context: "cannot start the ticker thread".into(),
-            source,
-        })
 }

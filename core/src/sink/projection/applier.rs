@@ -5,7 +5,7 @@
 //! thread, records the group's item state as an unapplied layer ([`Applied::push`]) and answers
 //! its waiters. The applier takes every group waiting, applies them as one sled batch with the
 //! `applied_through` mark, and drops their layers. The writer stages the next groups over the
-//! unapplied layers (`super::staged`), so decisions always see every durable event; queries
+//! unapplied layers (`crate::sink::projection::staged`), so decisions always see every durable event; queries
 //! wait until the mark reaches the log's durable mark of when they started
 //! ([`Applied::wait_for`]): a process reads its own writes.
 //!
@@ -15,7 +15,7 @@
 //!
 //! If sled refuses a batch, the applier stops applying (it may not skip a group) and reports
 //! it; the writer then waits for it to drain and applies the log from sled's mark itself
-//! (`super::projector::catch_up`).
+//! (`crate::sink::projection::projector::catch_up`).
 
 use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, Sender};
@@ -24,10 +24,10 @@ use std::time::{Duration, Instant};
 
 use tracing::warn;
 
-use super::journal_record::Write;
-use super::projector;
-use super::staged::Layer;
-use super::Faults;
+use crate::sink::projection::projector;
+use crate::sink::projection::staged::Layer;
+use crate::sink::projection::Write;
+use crate::sink::Faults;
 
 /// A group for the applier: its writes and the last sequence they cover.
 pub(crate) struct Job {

@@ -21,9 +21,9 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tracing::warn;
 
-use super::projector::Reader;
-use super::SinkError;
 use crate::domain::event::EPOCH_HEX;
+use crate::sink::log_fs::Reader;
+use crate::sink::SinkError;
 
 /// The epoch of one open of a data directory.
 #[derive(Debug, Clone)]

@@ -10,8 +10,8 @@
 
 use tracing::debug;
 
-use super::sled_sink::open_db;
-use super::{SinkConfig, SinkError};
+use crate::sink::projection::sled_open::open_db;
+use crate::sink::{SinkConfig, SinkError};
 
 /// Opens the sink's sled database once more and closes it, so that sled writes a current
 /// snapshot. Call it after every handle of the sink in this process is dropped (the sink

@@ -1,18 +1,20 @@
 //! Point reads of the sled projection: items and job counts. The scans that decisions
-//! need live in [`super::staged`], where they see a group's staged changes too.
+//! need live in [`crate::sink::projection::staged`], where they see a group's staged changes too.
 //!
 //! Reads need no lock: sled gives every reader a consistent view of each key, and the writer
 //! thread is the only one that changes projections. An item's value points at its events in
 //! the log ([`ItemRecord`]): reading it reads them and folds them.
 
-use super::counters::JobCounters;
-use super::index_runs;
-use super::item_record::ItemRecord;
-use super::log::LogError;
-use super::projector::Reader;
-use super::{keys, show_key, Cause, SinkError};
 use crate::domain::event::Event;
 use crate::domain::projection::{apply_owned, Change, StoredItem};
+use crate::error_class::Cause;
+use crate::sink::log::LogError;
+use crate::sink::log_fs::Reader;
+use crate::sink::projection::counters::JobCounters;
+use crate::sink::projection::index_runs;
+use crate::sink::projection::item_record::ItemRecord;
+use crate::sink::projection::keys;
+use crate::sink::{show_key, SinkError};
 
 /// Current state as stored in one sled tree and the log its items point into.
 pub(crate) struct TreeView<'a> {

@@ -1,24 +1,25 @@
 //! Keeping items whole before the log segments they point into are deleted.
 //!
-//! An item's sled value points at its events in the log (`super::item_record`). Retention
-//! deletes done segments (`super::log_retention`); a live item created in one of them would
+//! An item's sled value points at its events in the log (`crate::sink::projection::item_record`). Retention
+//! deletes done segments (`crate::sink::writer::log_retention`); a live item created in one of them would
 //! otherwise pin that segment, and every later one, for as long as it lives. Instead, before a
 //! checkpoint deletes the segments through sequence `S`, every item created at or before `S`
 //! that still points into the log is rewritten whole ([`ItemRecord::Inline`]) and the mark
 //! `m/inlined_through = S` is stored after them; the checkpoint's flush makes both durable
 //! before any segment is unlinked. A crash in between leaves some items whole and the mark
 //! behind: those items only pin their segments a checkpoint longer. Later failures of a whole
-//! item keep it whole (`super::staged`).
+//! item keep it whole (`crate::sink::projection::staged`).
 //!
 //! Items created above the mark may point into the log: the oldest of them is where the log
 //! must still start ([`oldest_pointer_seq`]).
 
 use tracing::info;
 
-use super::index_runs;
-use super::item_record::ItemRecord;
-use super::reads::TreeView;
-use super::{keys, show_key, SinkError};
+use crate::sink::projection::index_runs;
+use crate::sink::projection::item_record::ItemRecord;
+use crate::sink::projection::keys;
+use crate::sink::projection::reads::TreeView;
+use crate::sink::{show_key, SinkError};
 
 /// Items rewritten per sled batch: bounds the memory of one step.
 const ITEMS_PER_BATCH: usize = 2048;

@@ -5,14 +5,14 @@
 //! is a **pointer record**: the sequences of its events, oldest first. Reading the item reads
 //! those events from the log and folds them ([`crate::domain::projection::apply`]). Before the
 //! log's retention deletes a segment, the live items created in it are rewritten whole
-//! (`super::inline_items`).
+//! (`crate::sink::projection::inline_items`).
 //!
 //! ```text
 //! record = 0x01 | varint(first seq) | varint(seq - previous seq)*
 //! ```
 //!
 //! A value that starts with `{` is an item kept whole as JSON: projection format 2 stored every
-//! item that way, and so does `super::inline_items` for items older than the log; such items
+//! item that way, and so does `crate::sink::projection::inline_items` for items older than the log; such items
 //! stay whole (their first events may be gone from the log).
 //! Pure code: no I/O.
 

@@ -4,7 +4,7 @@
 //! for good (larger than the server's `max_payload`, say) or whose log entry cannot be read
 //! would stop every pass at the same place, and every later event behind it. Such an event is
 //! **parked**: it leaves the unpublished events of the publish state
-//! ([`super::publish_state`]) and gets a parked record `p/seq` (why, and when), so it is always
+//! ([`crate::sink::projection::publish_state`]) and gets a parked record `p/seq` (why, and when), so it is always
 //! in exactly one of the two sets. The log entry stays (retention keeps its segment); nothing
 //! is lost. `dlq status` lists the parked set and `dlq reconcile --retry-parked` moves it back.
 //!
@@ -16,9 +16,10 @@ use std::sync::Mutex;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::projector::Reader;
-use super::publish_state::{PendingKey, PublishState};
-use super::{keys, show_key, SinkError};
+use crate::sink::log_fs::Reader;
+use crate::sink::projection::keys;
+use crate::sink::projection::publish_state::{PendingKey, PublishState};
+use crate::sink::{show_key, SinkError};
 
 /// One parked event, as listed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,22 +36,22 @@ pub struct Parked {
 
 /// The value of a `p/seq` key.
 #[derive(Debug, Serialize, Deserialize)]
-pub(super) struct ParkedRecord {
+pub(in crate::sink) struct ParkedRecord {
     event_id: Option<String>,
     reason: String,
     parked_at: DateTime<Utc>,
 }
 
 /// The parked set of one sink.
-pub(super) struct ParkedSet<'a> {
-    pub(super) tree: &'a sled::Tree,
-    pub(super) publish: &'a Mutex<PublishState>,
-    pub(super) log: &'a Reader,
+pub(in crate::sink) struct ParkedSet<'a> {
+    pub(in crate::sink) tree: &'a sled::Tree,
+    pub(in crate::sink) publish: &'a Mutex<PublishState>,
+    pub(in crate::sink) log: &'a Reader,
 }
 
 impl ParkedSet<'_> {
     /// Parks the unpublished event `seq`; false when it was not unpublished.
-    pub(super) fn park(
+    pub(in crate::sink) fn park(
         &self,
         seq: u64,
         event_id: Option<&str>,
@@ -81,7 +82,7 @@ impl ParkedSet<'_> {
     }
 
     /// The parked events, in sequence order.
-    pub(super) fn list(&self) -> Result<Vec<Parked>, SinkError> {
+    pub(in crate::sink) fn list(&self) -> Result<Vec<Parked>, SinkError> {
         let mut parked = Vec::new();
         for entry in self.tree.scan_prefix(keys::PARKED) {
             let (key, value) = entry?;
@@ -105,7 +106,7 @@ impl ParkedSet<'_> {
     }
 
     /// Moves every parked event back among the unpublished; returns how many.
-    pub(super) fn unpark_all(&self) -> Result<u64, SinkError> {
+    pub(in crate::sink) fn unpark_all(&self) -> Result<u64, SinkError> {
         let mut state = self.state()?;
         let mut batch = sled::Batch::default();
         let mut moved = 0;

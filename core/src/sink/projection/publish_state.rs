@@ -8,7 +8,7 @@
 //! * Above the watermark, an event is unpublished unless it is in **done**: published or
 //!   parked out of order (a publish acknowledged before an earlier one). The watermark moves up
 //!   over done events as soon as nothing unpublished is below them.
-//! * Parked events (`p/seq` keys, [`super::parked`]) are remembered here too, so they are
+//! * Parked events (`p/seq` keys, [`crate::sink::projection::parked`]) are remembered here too, so they are
 //!   skipped.
 //!
 //! The watermark and the done set are saved in sled at each checkpoint (`m/published`);
@@ -18,7 +18,7 @@
 
 use std::collections::BTreeSet;
 
-use super::log::LogIndex;
+use crate::sink::log::LogIndex;
 
 /// The publish state of a log.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

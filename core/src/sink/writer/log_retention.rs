@@ -5,36 +5,19 @@
 //! than [`LogRetention::max_age`] (by its file's modification time: when its last event was
 //! written) or while the log is larger than [`LogRetention::max_bytes`]. The segment being
 //! appended to always stays. Live items created in a segment about to go are first kept whole
-//! in sled (`super::inline_items`), so no item pins the log. Nor does a segment holding an event
+//! in sled (`crate::sink::projection::inline_items`), so no item pins the log. Nor does a segment holding an event
 //! anti-entropy still checks ([`LogFloor`]): it must be able to read back what the stream lost.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use super::fault_fs::FaultFs;
-use super::log::{segment, LogWriter};
-
-/// Retention of done log segments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LogRetention {
-    /// Done segments older than this are deleted (default 7 days).
-    pub max_age: Duration,
-    /// Done segments are deleted, oldest first, while the log is larger (default 1 GiB).
-    pub max_bytes: u64,
-}
-
-impl Default for LogRetention {
-    fn default() -> Self {
-        Self {
-            max_age: Duration::from_secs(7 * 24 * 3600),
-            max_bytes: 1 << 30,
-        }
-    }
-}
+use crate::sink::config::LogRetention;
+use crate::sink::log::{segment, LogWriter};
+use crate::sink::log_fs::Fs;
 
 /// The lowest log sequence whose segment must stay whatever the retention (0: none), set by
-/// the sink's handle ([`super::Sink::hold_log_from`]) and read by its writer.
+/// the sink's handle ([`crate::sink::Sink::hold_log_from`]) and read by its writer.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct LogFloor(Arc<AtomicU64>);
 
@@ -63,7 +46,7 @@ pub(crate) struct Retention {
 impl Retention {
     /// The highest sequence whose segment may be deleted now (see
     /// [`LogRetention::removable_through`]), below the floor.
-    pub(crate) fn removable_through(&self, log: &LogWriter<FaultFs>, done_through: u64) -> u64 {
+    pub(crate) fn removable_through(&self, log: &LogWriter<Fs>, done_through: u64) -> u64 {
         self.floor
             .cap(self.policy.removable_through(log, done_through))
     }
@@ -72,7 +55,7 @@ impl Retention {
 impl LogRetention {
     /// The highest sequence whose segment may be deleted now, given that every event up to
     /// `done_through` is done (0: none).
-    pub(crate) fn removable_through(&self, log: &LogWriter<FaultFs>, done_through: u64) -> u64 {
+    pub(crate) fn removable_through(&self, log: &LogWriter<Fs>, done_through: u64) -> u64 {
         let segments = log.segments();
         // Retention zero deletes every done segment whatever its size and age; other
         // retentions need them, which a simulated log (crash tests) does not have.

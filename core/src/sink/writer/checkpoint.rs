@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use thiserror::Error;
 use tracing::debug;
 
-use super::Faults;
+use crate::sink::Faults;
 
 /// Why a checkpoint (making sled durable) failed. The log keeps every event until one
 /// succeeds. It is cloned for every caller waiting on the same checkpoint: a clone's

@@ -2,12 +2,12 @@
 //! one change it makes to them when it does.
 //!
 //! - 5, current: pointer items, age / recency / FIFO indexes in sorted runs
-//!   (`super::index_runs`).
+//!   (`crate::sink::projection::index_runs`).
 //! - 4: the same indexes with one sled key per entry. Taken over: the entries move into runs.
 //! - 3: format 4 plus a signature index that nothing read. Taken over: the index is deleted,
 //!   then as 4.
 //! - 2: items kept whole as JSON, plus the signature index. Such items stay readable as they
-//!   are (`super::item_record`); taken over like 3.
+//!   are (`crate::sink::projection::item_record`); taken over like 3.
 //! - anything else (or none): the projection is rebuilt from the log.
 //!
 //! Taking over is repeatable: keys are deleted (or moved into runs, the deletes in the same
@@ -16,8 +16,9 @@
 //! sled recovers a prefix of its operations, never the format key without the batches before
 //! it.
 
-use super::index_runs::RunEdits;
-use super::{keys, SinkError};
+use crate::sink::projection::index_runs::RunEdits;
+use crate::sink::projection::keys;
+use crate::sink::SinkError;
 
 /// Keys deleted per sled batch while dropping an old index.
 const DELETE_BATCH: usize = 4096;
@@ -109,7 +110,7 @@ fn delete_prefix(tree: &sled::Tree, prefix: &[u8]) -> Result<usize, SinkError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sink::index_runs;
+    use crate::sink::projection::index_runs;
 
     fn tree_with(format: Option<u64>, signature_keys: usize, index_keys: usize) -> sled::Tree {
         let db = sled::Config::new().temporary(true).open().unwrap();

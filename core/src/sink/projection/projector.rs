@@ -8,22 +8,19 @@
 
 use tracing::warn;
 
-use super::fault_fs::FaultFs;
-use super::index_runs::RunEdits;
-use super::journal_record::Write;
-use super::log::LogReader;
-use super::staged::Staged;
-use super::{keys, SinkError};
 use crate::domain::event::Event;
-
-/// The reader of the sink's log.
-pub(crate) type Reader = LogReader<FaultFs>;
+use crate::sink::log_fs::Reader;
+use crate::sink::projection::index_runs::RunEdits;
+use crate::sink::projection::keys;
+use crate::sink::projection::staged::Staged;
+use crate::sink::projection::Write;
+use crate::sink::SinkError;
 
 /// Events applied per sled batch when catching up.
 const CHUNK: usize = 10_000;
 
 /// Applies `writes` (the projection changes of events up to `through`) and the mark, as one
-/// sled batch. Index keys among them change the index runs they fall in ([`super::index_runs`]).
+/// sled batch. Index keys among them change the index runs they fall in ([`crate::sink::projection::index_runs`]).
 pub(crate) fn apply(tree: &sled::Tree, writes: Vec<Write>, through: u64) -> Result<(), SinkError> {
     let mut batch = sled::Batch::default();
     let mut runs = RunEdits::new(tree);
@@ -62,7 +59,7 @@ pub(crate) fn catch_up(
 }
 
 /// [`catch_up`], leaving out the events `skip` says the projection holds already (a
-/// rebuild's items kept whole, `super::writer`); they count as applied for the mark.
+/// rebuild's items kept whole, `crate::sink::writer`); they count as applied for the mark.
 pub(crate) fn catch_up_skipping(
     tree: &sled::Tree,
     reader: &Reader,

@@ -4,7 +4,7 @@
 //! sled seals and writes its log buffer for every `apply_batch`, so one batch per command would
 //! cost two synchronous writebacks each. [`Staged`] is a [`StateView`]: reads see the tree, then
 //! the groups that are durable in the log but not applied to sled yet (the `base` layers, see
-//! `super::applier`), then the group's earlier changes, so each command is decided on the
+//! `crate::sink::projection::applier`), then the group's earlier changes, so each command is decided on the
 //! state the commands before it left. A command stages into its own [`Layer`] first and is
 //! absorbed into the group only when all of it succeeded, so a refused command leaves no trace.
 //!
@@ -18,16 +18,17 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::counters::JobCounters;
-use super::index_runs;
-use super::item_record::ItemRecord;
-use super::journal_record::Write;
-use super::projector::Reader;
-use super::reads::TreeView;
-use super::sled_sink::MAX_VALUE_BYTES;
-use super::{keys, SinkError};
 use crate::domain::event::Event;
 use crate::domain::projection::{apply, Change, StateView, StoredItem};
+use crate::sink::config::MAX_VALUE_BYTES;
+use crate::sink::log_fs::Reader;
+use crate::sink::projection::counters::JobCounters;
+use crate::sink::projection::index_runs;
+use crate::sink::projection::item_record::ItemRecord;
+use crate::sink::projection::keys;
+use crate::sink::projection::reads::TreeView;
+use crate::sink::projection::Write;
+use crate::sink::SinkError;
 
 type ItemKey = (String, String);
 
@@ -350,7 +351,7 @@ impl StateView for Staged<'_> {
             }
             let key = key?;
             let corrupt = || SinkError::Corrupt {
-                key: super::show_key(&key),
+                key: crate::sink::show_key(&key),
                 reason: "malformed FIFO index key".into(),
                 source: None,
             };
@@ -408,7 +409,7 @@ impl StateView for Staged<'_> {
                 let key = key?;
                 let (ms, item) =
                     keys::ms_item_of_age(&key, prefix.len()).ok_or_else(|| SinkError::Corrupt {
-                        key: super::show_key(&key),
+                        key: crate::sink::show_key(&key),
                         reason: "malformed age index key".into(),
                         source: None,
                     })?;

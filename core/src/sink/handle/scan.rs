@@ -10,9 +10,10 @@ use std::collections::BinaryHeap;
 
 use chrono::{DateTime, Utc};
 
-use super::index_runs::{self, RunRange};
-use super::{keys, show_key, SinkError, SledSink};
 use crate::domain::projection::StoredItem;
+use crate::sink::projection::index_runs::{self, RunRange};
+use crate::sink::projection::keys;
+use crate::sink::{show_key, SinkError, SledSink};
 
 /// An entry of the recency index: when the item last failed, its job and its id.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
