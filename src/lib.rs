@@ -48,6 +48,7 @@
 //! - Services: [`emitter`] (sink first, then the bus; its reconciler, retention and
 //!   anti-entropy),
 //!   [`consumer`] (rebuilding the state from the stream), [`removal`] (clear and purge),
+//!   [`backlog`] (waiting for the reconciler to publish what a change stored),
 //!   `query` (list, stats, analyze, export, import, CEL filters), `runner` (the MapReduce
 //!   job runner).
 //! - Front ends: `render` and `request` (what the CLI and the admin API share), `serve` (the
@@ -60,6 +61,7 @@
 //! embeddable core (domain, sink, bus, emitter, consumer) without the HTTP server, the command
 //! line, the job runner or the query language.
 
+pub mod backlog;
 pub mod bus;
 #[cfg(feature = "cli")]
 pub mod cli;

@@ -9,10 +9,10 @@
 
 use std::time::Duration;
 
+use crate::backlog::wait_for_drain;
 use crate::bus::auth::redact_url;
 use crate::bus::Bus;
 use crate::emitter::NodeEmitter;
-use crate::removal::wait_for_drain;
 use crate::sink::{Sink, SinkError};
 
 /// How the end-of-work wait for the bus went.

@@ -10,12 +10,12 @@ use serde_json::json;
 
 use super::list::with_sink;
 use super::{open, Cli, CliError, Format, EXIT_OK};
+use crate::backlog::{finish_publishing, Published};
 use crate::domain::command::Command;
 use crate::emitter::NodeEmitter;
 use crate::query::export::{export, ExportFormat};
 use crate::query::import::{ImportLimits, ImportSource};
 use crate::query::QueryError;
-use crate::removal::{finish_publishing, Published};
 use crate::sink::Sink;
 
 /// Scheduler topic recorded on imported items' events.

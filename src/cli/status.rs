@@ -6,8 +6,8 @@ use clap::Args;
 use serde_json::json;
 
 use super::{open, Cli, CliError, Format, EXIT_INCOMPLETE, EXIT_OK};
+use crate::backlog::wait_for_drain;
 use crate::bus::BusError;
-use crate::removal::wait_for_drain;
 use crate::sink::Sink;
 
 /// Options of `dlq reconcile`.

@@ -21,9 +21,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::open::{self, NodeEmitter};
 use super::{Cli, CliError, Format, EXIT_DIFFERENCES, EXIT_OK};
+use crate::backlog::wait_for_drain;
 use crate::consumer::{compare_node, read_from_start, Difference};
 use crate::domain::projection::MemoryProjection;
-use crate::removal::wait_for_drain;
 use crate::runner::{self, ProgressMode, RunOptions};
 use crate::sink::Sink;
 use private_bus::PrivateBus;
