@@ -1,6 +1,6 @@
 //! The retry request: the JSON body of `POST /v1/jobs/{job_id}/retry` ([`RetryRequest`]),
 //! which `dlq retry` builds from its flags, sends when it forwards, and checks the same way as
-//! the server into one [`RetryOptions`].
+//! the server into one `RetryOptions` (the runner's).
 
 use std::path::PathBuf;
 
