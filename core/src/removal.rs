@@ -1,7 +1,7 @@
 //! Removals an operator asks for (`dlq clear`, `dlq purge`, and the admin API's routes for
 //! them): each removes items through the sink's one removal path ([`crate::sink::clear`],
 //! [`crate::sink::purge`]) on a running emitter, then waits a while for its reconciler to
-//! publish the `item_removed` events, and answers what happened.
+//! publish the `item_removed` events ([`Emitter::finish_publishing`](crate::Emitter::finish_publishing)), and answers what happened.
 
 use std::time::Duration;
 
@@ -9,59 +9,11 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use crate::emitter::NodeEmitter;
-use crate::sink::{Sink, SinkError, SledSink};
+use crate::emitter::Published;
+use crate::sink::{SinkError, SledSink};
 
 /// How long a removal waits for its events to be published when not told.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(5);
-
-/// Whether the events of a change reached the bus.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Published {
-    /// Events still unpublished when the wait ended.
-    pub unpublished: u64,
-    /// Whether the backlog emptied.
-    pub drained: bool,
-}
-
-impl Published {
-    /// One line for people.
-    pub fn describe(&self) -> String {
-        if self.drained {
-            "all events published".to_owned()
-        } else {
-            format!("{} events not yet published (the bus is unreachable or slow): they are kept in the sink and published by the reconciler later (`dlq reconcile`, or any dlq process that runs one)", self.unpublished)
-        }
-    }
-}
-
-/// Waits until the backlog is empty or `timeout` passes; true if it emptied.
-pub async fn wait_for_drain(emitter: &NodeEmitter, timeout: Duration) -> Result<bool, SinkError> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if emitter.sink().backlog()?.count == 0 {
-            return Ok(true);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Ok(false);
-        }
-        emitter.wake_reconciler();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Wakes the reconciler and waits up to `timeout` for the backlog to drain.
-pub async fn finish_publishing(
-    emitter: &NodeEmitter,
-    timeout: Duration,
-) -> Result<Published, SinkError> {
-    emitter.wake_reconciler();
-    let drained = wait_for_drain(emitter, timeout).await?;
-    let unpublished = emitter.sink().backlog()?.count;
-    Ok(Published {
-        unpublished,
-        drained,
-    })
-}
 
 /// The outcome of a removal: a JSON summary for scripts and a line for people.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,7 +33,7 @@ pub async fn clear_job(
     drain_timeout: Duration,
 ) -> Result<Removal, SinkError> {
     let cleared = crate::sink::clear(emitter.sink(), job).await;
-    let published = finish_publishing(emitter, drain_timeout).await;
+    let published = emitter.finish_publishing(drain_timeout).await;
     let removed = cleared?;
     Ok(published_removal(
         json!({ "job_id": job, "removed": removed }),
@@ -145,7 +97,7 @@ pub async fn purge_items(
     drain_timeout: Duration,
 ) -> Result<Removal, SinkError> {
     let purged = crate::sink::purge(emitter.sink(), cutoff, job).await;
-    let published = finish_publishing(emitter, drain_timeout).await;
+    let published = emitter.finish_publishing(drain_timeout).await;
     let removed = purged?;
     Ok(published_removal(
         json!({ "job_id": job, "cutoff": cutoff, "removed": removed }),

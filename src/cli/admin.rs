@@ -10,14 +10,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use clap::Args;
-use serde_json::json;
 
 use super::forward::{self, Local, Target};
 use super::open;
 use super::{Cli, CliError, Format, EXIT_OK};
 use crate::query::QueryError;
 use crate::render::removal::write_removal;
-use crate::serve::client::params;
+use crate::request::{params, PurgeRequest};
 use crate::serve::client::ApiClient;
 use dlq::emitter::NodeEmitter;
 use dlq::removal::{
@@ -141,11 +140,8 @@ async fn forward_clear(cli: &Cli, args: &ClearArgs, api: &ApiClient) -> Result<u
         }
     }
     forward::print(
-        api.post(
-            &params::clear_path(job, args.drain_timeout, cli.format),
-            None,
-        )
-        .await?,
+        api.post(&params::clear_path(job, args.drain_timeout, cli.format))
+            .await?,
     )
 }
 
@@ -183,17 +179,15 @@ fn purge_question(job: Option<&str>, cutoff: DateTime<Utc>, n: u64) -> Option<St
 
 /// `dlq purge` through the API: a dry run to count and ask, then the purge.
 async fn forward_purge(cli: &Cli, args: &PurgeArgs, api: &ApiClient) -> Result<u8, CliError> {
-    let body = |dry_run: bool| {
-        json!({
-            "older_than_days": args.older_than_days,
-            "job_id": args.job_id,
-            "drain_timeout": humantime::format_duration(args.drain_timeout).to_string(),
-            "dry_run": dry_run,
-        })
+    let body = |dry_run: bool| PurgeRequest {
+        older_than_days: args.older_than_days,
+        job_id: args.job_id.clone(),
+        drain_timeout: Some(args.drain_timeout),
+        dry_run,
     };
     if !args.yes {
         let dry = api
-            .post(&params::purge_path(Format::Json), Some(&body(true)))
+            .post_json(&params::purge_path(Format::Json), &body(true))
             .await?;
         let n = forward::json_field(api, &dry, "would_remove")?;
         let cutoff: serde_json::Value = serde_json::from_slice(&dry.body).unwrap_or_default();
@@ -209,7 +203,7 @@ async fn forward_purge(cli: &Cli, args: &PurgeArgs, api: &ApiClient) -> Result<u
         }
     }
     forward::print(
-        api.post(&params::purge_path(cli.format), Some(&body(false)))
+        api.post_json(&params::purge_path(cli.format), &body(false))
             .await?,
     )
 }

@@ -12,7 +12,6 @@ use std::time::Duration;
 use dlq::bus::auth::redact_url;
 use dlq::bus::Bus;
 use dlq::emitter::NodeEmitter;
-use dlq::removal::wait_for_drain;
 use dlq::sink::{Sink, SinkError};
 
 /// How the end-of-work wait for the bus went.
@@ -92,7 +91,7 @@ pub async fn drain(emitter: &NodeEmitter, timeout: Duration) -> Result<Drained, 
             refusal: bus.refusal(),
         });
     }
-    if wait_for_drain(emitter, timeout).await? {
+    if emitter.wait_for_drain(timeout).await? {
         return Ok(Drained::All);
     }
     let unpublished = emitter.sink().backlog()?.count;

@@ -15,7 +15,7 @@ use crate::query::import::{ImportLimits, ImportSource};
 use crate::query::QueryError;
 use dlq::domain::command::Command;
 use dlq::emitter::NodeEmitter;
-use dlq::removal::{finish_publishing, Published};
+use dlq::emitter::Published;
 use dlq::sink::Sink;
 
 /// Scheduler topic recorded on imported items' events.
@@ -97,7 +97,7 @@ pub async fn run_import(cli: &Cli, args: &ImportArgs) -> Result<u8, CliError> {
     let sink = open::sink(cli, &config).await?;
     let emitter = open::emitter_with_sink(&config, sink, false).await?;
     let outcome = append_all(&emitter, source).await;
-    let published = finish_publishing(&emitter, args.drain_timeout).await;
+    let published = emitter.finish_publishing(args.drain_timeout).await;
     emitter.shutdown().await?;
     let (imported, skipped) = outcome?;
     let published: Published = published?;

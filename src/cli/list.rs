@@ -11,8 +11,8 @@ use super::forward::{self, Target};
 use super::{open, Cli, CliError, EXIT_OK};
 use crate::query::list::find_item;
 use crate::render::items::{check_inspect_format, check_list_format, write_item, write_list};
+use crate::request::params;
 use crate::request::ListArgs;
-use crate::serve::client::params;
 use dlq::sink::{Sink, SledSink};
 
 /// Options of `dlq inspect`.

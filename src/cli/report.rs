@@ -13,7 +13,7 @@ use crate::query::stats::stats;
 use crate::query::QueryError;
 use crate::render::report::{check_report_format, write_analysis, write_stats};
 use crate::render::Format;
-use crate::serve::client::params;
+use crate::request::params;
 
 /// Options of `dlq stats`.
 #[derive(Debug, Args)]

@@ -5,14 +5,14 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use serde_json::json;
-
 use super::forward::{self, Target};
 use super::open;
 use super::run::{runner_options, RunnerArgs};
 use super::{Cli, CliError, EXIT_INCOMPLETE, EXIT_OK};
 use crate::render::retry::write_retry;
-use crate::runner::{retry_job, RetryOptions};
+use crate::render::Format;
+use crate::request::{params, RetryRequest};
+use crate::runner::{retry_job, RetryJob};
 use crate::serve::ServeError;
 
 /// Options of `dlq retry`.
@@ -47,36 +47,35 @@ pub struct RetryArgs {
     pub runner: RunnerArgs,
 }
 
+impl RetryArgs {
+    /// The request these flags make: what is checked here and what is sent to a server.
+    pub fn request(&self) -> RetryRequest {
+        RetryRequest {
+            parallel: Some(self.parallel),
+            max_retries: Some(self.max_retries),
+            filter: self.filter.clone(),
+            force: self.force,
+            rate: self.rate,
+            dry_run: self.dry_run,
+            workflow: self.workflow.clone(),
+        }
+    }
+}
+
 /// Runs the retry here, or through the API of the `dlq serve` holding the data directory;
 /// exit 0 when every selected item was handled, 4 when interrupted or not recorded.
 pub async fn run_retry(cli: &Cli, args: &RetryArgs) -> Result<u8, CliError> {
-    let requested = RetryOptions {
-        parallel: args.parallel,
-        max_retries: args.max_retries,
-        filter: None,
-        force: args.force,
-        rate: args.rate,
-        dry_run: args.dry_run,
-    };
-    let retry = crate::request::retry::checked(requested, args.filter.as_deref())?;
+    let mut request = args.request();
+    let retry = request.options()?;
     let (options, mode) = runner_options(cli, &args.runner)?;
     let report = match forward::target(cli).await? {
         Target::Api(api) => {
-            let workflow = args
+            // The server resolves a relative path against its own directory, not ours.
+            request.workflow = request
                 .workflow
-                .as_deref()
-                .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
-            let body = json!({
-                "parallel": args.parallel,
-                "max_retries": args.max_retries,
-                "filter": args.filter,
-                "force": args.force,
-                "rate": args.rate,
-                "dry_run": args.dry_run,
-                "workflow": workflow,
-            });
-            let path = format!("/v1/jobs/{}/retry?format=json", encode(&args.job_id));
-            let answer = api.post(&path, Some(&body)).await?;
+                .map(|p| std::path::absolute(&p).unwrap_or(p));
+            let path = params::retry_path(&args.job_id, Format::Json);
+            let answer = api.post_json(&path, &request).await?;
             serde_json::from_slice(&answer.body).map_err(|err| {
                 CliError::from(ServeError::Protocol {
                     url: api.url().to_owned(),
@@ -90,16 +89,16 @@ pub async fn run_retry(cli: &Cli, args: &RetryArgs) -> Result<u8, CliError> {
             let (stop, kill) = super::signals::two_stage(
                 "dlq retry: interrupted; in-flight items finish (again to kill them)",
             );
-            let result = retry_job(
-                emitter.clone(),
-                options,
-                &args.job_id,
-                args.workflow.as_deref(),
-                retry,
+            let result = retry_job(RetryJob {
+                emitter: emitter.clone(),
+                run: options,
+                job_id: &args.job_id,
+                workflow: args.workflow.as_deref(),
+                options: retry,
                 stop,
                 kill,
                 mode,
-            )
+            })
             .await;
             let drained = super::drain::drain(&emitter, args.runner.drain_timeout).await;
             emitter.shutdown().await?;
@@ -123,17 +122,4 @@ pub async fn run_retry(cli: &Cli, args: &RetryArgs) -> Result<u8, CliError> {
     } else {
         EXIT_OK
     })
-}
-
-/// A path segment, percent-encoded.
-fn encode(segment: &str) -> String {
-    segment
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

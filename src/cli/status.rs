@@ -7,7 +7,6 @@ use serde_json::json;
 
 use super::{open, Cli, CliError, Format, EXIT_INCOMPLETE, EXIT_OK};
 use dlq::bus::BusError;
-use dlq::removal::wait_for_drain;
 use dlq::sink::Sink;
 
 /// Options of `dlq reconcile`.
@@ -114,7 +113,7 @@ pub async fn reconcile(cli: &Cli, args: &ReconcileArgs) -> Result<u8, CliError> 
     }
     let emitter = open::emitter_with_sink(&config, sink, true).await?;
     emitter.wake_reconciler();
-    let drained = wait_for_drain(&emitter, args.timeout).await?;
+    let drained = emitter.wait_for_drain(args.timeout).await?;
     let after = emitter.sink().backlog()?.count;
     let parked = emitter.sink().parked()?.len();
     emitter.shutdown().await?;

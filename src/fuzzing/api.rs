@@ -7,9 +7,8 @@ use axum::http::Uri;
 use super::Outcome;
 use crate::render::items::{check_inspect_format, check_list_format};
 use crate::render::report::check_report_format;
-use crate::request::RequestError;
-use crate::serve::client::params::{list_args, Params};
-use crate::serve::{PurgeBody, RetryBody};
+use crate::request::params::{list_args, Params};
+use crate::request::{PurgeRequest, RequestError, RetryRequest};
 
 /// The routes whose query strings are read, in the order the first input byte selects them.
 const ROUTES: &[&str] = &[
@@ -82,10 +81,10 @@ pub fn api_body(data: &[u8]) -> Outcome {
         return Ok(());
     };
     if selector % 2 == 0 {
-        if let Ok(body) = serde_json::from_slice::<RetryBody>(body) {
+        if let Ok(body) = serde_json::from_slice::<RetryRequest>(body) {
             let _ = body.options();
         }
-    } else if let Ok(body) = serde_json::from_slice::<PurgeBody>(body) {
+    } else if let Ok(body) = serde_json::from_slice::<PurgeRequest>(body) {
         let _ = dlq::removal::purge_cutoff(body.older_than_days);
     }
     Ok(())

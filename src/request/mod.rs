@@ -1,12 +1,27 @@
 //! What the two front ends (the `dlq` CLI and the admin API of `dlq serve`) share about an
-//! operator request: the options of `list` both parse ([`ListArgs`]) and the one error a
-//! request fails with ([`RequestError`]), whose [`ErrorClass`] each front end maps once.
+//! operator request: the wire. The options of `list` both parse ([`ListArgs`]), the query
+//! strings of every route ([`params`]), the JSON bodies of retry ([`RetryRequest`]) and purge
+//! ([`PurgeRequest`]), and the one error a request fails with ([`RequestError`]), whose
+//! [`ErrorClass`] each front end maps once. The CLI serializes these types when it forwards to a
+//! server and the server deserializes the same types, so the two cannot drift apart.
+//!
+//! Where one operator action lives, retry for instance: `cli/retry.rs` parses the flags into a
+//! [`RetryRequest`] and runs it on the data directory or forwards it; `request/` is the wire (the body, the path,
+//! the check into `RetryOptions`); `serve/retry_route.rs` routes `POST /v1/jobs/{job_id}/retry`
+//! to the same code; `runner/retry/` does the retry (`removal.rs` does clear and purge);
+//! `render/retry.rs` prints the report, for the CLI and as the API's answer alike.
 
 pub mod list;
+pub mod params;
+pub mod purge;
 #[cfg(feature = "runner")]
-pub(crate) mod retry;
+pub mod retry;
 
 pub use list::{ListArgs, DEFAULT_LIMIT};
+pub use params::Params;
+pub use purge::PurgeRequest;
+#[cfg(feature = "runner")]
+pub use retry::RetryRequest;
 
 use thiserror::Error;
 

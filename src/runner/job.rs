@@ -123,9 +123,18 @@ pub async fn start<B: Bus>(
         .map(|i| Work::new(i, false))
         .collect();
     let tally = Tally::new(record.items.len() as u64);
-    run(
-        emitter, store, record, options, cancel, mode, pending, tally, 0, false,
-    )
+    run(Session {
+        emitter,
+        store,
+        record,
+        options,
+        cancel,
+        mode,
+        pending,
+        tally,
+        recovered: 0,
+        resumed: false,
+    })
     .await
 }
 
@@ -182,25 +191,54 @@ pub(crate) async fn resume<B: Bus>(
             Some(_) => {}
         }
     }
-    run(
-        emitter, store, record, options, cancel, mode, pending, tally, recovered, true,
-    )
+    run(Session {
+        emitter,
+        store,
+        record,
+        options,
+        cancel,
+        mode,
+        pending,
+        tally,
+        recovered,
+        resumed: true,
+    })
     .await
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run<B: Bus>(
+/// A job session ready to run its map phase: the saved job, the handles it runs with and the
+/// work left, as [`start`] and [`resume`] prepared them.
+struct Session<B: Bus> {
     emitter: Emitter<SledSink, B>,
     store: JobStore,
     record: JobRecord,
     options: RunOptions,
     cancel: CancellationToken,
     mode: ProgressMode,
+    /// The items to run in this session.
     pending: Vec<Work>,
-    mut tally: Tally,
+    /// The counts so far (a resumed job's earlier outcomes included).
+    tally: Tally,
+    /// Dead-lettered items recorded on resume instead of run again.
     recovered: u64,
+    /// Whether this session resumes a saved job.
     resumed: bool,
-) -> Result<JobReport, RunError> {
+}
+
+/// Runs the map phase, then reduce, and writes the summary.
+async fn run<B: Bus>(session: Session<B>) -> Result<JobReport, RunError> {
+    let Session {
+        emitter,
+        store,
+        record,
+        options,
+        cancel,
+        mode,
+        pending,
+        mut tally,
+        recovered,
+        resumed,
+    } = session;
     let total = record.items.len() as u64;
     store.append_event(JobEventKind::JobStarted {
         workflow: record.workflow.name.clone(),

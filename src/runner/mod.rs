@@ -64,7 +64,7 @@ pub(crate) use context::{DEFAULT_AGENT_COMMAND, DEFAULT_TOPIC};
 pub(crate) use job::resume;
 pub(crate) use job_store::{list_jobs, JobStore};
 pub(crate) use job_view::{current_summary, item_events};
-pub(crate) use retry::{retry_job, RetryOptions, RetryReport};
+pub(crate) use retry::{retry_job, RetryJob, RetryOptions, RetryReport};
 
 /// Reads and validates the workflow file at `path` as [`start`] does, running nothing: `dlq
 /// run` checks it before it opens (and so creates) the data directory.

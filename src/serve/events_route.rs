@@ -6,9 +6,8 @@ use axum::response::IntoResponse;
 use axum::Json;
 use serde_json::json;
 
-use super::client::params::Params;
 use super::routes::{Answer, ApiError, Pairs, Shared};
-use crate::request::RequestError;
+use crate::request::{Params, RequestError};
 
 /// `GET /v1/items/{job_id}/{item_id}/events`: the item's job events (agent attempts, failures,
 /// dead-lettering, success), as `dlq events JOB` prints them, in order.

@@ -20,13 +20,18 @@
 //! | `GET /v1/items/{job_id}/{item_id}/events` | the item's lines of `dlq events JOB` |
 //! | `GET /v1/stats?job_id=`, `GET /v1/analyze?job_id=` | `dlq stats`, `dlq analyze` |
 //! | `POST /v1/jobs/{job_id}/clear?drain_timeout=` | `dlq clear --yes` |
-//! | `POST /v1/jobs/{job_id}/retry` `{"parallel", "max_retries", "filter", "force", "rate", "dry_run", "workflow"}` (all optional: `{}`) | `dlq retry JOB` ([`retry_route`]; answers when the retry finished) |
-//! | `POST /v1/purge` `{"older_than_days", "job_id", "drain_timeout", "dry_run"}` | `dlq purge --yes` |
+//! | `POST /v1/jobs/{job_id}/retry` `{"parallel", "max_retries", "filter", "force", "rate", "dry_run", "workflow"}` (all optional: `{}`; [`RetryRequest`]) | `dlq retry JOB` ([`retry_route`]; answers when the retry finished) |
+//! | `POST /v1/purge` `{"older_than_days", "job_id", "drain_timeout", "dry_run"}` ([`PurgeRequest`]) | `dlq purge --yes` |
 //!
-//! Every route takes `format=table|json|jsonl|csv` (default json), as [`params`] describes.
+//! Every route takes `format=table|json|jsonl|csv` (default json), as
+//! [`crate::request::params`] describes; the bodies and query strings are defined once in
+//! [`crate::request`], for the server and the forwarding CLI alike.
 //! The server listens on one address, loopback unless `--allow-remote`, which needs a token and
 //! TLS ([`tls`]; or `--insecure`, plain HTTP). Request bodies and query strings are bounded
 //! ([`limits`]); failed authentications are rate-limited per client address ([`auth`]).
+//!
+//! [`RetryRequest`]: crate::request::RetryRequest
+//! [`PurgeRequest`]: crate::request::PurgeRequest
 
 mod auth;
 pub mod client;
@@ -40,9 +45,6 @@ mod tls;
 pub use auth::Token;
 pub use routes::AppState;
 pub use tls::{TlsConfig, TlsFiles};
-/// The JSON bodies of the admin API, for `crate::fuzzing`.
-#[cfg(feature = "fuzzing")]
-pub(crate) use {retry_route::RetryBody, routes::PurgeBody};
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -153,6 +155,15 @@ pub enum ServeError {
         /// What was wrong.
         reason: String,
     },
+    /// A request body could not be written as JSON (a workflow path that is not UTF-8).
+    #[error("cannot send the request to the dlq serve API at {url}: {source}")]
+    Body {
+        /// The URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
     /// The API refused the request.
     #[error("{message}")]
     Api {
@@ -185,6 +196,7 @@ impl ServeError {
             | ServeError::Tls { .. }
             | ServeError::Token { .. }
             | ServeError::BadUrl { .. }
+            | ServeError::Body { .. }
             | ServeError::Api { status: 400, .. } => ErrorClass::Usage,
             ServeError::Api { status: 404, .. } => ErrorClass::NotFound,
             _ => ErrorClass::Failure,

@@ -8,7 +8,6 @@
 
 use std::ops::Deref;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -16,18 +15,17 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use metrics_exporter_prometheus::PrometheusHandle;
-use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::oneshot;
 
-use super::client::params::{list_args, Params};
 use crate::query::list::find_item;
 use crate::query::QueryError;
 use crate::render::items::{check_inspect_format, check_list_format, write_item, write_list};
 use crate::render::removal::write_removal;
 use crate::render::report::{check_report_format, write_analysis, write_stats};
 use crate::render::Format;
-use crate::request::RequestError;
+use crate::request::params::{list_args, Params};
+use crate::request::{PurgeRequest, RequestError};
 use dlq::emitter::NodeEmitter;
 use dlq::removal::{self, DEFAULT_DRAIN};
 use dlq::sink::{Sink, SledSink};
@@ -408,28 +406,11 @@ pub async fn clear(
     rendered(format, |out| Ok(write_removal(out, format, &removal)?))
 }
 
-/// The body of `POST /v1/purge`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PurgeBody {
-    /// Remove items first failed more than this many days ago.
-    pub older_than_days: u32,
-    /// Only items of this job.
-    #[serde(default)]
-    pub job_id: Option<String>,
-    /// Wait up to this long for the removal events to be published (default 5s).
-    #[serde(default, with = "humantime_serde")]
-    pub drain_timeout: Option<Duration>,
-    /// Only count what would be removed.
-    #[serde(default)]
-    pub dry_run: bool,
-}
-
 /// `POST /v1/purge`: `dlq purge --older-than-days N [--job-id J] --yes`.
 pub async fn purge(
     State(state): Shared,
     pairs: Pairs,
-    body: Result<Json<PurgeBody>, JsonRejection>,
+    body: Result<Json<PurgeRequest>, JsonRejection>,
 ) -> Answer {
     let mut params = Params::new(pairs?.0);
     let format = params.format()?;

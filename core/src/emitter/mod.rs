@@ -24,6 +24,7 @@
 
 pub mod anti_entropy;
 mod background;
+mod drain;
 mod late;
 mod publish;
 pub mod reconciler;
@@ -45,6 +46,7 @@ use tracing::warn;
 
 pub use anti_entropy::{AntiEntropyConfig, AntiEntropyStats};
 pub use background::StoredReceipt;
+pub use drain::Published;
 pub use publish::PublishOutcome;
 pub use reconciler::ReconcilerConfig;
 pub use retention::RetentionConfig;

@@ -24,7 +24,6 @@ use super::{Cli, CliError, Format, EXIT_DIFFERENCES, EXIT_OK};
 use crate::runner::{self, ProgressMode, RunOptions};
 use dlq::consumer::{compare_node, read_from_start, Difference};
 use dlq::domain::projection::MemoryProjection;
-use dlq::removal::wait_for_drain;
 use dlq::sink::Sink;
 use private_bus::PrivateBus;
 
@@ -113,7 +112,7 @@ pub async fn run(cli: &Cli, args: &TourArgs) -> Result<u8, CliError> {
     let first = format!("tour-{stamp}-a");
     let report = run_job(cli, &emitter, &workflow, &first).await?;
     jobs.push(first.clone());
-    let published = wait_for_drain(&emitter, Duration::from_secs(10)).await?;
+    let published = emitter.wait_for_drain(Duration::from_secs(10)).await?;
     say(format!(
         "1. job {first}: {} of {} items succeeded, {} kept failing and were dead-lettered: stored in {} first, {}",
         report.summary.successful,
@@ -145,7 +144,7 @@ pub async fn run(cli: &Cli, args: &TourArgs) -> Result<u8, CliError> {
     let started = Instant::now();
     let drained = match source {
         BusSource::None => false,
-        _ => wait_for_drain(&emitter, args.drain_timeout).await?,
+        _ => emitter.wait_for_drain(args.drain_timeout).await?,
     };
     let unpublished = emitter.sink().backlog()?.count;
     if drained && stored_while_down > 0 {

@@ -96,19 +96,40 @@ pub(crate) struct RetryReport {
     pub items: Vec<String>,
 }
 
-/// Retries the dead-lettered items of `job_id`. The agent template is the job's own, or that
-/// of `workflow` (required when the job was not run by this data directory, e.g. imported).
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn retry_job<B: Bus>(
-    emitter: Emitter<SledSink, B>,
-    run: RunOptions,
-    job_id: &str,
-    workflow: Option<&Path>,
-    options: RetryOptions,
-    stop: CancellationToken,
-    kill: CancellationToken,
-    mode: ProgressMode,
-) -> Result<RetryReport, RunError> {
+/// One retry to run: what to retry ([`RetryOptions`], the job, its template) and the handles it
+/// runs with.
+pub(crate) struct RetryJob<'a, B: Bus> {
+    /// The emitter whose sink holds the items (resolved items leave through it).
+    pub emitter: Emitter<SledSink, B>,
+    /// How agents run (data directory, agent command, topic).
+    pub run: RunOptions,
+    /// The job whose items to retry.
+    pub job_id: &'a str,
+    /// A workflow file whose agent template replaces the job's own (required when the job was
+    /// not run by this data directory, e.g. imported).
+    pub workflow: Option<&'a Path>,
+    /// What to retry and how.
+    pub options: RetryOptions,
+    /// Fired: no new item starts; in-flight items finish their attempt and are recorded.
+    pub stop: CancellationToken,
+    /// Fired: in-flight agents are killed (their items stay as they were).
+    pub kill: CancellationToken,
+    /// How progress is shown.
+    pub mode: ProgressMode,
+}
+
+/// Retries the dead-lettered items of `job.job_id` (see the module doc).
+pub(crate) async fn retry_job<B: Bus>(job: RetryJob<'_, B>) -> Result<RetryReport, RunError> {
+    let RetryJob {
+        emitter,
+        run,
+        job_id,
+        workflow,
+        options,
+        stop,
+        kill,
+        mode,
+    } = job;
     let (store, record) = match open_job(&run.data_dir, job_id, workflow) {
         Err(RunError::NoTemplate { job_id, data_dir })
             if emitter.sink().job_items(&job_id).next().is_none() =>

@@ -18,7 +18,6 @@ use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 use tokio_rustls::TlsConnector;
 
 pub mod discovery;
-pub mod params;
 pub mod token;
 
 use super::ServeError;
@@ -143,14 +142,23 @@ impl ApiClient {
         self.call("GET", path_and_query, None).await
     }
 
-    /// `POST path_and_query` with a JSON body; an error status becomes [`ServeError::Api`].
-    pub async fn post(
+    /// `POST path_and_query` with an empty body; an error status becomes [`ServeError::Api`].
+    pub async fn post(&self, path_and_query: &str) -> Result<Answer, ServeError> {
+        self.call("POST", path_and_query, None).await
+    }
+
+    /// `POST path_and_query` with `body` as JSON (one of the request types of
+    /// [`crate::request`]); an error status becomes [`ServeError::Api`].
+    pub async fn post_json(
         &self,
         path_and_query: &str,
-        json: Option<&serde_json::Value>,
+        body: &impl serde::Serialize,
     ) -> Result<Answer, ServeError> {
-        let body = json.map(|value| value.to_string().into_bytes());
-        self.call("POST", path_and_query, body).await
+        let body = serde_json::to_vec(body).map_err(|source| ServeError::Body {
+            url: self.url.clone(),
+            source,
+        })?;
+        self.call("POST", path_and_query, Some(body)).await
     }
 
     async fn call(

@@ -1,5 +1,5 @@
-//! The query strings of the admin API, written by the forwarding CLI and read by the server,
-//! side by side so that they cannot drift apart.
+//! The query strings of the admin API: [`Params`] as the server reads them and the `*_path`
+//! functions as the forwarding CLI writes them, side by side so that they cannot drift apart.
 //!
 //! Every route takes `format` (`table`, `json`, `jsonl`, `csv`; default `json`): the answer is
 //! rendered as `dlq --format <format> <command>` prints it. Parameters are named like the
@@ -201,9 +201,19 @@ pub fn clear_path(job_id: &str, drain_timeout: Duration, format: Format) -> Stri
     format!("/v1/jobs/{}/clear?{}", encode(job_id), query(&pairs))
 }
 
-/// `POST /v1/purge` (the options travel in the JSON body).
+/// `POST /v1/purge` (the options travel in the JSON body, [`super::PurgeRequest`]).
 pub fn purge_path(format: Format) -> String {
     format!("/v1/purge?format={}", format_name(format))
+}
+
+/// `POST /v1/jobs/{job_id}/retry` (the options travel in the JSON body,
+/// [`super::RetryRequest`]).
+pub fn retry_path(job_id: &str, format: Format) -> String {
+    format!(
+        "/v1/jobs/{}/retry?format={}",
+        encode(job_id),
+        format_name(format)
+    )
 }
 
 #[cfg(test)]
@@ -313,5 +323,9 @@ mod tests {
             "/v1/jobs/j/clear?drain_timeout=1s%20500ms&format=json"
         );
         assert_eq!(purge_path(Format::Table), "/v1/purge?format=table");
+        assert_eq!(
+            retry_path("nightly 2/3", Format::Json),
+            "/v1/jobs/nightly%202%2F3/retry?format=json"
+        );
     }
 }
