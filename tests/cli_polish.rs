@@ -189,6 +189,30 @@ fn logs_carry_no_colour_when_stderr_is_not_a_terminal() {
     assert!(!stderr.contains('\u{1b}'), "ANSI escapes in: {stderr:?}");
 }
 
+/// `generate` and `import` draw a progress bar only on a terminal: with stderr a pipe, as
+/// here, it stays free of any (the bar itself is unit-tested in `cli::work_bar`).
+#[test]
+fn long_work_draws_no_progress_bar_when_stderr_is_not_a_terminal() {
+    let env = Env::new(DLQ, DEAD_BUS_URL);
+    let out = env.run(&["generate", "--items", "300", "--jobs", "3"]);
+    ok(&out);
+    assert_eq!(text(&out.stderr), "", "generate wrote to stderr");
+    let file = env.path("all.jsonl");
+    ok(&env.run(&["--format", "jsonl", "export", file.to_str().unwrap()]));
+    let other = Env::new(DLQ, DEAD_BUS_URL);
+    let out = other.run(&["import", file.to_str().unwrap(), "--drain-timeout", "0s"]);
+    ok(&out);
+    let stderr = text(&out.stderr);
+    for mark in ["ETA", "elapsed", "300/300", "\r", "\u{1b}"] {
+        assert!(!stderr.contains(mark), "{mark:?} in: {stderr:?}");
+    }
+    assert!(
+        text(&out.stdout).contains("\"imported\":300"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
 #[test]
 fn export_names_its_format_as_the_user_types_it() {
     let env = Env::new(DLQ, DEAD_BUS_URL);

@@ -345,6 +345,82 @@ fn malformed_workflows_are_usage_errors_naming_the_problem_and_create_no_job() {
     );
 }
 
+/// A template naming a field the items lack (`${item.nope}`) fails `dlq run` at validation,
+/// before any item runs: exit 2, one line naming the step, the variable and what to do, and no
+/// data directory. An input command is run once, by the job, which checks the items it selects
+/// before the first one runs: no job saved, no item run.
+#[test]
+fn a_template_naming_a_missing_field_fails_validation_before_any_item_runs() {
+    let flow = Flow::new(DLQ, DEAD_BUS_URL);
+    flow.items(&[json!({"id": "a", "x": 1}), json!({"id": "b"})]);
+    let workflow = |input: &str, agent: &str| {
+        format!(
+            "name: t\nmode: mapreduce\nmap:\n  input: {input}\n  json_path: \"$.items[*]\"\n  \
+             agent_template:\n    - shell: \"touch \\\"$DLQ_WORKFLOW_DIR/ran-${{item.id}}\\\"; echo {agent}\"\n"
+        )
+    };
+    let one_line = |out: &std::process::Output, needles: &[&str]| {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        for needle in needles {
+            assert!(stderr.contains(needle), "{needle} in: {stderr}");
+        }
+    };
+    let step = "`map.agent_template[0]`";
+    let out = flow.run(&workflow("items.json", "${item.nope}"), "nope");
+    one_line(
+        &out,
+        &[
+            step,
+            "2 of the 2 items",
+            "`item.nope`",
+            "check the field name",
+        ],
+    );
+    assert!(
+        !flow.env.data.exists(),
+        "validation created the data directory"
+    );
+    // A field only some items have: the first that lacks it is named.
+    let out = flow.run(&workflow("items.json", "${item.x}"), "some");
+    one_line(&out, &[step, "1 of the 2 items", "id b", "`item.x`"]);
+    assert!(
+        !flow.env.data.exists(),
+        "validation created the data directory"
+    );
+    // What the text alone says wrong needs no items.
+    let out = flow.run(&workflow("items.json", "${itm.x}"), "root");
+    one_line(&out, &[step, "`${itm.x}`", "fix the spelling"]);
+    assert!(
+        !flow.env.data.exists(),
+        "validation created the data directory"
+    );
+
+    let command = "{ command: \"cat items.json\" }";
+    let out = flow.run(&workflow(command, "${item.nope}"), "cmd");
+    one_line(&out, &[step, "2 of the 2 items", "`item.nope`"]);
+    assert!(
+        !flow.job_dir("cmd").join("job.json").exists(),
+        "the job was saved"
+    );
+    for id in ["a", "b"] {
+        assert!(
+            !flow.dir.join(format!("ran-{id}")).exists(),
+            "item {id} ran"
+        );
+    }
+    // The same workflow with a field every item has runs them.
+    let out = flow.run(&workflow(command, "${item.id}"), "cmd-ok");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(flow.dir.join("ran-b").exists());
+}
+
 /// The example workflows in `examples/workflows/` run as the README says.
 #[tokio::test]
 async fn the_example_workflows_run() {

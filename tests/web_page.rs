@@ -348,3 +348,135 @@ fn job_column(table: &str) -> Vec<String> {
 fn benches(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("bench-{i}")).collect()
 }
+
+/// The computed background colour of the page's body, as `[r, g, b]`.
+async fn body_background(browser: &Browser) -> [u64; 3] {
+    let colour = browser
+        .client
+        .execute(
+            "return getComputedStyle(document.body).backgroundColor;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let colour = colour.as_str().unwrap().to_owned();
+    let parts: Vec<u64> = colour
+        .trim_start_matches("rgb(")
+        .trim_end_matches(')')
+        .split(',')
+        .map(|p| p.trim().parse().unwrap())
+        .collect();
+    [parts[0], parts[1], parts[2]]
+}
+
+/// The page follows the browser's colour preference: dark with Chromium's
+/// `--force-dark-mode` (which makes `prefers-color-scheme: dark` match), light without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_is_dark_when_the_browser_prefers_dark() {
+    let env = dlq_testkit::cli::Env::new(DLQ, dlq_testkit::DEAD_BUS_URL);
+    assert!(env
+        .run(&["generate", "--items", "10", "--jobs", "2"])
+        .status
+        .success());
+    let server = Serve::start(&env, TOKEN);
+    let page = format!("http://127.0.0.1:{}/", server.port);
+    for (flags, dark) in [(&["--force-dark-mode"][..], true), (&[][..], false)] {
+        let browser = Browser::start_with(flags).await;
+        browser.client.goto(&page).await.unwrap();
+        browser.find("#token-form").await;
+        let prefers = browser
+            .client
+            .execute(
+                "return matchMedia('(prefers-color-scheme: dark)').matches;",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(prefers, Value::Bool(dark), "flags {flags:?}");
+        let [r, g, b] = body_background(&browser).await;
+        let brightness = (r + g + b) / 3;
+        if dark {
+            assert!(
+                brightness < 60,
+                "a dark preference gives rgb({r}, {g}, {b})"
+            );
+        } else {
+            assert!(brightness > 200, "no preference gives rgb({r}, {g}, {b})");
+        }
+        type_into(&browser, "#token-input", TOKEN).await;
+        click(&browser, "#token-submit").await;
+        browser.text_until("#items-total", |t| t == "10").await;
+        let name = if dark {
+            "dark-overview"
+        } else {
+            "light-overview"
+        };
+        browser.screenshot(&screenshot_dir(), name).await;
+        browser.close().await;
+    }
+}
+
+/// The item list refreshes itself: an item a running job dead-letters after the page loaded
+/// appears without a reload, under the filter the page was opened with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_item_list_shows_an_item_stored_after_it_loaded() {
+    let flow = Flow::new(DLQ, dlq_testkit::DEAD_BUS_URL);
+    // `early` fails at once, `late` once `go` exists; `keep` holds the job (and its API) open
+    // until `end` exists, then succeeds.
+    flow.items(&[
+        json!({"id": "early", "n": 0}),
+        json!({"id": "late", "n": 1}),
+        json!({"id": "keep", "n": 2}),
+    ]);
+    let workflow = r#"
+name: held
+mode: mapreduce
+map:
+  input: items.json
+  json_path: "$.items[*]"
+  max_parallel: 3
+  agent_template:
+    - shell: "wait_for() { while [ ! -f \"$DLQ_WORKFLOW_DIR/$1\" ]; do sleep 0.05; done; }; case ${item.n} in 2) wait_for end; exit 0;; 1) wait_for go;; esac; echo 'failed on purpose' >&2; exit 1"
+"#;
+    let job = flow.spawn_run(workflow, "held");
+    // The running job serves the API (and the page) it announces in serve.json.
+    let announced = flow.env.data.join("serve.json");
+    let url = dlq_testkit::poll_until(Duration::from_secs(60), || {
+        let text = std::fs::read_to_string(&announced).ok()?;
+        let doc: Value = serde_json::from_str(&text).ok()?;
+        doc["url"].as_str().map(str::to_owned)
+    })
+    .expect("the job announced its API");
+    let browser = Browser::start().await;
+    let filter = "item.n%20%3E%3D%200";
+    browser
+        .client
+        .goto(&format!("{url}/#/items?filter={filter}"))
+        .await
+        .unwrap();
+    let table = browser
+        .text_until("#items-table", |t| t.contains("early"))
+        .await;
+    assert!(!table.contains("late"), "{table}");
+    browser
+        .text_until("#matched", |t| t.starts_with("1 matching"))
+        .await;
+    flow.write("go", "");
+    browser
+        .text_until("#matched", |t| t.starts_with("2 matching"))
+        .await;
+    let table = browser.find("#items-table").await.text().await.unwrap();
+    assert!(table.contains("early") && table.contains("late"), "{table}");
+    let kept = browser.find("#filter").await.prop("value").await.unwrap();
+    assert_eq!(kept.as_deref(), Some("item.n >= 0"), "the filter box");
+    browser.close().await;
+    flow.write("end", "");
+    let out = job.wait_with_output().unwrap();
+    let (code, report) = flow::report(&out);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(
+        counts(&report).1,
+        2,
+        "early and late dead-lettered, keep succeeded: {report}"
+    );
+}

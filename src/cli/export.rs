@@ -9,6 +9,7 @@ use futures::StreamExt;
 use serde_json::json;
 
 use super::list::with_sink;
+use super::work_bar::WorkBar;
 use super::{open, Cli, CliError, Format, EXIT_OK};
 use crate::query::export::{export, ExportFormat};
 use crate::query::import::{ImportLimits, ImportSource};
@@ -90,13 +91,16 @@ pub async fn run_import(cli: &Cli, args: &ImportArgs) -> Result<u8, CliError> {
         capacity_per_job: config.sink.capacity_per_job,
     };
     let source = ImportSource::open(&args.path, limits)?;
-    let plan = source.validate()?;
+    let reading = WorkBar::spinner("reading and checking every item before importing");
+    let plan = source.validate();
+    reading.finish();
+    let plan = plan?;
     for warning in &plan.warnings {
         eprintln!("dlq import: warning: {warning}");
     }
     let sink = open::sink(cli, &config).await?;
     let emitter = open::emitter_with_sink(&config, sink, false).await?;
-    let outcome = append_all(&emitter, source).await;
+    let outcome = append_all(&emitter, source, plan.items).await;
     let published = emitter.finish_publishing(args.drain_timeout).await;
     emitter.shutdown().await?;
     let (imported, skipped) = outcome?;
@@ -126,7 +130,11 @@ pub async fn run_import(cli: &Cli, args: &ImportArgs) -> Result<u8, CliError> {
 
 /// Reads the source on a blocking thread and appends its items with bounded concurrency.
 /// Returns (imported, skipped because already present).
-async fn append_all(emitter: &NodeEmitter, source: ImportSource) -> Result<(u64, u64), CliError> {
+async fn append_all(
+    emitter: &NodeEmitter,
+    source: ImportSource,
+    found: u64,
+) -> Result<(u64, u64), CliError> {
     let (tx, mut rx) = tokio::sync::mpsc::channel(IMPORT_CONCURRENCY * 2);
     let reader = tokio::task::spawn_blocking(move || {
         source.for_each(&mut |found| {
@@ -149,7 +157,9 @@ async fn append_all(emitter: &NodeEmitter, source: ImportSource) -> Result<(u64,
         .buffer_unordered(IMPORT_CONCURRENCY);
     let (mut imported, mut skipped) = (0u64, 0u64);
     let mut failure = None;
+    let bar = WorkBar::new(found, "items");
     while let Some(result) = results.next().await {
+        bar.add(1);
         match result {
             Ok(true) => imported += 1,
             Ok(false) => skipped += 1,
@@ -159,6 +169,7 @@ async fn append_all(emitter: &NodeEmitter, source: ImportSource) -> Result<(u64,
             }
         }
     }
+    bar.finish();
     drop(results);
     rx.close();
     let read = reader

@@ -11,6 +11,7 @@ use futures::StreamExt;
 use serde_json::json;
 
 use super::demo::sample_item;
+use super::work_bar::WorkBar;
 use super::{open, Cli, CliError, Format, EXIT_OK};
 use dlq::domain::command::Command;
 use dlq::sink::{Sink, SledSink};
@@ -97,16 +98,21 @@ async fn append_generated(
         })
         .buffer_unordered(CONCURRENCY);
     futures::pin_mut!(appends);
+    let bar = WorkBar::new(items, "items");
     let mut written = 0u64;
     let mut failure = None;
     while let Some(result) = appends.next().await {
         match result {
-            Ok(n) => written += n,
+            Ok(n) => {
+                written += n;
+                bar.add(n);
+            }
             Err(err) => {
                 failure = Some(err);
                 break;
             }
         }
     }
+    bar.finish();
     (written, failure)
 }

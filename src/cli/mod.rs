@@ -23,6 +23,7 @@ mod signals;
 mod status;
 mod stream;
 mod tour;
+mod work_bar;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

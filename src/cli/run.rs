@@ -149,7 +149,7 @@ impl JobApi {
 /// Runs a new job.
 pub async fn run_job(cli: &Cli, args: &RunArgs) -> Result<u8, CliError> {
     // A workflow that cannot run fails before the data directory is opened (and created).
-    runner::check_workflow(&args.workflow).map_err(RunError::from)?;
+    runner::check_workflow(&args.workflow).await?;
     session(cli, &args.runner, |emitter, options, cancel, mode| {
         runner::start(
             emitter,

@@ -24,7 +24,7 @@ use super::job_store::{
 use super::job_summary::{JobSummary, Outcome, Tally};
 use super::map::{run_map, MapEnd, Work};
 use super::progress::{Progress, ProgressMode};
-use super::workflow::{Input, Isolation, Step, Workflow};
+use super::workflow::{item_map_vars, Input, Isolation, Step, Workflow};
 use dlq::bus::Bus;
 use dlq::emitter::Emitter;
 use dlq::sink::SledSink;
@@ -109,6 +109,9 @@ pub async fn start<B: Bus>(
             max_items: map.max_items,
         },
     )?;
+    // A field the agent template names and an item lacks: refused before the job is saved
+    // and before any item runs (setup may have made the input, so this is the first chance).
+    workflow.check_items(&items)?;
     let record = JobRecord {
         job_id: job_id.clone(),
         workflow,
@@ -239,14 +242,13 @@ async fn run<B: Bus>(session: Session<B>) -> Result<JobReport, RunError> {
         recovered,
         resumed,
     } = session;
-    let total = record.items.len() as u64;
     store.append_event(JobEventKind::JobStarted {
         workflow: record.workflow.name.clone(),
         total: record.items.len(),
         pending: pending.len(),
         resumed,
     })?;
-    let map_vars = BTreeMap::from([("total".to_owned(), total.to_string())]);
+    let map_vars = item_map_vars(record.items.len());
     let ctx = Arc::new(JobContext {
         emitter,
         store,

@@ -58,6 +58,7 @@ pub use input::InputError;
 pub use job::{start, JobReport};
 pub use job_summary::{FailurePattern, JobSummary};
 pub use progress::ProgressMode;
+pub use template::TemplateError;
 pub use workflow::WorkflowError;
 
 pub(crate) use context::{DEFAULT_AGENT_COMMAND, DEFAULT_TOPIC};
@@ -67,9 +68,36 @@ pub(crate) use job_view::{current_summary, item_events};
 pub(crate) use retry::{retry_job, RetryJob, RetryOptions, RetryReport};
 
 /// Reads and validates the workflow file at `path` as [`start`] does, running nothing: `dlq
-/// run` checks it before it opens (and so creates) the data directory.
-pub(crate) fn check_workflow(path: &std::path::Path) -> Result<(), WorkflowError> {
-    workflow::Workflow::load(path).map(|_| ())
+/// run` checks it before it opens (and so creates) the data directory. With an input file and
+/// no setup step (which could make the file), the items are selected and the agent template
+/// checked against each of them too; an input command runs only once, in the job (which checks
+/// its items before the first one runs).
+pub(crate) async fn check_workflow(path: &std::path::Path) -> Result<(), RunError> {
+    let workflow = workflow::Workflow::load(path)?;
+    let workflow::Input::File(file) = &workflow.map.input else {
+        return Ok(());
+    };
+    if !workflow.setup.is_empty() {
+        return Ok(());
+    }
+    let base_dir = std::path::absolute(path)
+        .ok()
+        .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
+        .unwrap_or_else(|| std::path::PathBuf::from("."));
+    let doc = input::load_input(input::InputSource::File(file), &base_dir, &workflow.env).await?;
+    let map = &workflow.map;
+    let items = input::select_items(
+        &doc,
+        &input::SelectOptions {
+            json_path: &map.json_path,
+            filter: map.filter.as_deref(),
+            sort_by: map.sort_by.as_deref(),
+            offset: map.offset,
+            max_items: map.max_items,
+        },
+    )?;
+    workflow.check_items(&items)?;
+    Ok(())
 }
 
 /// Parses and validates workflow YAML as `dlq run` does (the entry point of `crate::fuzzing`).

@@ -44,6 +44,11 @@ pub fn installed() -> bool {
 impl Browser {
     /// Starts chromedriver and a headless Chromium session with a 1280×900 window.
     pub async fn start() -> Browser {
+        Browser::start_with(&[]).await
+    }
+
+    /// [`Browser::start`] with more Chromium flags (e.g. `--force-dark-mode`).
+    pub async fn start_with(flags: &[&str]) -> Browser {
         assert!(
             installed(),
             "chromium and chromedriver are missing: run scripts/install-chromium.sh \
@@ -65,7 +70,7 @@ impl Browser {
             std::net::TcpStream::connect(("127.0.0.1", port)).ok()
         });
         assert!(up.is_some(), "chromedriver never answered on port {port}");
-        let args = [
+        let mut args = vec![
             "--headless".to_owned(),
             "--no-sandbox".to_owned(),
             "--disable-gpu".to_owned(),
@@ -78,6 +83,7 @@ impl Browser {
             "--window-size=1280,1000".to_owned(),
             format!("--user-data-dir={}", profile.path().display()),
         ];
+        args.extend(flags.iter().map(|f| (*f).to_owned()));
         let caps = json!({
             "goog:chromeOptions": {
                 "binary": configured("CHROMIUM_BIN", CHROMIUM),

@@ -247,9 +247,64 @@ pub fn signature(error_type: &ErrorType, message: &str) -> Signature {
     let normalized = normalize(message);
     let digest = Sha256::digest(format!("{name}\n{normalized}").as_bytes());
     let hash = format!("{digest:x}").chars().take(16).collect();
-    let words: Vec<&str> = normalized.split(' ').take(PATTERN_WORDS).collect();
-    let pattern = format!("{name}::{}", words.join(" "));
+    let pattern = format!("{name}::{}", pattern_words(&normalized));
     Signature { hash, pattern }
+}
+
+/// The first [`PATTERN_WORDS`] words of a normalised message, never ending inside a quoted
+/// string (`"..."`, `` `...` ``, `'...'`): one the cut would split is kept whole when it closes
+/// within [`PATTERN_WORDS`] more words, else left out and the cut marked with ` …`.
+fn pattern_words(normalized: &str) -> String {
+    let words: Vec<&str> = normalized.split(' ').collect();
+    if words.len() <= PATTERN_WORDS {
+        return words.join(" ");
+    }
+    let mut quote = None;
+    let mut opened_at = 0;
+    for (i, word) in words.iter().take(PATTERN_WORDS).enumerate() {
+        let before = quote;
+        quote = quote_after(quote, word);
+        if before.is_none() && quote.is_some() {
+            opened_at = i;
+        }
+    }
+    let Some(open) = quote else {
+        return words[..PATTERN_WORDS].join(" ");
+    };
+    let mut state = Some(open);
+    for (i, word) in words
+        .iter()
+        .enumerate()
+        .skip(PATTERN_WORDS)
+        .take(PATTERN_WORDS)
+    {
+        state = quote_after(state, word);
+        if state.is_none() {
+            return words[..=i].join(" ");
+        }
+    }
+    match opened_at {
+        0 => format!("{} …", words[..PATTERN_WORDS].join(" ")),
+        start => format!("{} …", words[..start].join(" ")),
+    }
+}
+
+/// The quote still open after `word`, given the one open before it. `"` and `` ` `` open and
+/// close by turns; `'` opens only after a non-alphanumeric character or at the start of the
+/// word, and closes only before one or at its end, so apostrophes (`don't`) are not quotes.
+fn quote_after(mut open: Option<char>, word: &str) -> Option<char> {
+    let chars: Vec<char> = word.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        let alnum_before = i > 0 && chars[i - 1].is_alphanumeric();
+        let alnum_after = chars.get(i + 1).is_some_and(|n| n.is_alphanumeric());
+        open = match (open, c) {
+            (None, '"' | '`') => Some(c),
+            (None, '\'') if !alnum_before => Some(c),
+            (Some(q), _) if q == c && (c != '\'' || !alnum_after) => None,
+            (other, _) => other,
+        };
+    }
+    open
 }
 
 #[rustfmt::skip]
@@ -418,6 +473,32 @@ mod tests {
         assert_eq!(a, signature(&failed(1), second));
         let expected = "CommandFailed::cargo test failed with exit code <n> after";
         assert_eq!(a.pattern, expected);
+    }
+
+    #[test]
+    fn the_pattern_never_ends_inside_a_quoted_string() {
+        let pattern = |message: &str| signature(&ErrorType::Unknown, message).pattern;
+        // A quoted string across the eighth word is kept whole ...
+        assert_eq!(
+            pattern(r#"config error: unknown key in the section "max paralel items" here"#),
+            r#"Unknown::config error: unknown key in the section "max paralel items""#
+        );
+        assert_eq!(
+            pattern("thread 'main' panicked at 'index out of range for slice' here"),
+            "Unknown::thread 'main' panicked at 'index out of range for slice'"
+        );
+        // ... or, when it runs on past eight more words, left out with an ellipsis.
+        let long = format!(
+            "bad input for step two: \"{}\"",
+            "word ".repeat(20).trim_end()
+        );
+        assert_eq!(pattern(&long), "Unknown::bad input for step two: …");
+        // Apostrophes are not quotes; a message of eight words or fewer is whole.
+        assert_eq!(
+            pattern("it can't run because the agent isn't ready yet today"),
+            "Unknown::it can't run because the agent isn't ready"
+        );
+        assert_eq!(pattern(r#"missing "a b"#), r#"Unknown::missing "a b"#);
     }
 
     #[test]

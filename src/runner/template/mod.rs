@@ -9,15 +9,17 @@
 //! Names the [`Lookup`] does not claim (`${HOME}`, `${N:-1}`) are left for the shell when they
 //! are shell parameter expansions; anything else is an error, so typos fail before a step runs.
 
+mod check;
 mod shell;
 
+pub(super) use check::Scope;
 pub(super) use shell::{render_shell, ShellCommand};
 
 use std::collections::BTreeMap;
 
 /// Why a template could not be rendered; each message says what to fix in the workflow.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(super) enum TemplateError {
+pub enum TemplateError {
     /// A `${` without its closing `}`.
     #[error(
         "`${{` at byte {offset} is never closed: add the `}}`, or write `\\${{` (shell step) or \
@@ -97,13 +99,18 @@ fn value_text(value: &serde_json::Value) -> String {
     }
 }
 
+/// `item.a.b` as (`item`, `.a.b`): the variable's root name and the rest.
+fn split_root(expr: &str) -> (&str, &str) {
+    let head_len = expr
+        .bytes()
+        .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+        .count();
+    expr.split_at(head_len)
+}
+
 impl Lookup for ItemVars<'_> {
     fn lookup(&self, expr: &str) -> Result<Option<String>, TemplateError> {
-        let head_len = expr
-            .bytes()
-            .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
-            .count();
-        let (head, rest) = expr.split_at(head_len);
+        let (head, rest) = split_root(expr);
         let invalid = || TemplateError::InvalidExpression { expr: expr.into() };
         match head {
             "item" => {

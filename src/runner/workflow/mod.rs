@@ -12,9 +12,13 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 mod error_policy;
+mod templates;
 pub(super) use error_policy::{
     BackoffStrategy, CircuitBreakerConfig, ErrorCollection, ErrorPolicy, OnItemFailure, RetryConfig,
 };
+pub(super) use templates::item_map_vars;
+
+use super::template::TemplateError;
 
 /// A parsed and validated workflow file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -202,6 +206,36 @@ pub enum WorkflowError {
         /// The parser's message, with line, column, the offending key and a snippet.
         message: String,
     },
+    /// A step's template cannot render in its phase: a `${` never closed, a name that is no
+    /// variable, `${item...}` in a step without an item, an unknown `map.NAME`, ...
+    #[error("workflow template `{field}`: {source}")]
+    Template {
+        /// The step, e.g. `map.agent_template[0]`.
+        field: String,
+        /// What is wrong and what to do.
+        #[source]
+        source: TemplateError,
+    },
+    /// A step run with an item does not render for some items (a field they lack).
+    #[error(
+        "workflow template `{field}` does not fit {failing} of the {total} items (the first: \
+         item {position}, id {item_id}): {source}, or leave such items out with `map.filter`"
+    )]
+    ItemTemplate {
+        /// The step, e.g. `map.agent_template[0]`.
+        field: String,
+        /// Items the template does not render for.
+        failing: usize,
+        /// Items selected.
+        total: usize,
+        /// Position (from 1) of the first item that does not fit.
+        position: usize,
+        /// Its id.
+        item_id: String,
+        /// Why it does not render.
+        #[source]
+        source: TemplateError,
+    },
     /// A value is well-formed but not acceptable.
     #[error("workflow field `{field}` is invalid: {message}")]
     Invalid {
@@ -312,7 +346,8 @@ impl Workflow {
             }
             check_steps(&field, steps)?;
         }
-        self.validate_error_policy()
+        self.validate_error_policy()?;
+        self.check_templates()
     }
 
     fn validate_map(&self) -> Result<(), WorkflowError> {

@@ -362,3 +362,4 @@ fn load_names_the_path() {
 }
 
 mod error_policy;
+mod templates;

@@ -1,8 +1,10 @@
 // Items: the `dlq list` table with the CEL filter, the flag filters, paging, row checkboxes,
-// and the actions on the filtered set (retry selected / all matching, export).
+// and the actions on the filtered set (retry selected / all matching, export). The list
+// refreshes itself as the overview does.
 import { el, replace, note, pageLink, age } from "./dom.js";
 import { call, query, ApiError } from "./api.js";
 import { retryPanel } from "./retry.js";
+import { REFRESH_MS } from "./overview.js";
 
 /** The list parameters a page of items is fetched with (the rest of the hash's parameters). */
 export const FILTER_KEYS = ["filter", "job_id", "error_type", "signature", "eligible", "since", "until"];
@@ -39,14 +41,51 @@ export async function items(root, route, { fail }) {
     }
     throw err;
   }
-  replace(status, el("p", { id: "matched" },
-    page.matched === null ? "" : `${page.matched} matching`,
-    page.items.length ? ` · showing ${page.items.length}` : ""));
+  // The rows' checkboxes, refilled by each redraw; `selected` reads the current ones.
   const boxes = [];
-  const rows = page.items.map((it) => {
+  const draw = (page) => {
+    const checked = new Set(boxes.filter((b) => b.checked).map(rowKey));
+    boxes.length = 0;
+    replace(status, el("p", { id: "matched" },
+      page.matched === null ? "" : `${page.matched} matching`,
+      page.items.length ? ` · showing ${page.items.length}` : ""));
+    replace(tableBox, itemsTable(page.items, boxes, checked),
+      pager(filters, limit, after, page.next_cursor));
+  };
+  draw(page);
+
+  const selected = () => boxes.filter((b) => b.checked).map((b) => ({ job_id: b.dataset.job, item_id: b.dataset.item }));
+  replace(actionBox, retryPanel({ filters, jobs, selected, matched: page.matched, fail }),
+    exportPanel(filters, fail));
+
+  // Refresh the same page of the same filter, keeping the scroll position and the checked
+  // rows; not while the operator is editing the filters (their text stays as typed).
+  let stopped = false;
+  const refresh = async () => {
+    if (form.contains(document.activeElement) && document.activeElement.matches("input, select")) return;
+    const next = await call("/v1/items" + query({ ...filters, limit, after }));
+    if (stopped) return;
+    const [x, y] = [window.scrollX, window.scrollY];
+    draw(next);
+    window.scrollTo(x, y);
+  };
+  const timer = setInterval(() => refresh().catch((err) => { clearInterval(timer); fail(err); }), REFRESH_MS);
+  return () => { stopped = true; clearInterval(timer); };
+}
+
+/** A row's identity, to keep its checkbox over a refresh. */
+function rowKey(box) {
+  return JSON.stringify([box.dataset.job, box.dataset.item]);
+}
+
+/** The table of one page of items (a note when there are none); fills `boxes`. */
+function itemsTable(items, boxes, checked) {
+  if (!items.length) return note("ok", "No item matches.", " ");
+  const rows = items.map((it) => {
     const box = el("input", { type: "checkbox", class: "row-check", "aria-label": "select " + it.item_id });
     box.dataset.job = it.job_id;
     box.dataset.item = it.item_id;
+    box.checked = checked.has(rowKey(box));
     boxes.push(box);
     return el("tr", {},
       el("td", {}, box),
@@ -60,17 +99,10 @@ export async function items(root, route, { fail }) {
   });
   const all = el("input", { type: "checkbox", id: "select-all", "aria-label": "select all on this page" });
   all.addEventListener("change", () => boxes.forEach((b) => { b.checked = all.checked; }));
-  replace(tableBox, page.items.length
-    ? el("table", { id: "items-table" },
-      el("thead", {}, el("tr", {}, el("th", {}, all), ["job", "item", "error type", "failures",
-        "last failure", "eligible", "last error"].map((h) => el("th", {}, h)))),
-      el("tbody", {}, rows))
-    : note("ok", "No item matches.", " "), pager(filters, limit, after, page.next_cursor));
-
-  const selected = () => boxes.filter((b) => b.checked).map((b) => ({ job_id: b.dataset.job, item_id: b.dataset.item }));
-  replace(actionBox, retryPanel({ filters, jobs, selected, matched: page.matched, fail }),
-    exportPanel(filters, fail));
-  return null;
+  return el("table", { id: "items-table" },
+    el("thead", {}, el("tr", {}, el("th", {}, all), ["job", "item", "error type", "failures",
+      "last failure", "eligible", "last error"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, rows));
 }
 
 function filterForm(f, limit, jobs) {

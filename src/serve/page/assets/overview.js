@@ -3,7 +3,8 @@
 import { el, replace, table, age, note, pageLink, text } from "./dom.js";
 import { call } from "./api.js";
 
-const REFRESH_MS = 3000;
+/** How often the overview and the item list refresh themselves. */
+export const REFRESH_MS = 3000;
 const TOP_JOBS = 10;
 // Whether "show all" was clicked: kept over the refreshes, which redraw the tables.
 let allJobs = false;
