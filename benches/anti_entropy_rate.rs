@@ -25,7 +25,7 @@ use std::sync::Arc;
 use async_nats::jetstream;
 use dlq::bus::{Bus, BusConfig, NatsBus, HEADER_MSG_ID};
 use dlq::emitter::{AntiEntropyConfig, EmitterBuilder};
-use dlq::sink::{SinkConfig, SledSink};
+use dlq::sink::{LocalSink, SinkConfig};
 use dlq_testkit::items::template_item;
 use dlq_testkit::NatsServer;
 
@@ -140,7 +140,7 @@ async fn main() {
 async fn end_to_end(seconds: u64, tasks: usize) {
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let sink = SledSink::open(SinkConfig::new(dir.path())).unwrap();
+    let sink = LocalSink::open(SinkConfig::new(dir.path())).unwrap();
     let bus = NatsBus::connect(BusConfig::at(server.url())).await.unwrap();
     let config = AntiEntropyConfig {
         interval: Duration::from_secs(5),

@@ -34,7 +34,7 @@ use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::consumer::{run_durable, ConsumerStore, DurableConfig};
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::{Emitter, EmitterBuilder};
-use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq::sink::{LocalSink, Sink, SinkConfig};
 use dlq_testkit::bench::suite;
 use dlq_testkit::items::template_item;
 use dlq_testkit::NatsServer;
@@ -88,7 +88,7 @@ async fn stream_last(js: &async_nats::jetstream::Context) -> u64 {
 
 /// Emits at `rate` for `seconds` from `EMITTERS` tasks; returns (emitted, errors, seconds).
 async fn emit_load(
-    emitter: &Emitter<SledSink, NatsBus>,
+    emitter: &Emitter<LocalSink, NatsBus>,
     rate: Rate,
     seconds: f64,
 ) -> (u64, u64, f64) {
@@ -142,7 +142,7 @@ async fn run_rate(base: &Path, rate: Rate, seconds: f64) -> Outcome {
     let server = NatsServer::start();
     let mut sink_config = SinkConfig::new(dir.join("sink"));
     sink_config.capacity_per_job = 10_000_000;
-    let sink = SledSink::open(sink_config).unwrap();
+    let sink = LocalSink::open(sink_config).unwrap();
     let bus = NatsBus::connect(BusConfig {
         url: server.url(),
         ..BusConfig::default()

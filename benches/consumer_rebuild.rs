@@ -28,12 +28,12 @@ use dlq::domain::command::Command;
 use dlq::domain::event::Event;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::emitter::EmitterBuilder;
-use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq::sink::{LocalSink, Sink, SinkConfig};
 use dlq_testkit::bench::suite;
 use dlq_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
 
-async fn fill(sink: &SledSink, events: usize) {
+async fn fill(sink: &LocalSink, events: usize) {
     let blob = "x".repeat(1024);
     let tasks: Vec<_> = (0..64)
         .map(|task| {
@@ -105,7 +105,7 @@ fn main() {
     runtime.block_on(async {
         let work = tempfile::tempdir().unwrap();
         let server = NatsServer::start();
-        let sink = SledSink::open(SinkConfig {
+        let sink = LocalSink::open(SinkConfig {
             capacity_per_job: 10_000_000,
             ..SinkConfig::new(work.path().join("data"))
         })

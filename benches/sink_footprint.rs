@@ -31,7 +31,7 @@ use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::EmitterBuilder;
 use dlq::sink::test_support::key_prefixes as keys;
-use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq::sink::{LocalSink, Sink, SinkConfig};
 use dlq_ops::query::stats::stats;
 use dlq_testkit::bench::suite;
 use dlq_testkit::items::template_item;
@@ -104,7 +104,7 @@ async fn emitter_rss(
     let bus = NatsBus::connect(config).await.expect("connect bus");
     let (before, _) = rss_mib();
     let started = Instant::now();
-    let sink = SledSink::open(SinkConfig::new(data)).expect("open sink");
+    let sink = LocalSink::open(SinkConfig::new(data)).expect("open sink");
     let open_ms = started.elapsed().as_secs_f64() * 1e3;
     let (opened, _) = rss_mib();
     let items_before = stats(&sink, None).expect("stats").total_items;
@@ -160,7 +160,7 @@ async fn emitter_rss(
     rows.push(SuiteRow::new(SECTION, fig(&format!("emitter peak RSS, sink open + {emits} emits")), peak, "MiB").note(format!("VmHWM; {after:.0} MiB resident after the emits; {IN_FLIGHT} in flight, bus up, {rate:.0} emits/s, {published} published")));
     rows.push(
         SuiteRow::new(SECTION, fig("sink open"), open_ms, "ms")
-            .note("SledSink::open of the data directory in this process"),
+            .note("LocalSink::open of the data directory in this process"),
     );
     (label, items_after)
 }

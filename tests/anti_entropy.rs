@@ -11,12 +11,12 @@ use async_nats::jetstream;
 use dlq::bus::{Bus, BusConfig, NatsBus, HEADER_MSG_ID};
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::{AntiEntropyConfig, AntiEntropyStats, Emitter, EmitterBuilder};
-use dlq::sink::{LogRetention, Sink, SinkConfig, SledSink};
+use dlq::sink::{LocalSink, LogRetention, Sink, SinkConfig};
 use dlq_testkit::items::template_item;
 use dlq_testkit::stream::{metric_value, metrics, stream_len, stream_messages};
 use dlq_testkit::{wait_for, NatsServer};
 
-type TestEmitter = Emitter<SledSink, NatsBus>;
+type TestEmitter = Emitter<LocalSink, NatsBus>;
 
 /// Metrics are process-wide: the tests of this file run one at a time so that each sees only
 /// its own emitter's counts.
@@ -34,7 +34,7 @@ async fn emitter_on(
     anti_entropy: Option<AntiEntropyConfig>,
 ) -> TestEmitter {
     metrics();
-    let sink = SledSink::open(SinkConfig {
+    let sink = LocalSink::open(SinkConfig {
         node_id: Some("ae-node".into()),
         ..config
     })

@@ -10,7 +10,7 @@ use chrono::Utc;
 use dlq::bus::{Bus, BusConfig, BusMode, NatsBus};
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::emitter::{Emitter, EmitterBuilder};
-use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq::sink::{LocalSink, Sink, SinkConfig};
 use dlq_testkit::{wait_for, NatsServer};
 use futures::StreamExt;
 
@@ -29,8 +29,8 @@ fn item(id: &str) -> DeadLetteredItem {
     DeadLetteredItem::new("job-b", id, serde_json::json!({}), vec![failure]).unwrap()
 }
 
-async fn emitter(dir: &std::path::Path, config: BusConfig) -> Emitter<SledSink, NatsBus> {
-    let sink = SledSink::open(SinkConfig::new(dir)).unwrap();
+async fn emitter(dir: &std::path::Path, config: BusConfig) -> Emitter<LocalSink, NatsBus> {
+    let sink = LocalSink::open(SinkConfig::new(dir)).unwrap();
     let bus = NatsBus::connect(config).await.unwrap();
     EmitterBuilder::new(sink, bus).build()
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use dlq::sink::{SinkConfig, SledSink};
+use dlq::sink::{LocalSink, SinkConfig};
 use dlq_testkit::stream::stream_len;
 use dlq_testkit::{spawn_tied, wait_for, NatsServer};
 use nix::sys::signal::{kill, Signal};
@@ -44,7 +44,7 @@ fn setup(work: &Path) -> std::path::PathBuf {
 }
 
 fn event_count(data: &Path) -> u64 {
-    let sink = SledSink::open(SinkConfig::new(data)).unwrap();
+    let sink = LocalSink::open(SinkConfig::new(data)).unwrap();
     sink.events_from(1).count() as u64
 }
 

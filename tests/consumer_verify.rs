@@ -15,7 +15,7 @@ use dlq::domain::event::RemovalReason;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::{EmitterBuilder, TopicPolicies, TopicPolicy};
-use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq::sink::{LocalSink, Sink, SinkConfig};
 use dlq_testkit::{wait_for, NatsServer};
 use serde_json::Value;
 
@@ -50,7 +50,7 @@ fn json(output: &Output) -> Value {
 async fn rebuild_from_the_stream_equals_the_sink_after_a_mixed_workload_and_an_outage() {
     let mut server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let sink = SledSink::open(SinkConfig {
+    let sink = LocalSink::open(SinkConfig {
         capacity_per_job: 5,
         ..SinkConfig::new(dir.path().join("data"))
     })

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq::sink::{LocalSink, Sink, SinkConfig};
 use dlq_testkit::stream::stream_ids;
 use dlq_testkit::{spawn_tied, NatsServer};
 use nix::sys::signal::{kill, Signal};
@@ -98,7 +98,7 @@ async fn every_acknowledged_event_survives_sigkill_and_reaches_the_bus() {
     }
 
     // Every acknowledged event is in the log, under its own sequence.
-    let sink = SledSink::open(SinkConfig::new(&data_dir)).expect("reopen after SIGKILLs");
+    let sink = LocalSink::open(SinkConfig::new(&data_dir)).expect("reopen after SIGKILLs");
     let node = sink.node_id().to_owned();
     for id in &acked {
         let seq: u64 = id.rsplit(':').next().unwrap().parse().unwrap();
@@ -232,7 +232,7 @@ async fn after_a_power_cut_the_log_restores_every_acknowledged_event() {
         "sink:\n  checkpoint_every: 1h\ntopics:\n  default:\n    retry_attempts: 0\nbus:\n  publish_timeout: 100ms\n  reconnect_max_delay: 200ms\n",
     )
     .unwrap();
-    let sink = SledSink::open(SinkConfig::new(&data_dir)).unwrap(); // node id and layout, flushed
+    let sink = LocalSink::open(SinkConfig::new(&data_dir)).unwrap(); // node id and layout, flushed
     sink.close().await.unwrap();
     drop(sink);
 
@@ -253,7 +253,7 @@ async fn after_a_power_cut_the_log_restores_every_acknowledged_event() {
         }
         copy_tree(&checkpoint, &data_dir);
 
-        let sink = SledSink::open(SinkConfig::new(&data_dir)).expect("reopen after the cut");
+        let sink = LocalSink::open(SinkConfig::new(&data_dir)).expect("reopen after the cut");
         for id in &acked {
             let seq: u64 = id.rsplit(':').next().unwrap().parse().unwrap();
             let event = sink.event(seq).unwrap();

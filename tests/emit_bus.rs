@@ -9,7 +9,7 @@ use dlq::bus::NatsBus;
 use dlq::domain::event::EventKind;
 use dlq::domain::model::DeadLetteredItem;
 use dlq::emitter::{EmitError, Emitter, TopicPolicy};
-use dlq::sink::{Sink, SinkConfig, SinkError, SledSink};
+use dlq::sink::{LocalSink, Sink, SinkConfig, SinkError};
 use dlq_testkit::items::failed_once;
 use dlq_testkit::node::{
     self, assert_stream_matches_log, connected, drained, kill_bus, logged_ids,
@@ -21,7 +21,7 @@ use serde_json::json;
 const PUBLISH_TIMEOUT: Duration = Duration::from_millis(500);
 const RETRY_DELAY: Duration = Duration::from_millis(300);
 
-type TestEmitter = Emitter<SledSink, NatsBus>;
+type TestEmitter = Emitter<LocalSink, NatsBus>;
 
 /// The emitter's metrics are process-wide (one Prometheus recorder): tests that assert metric
 /// values would see what concurrent tests' emitters write, so the tests of this file run one at

@@ -12,7 +12,7 @@ use dlq::bus::NatsBus;
 use dlq::domain::event::EventKind;
 use dlq::domain::model::DeadLetteredItem;
 use dlq::emitter::{Emitter, PublishOutcome, TopicPolicy};
-use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq::sink::{LocalSink, Sink, SinkConfig};
 use dlq_ops::runner::{self, ProgressMode, RunOptions};
 use dlq_testkit::items::failed_once;
 use dlq_testkit::node::{
@@ -30,7 +30,7 @@ const LONG_DELAY: Duration = Duration::from_secs(600);
 /// What a durable-only call may take here at most; a blocking one would take 5 × 10 min.
 const BLOCKING: Duration = Duration::from_secs(60);
 
-type TestEmitter = Emitter<SledSink, NatsBus>;
+type TestEmitter = Emitter<LocalSink, NatsBus>;
 
 /// Metric values are process-wide: the tests of this file run one at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -54,7 +54,7 @@ async fn emitter(dir: &Path, url: &str, policy: TopicPolicy) -> TestEmitter {
 }
 
 /// The event ids the sink still has to publish.
-fn unpublished_ids(sink: &SledSink) -> HashSet<String> {
+fn unpublished_ids(sink: &LocalSink) -> HashSet<String> {
     sink.unpublished(0, usize::MAX)
         .unwrap()
         .into_iter()
@@ -183,7 +183,7 @@ async fn shutdown_with_background_publishes_pending_loses_nothing() {
     drop(emitter);
 
     // The sink is closed and free: nothing still holds it.
-    let sink = SledSink::open(SinkConfig::new(dir.path())).unwrap();
+    let sink = LocalSink::open(SinkConfig::new(dir.path())).unwrap();
     // Each task's final failure was audited before the sink closed, naming its event.
     let audited: HashSet<String> = sink
         .events_from(1)

@@ -11,7 +11,7 @@ use std::time::Duration;
 use dlq::bus::{Bus, NatsBus};
 use dlq::domain::model::DeadLetteredItem;
 use dlq::emitter::{Emitter, TopicPolicy};
-use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq::sink::{LocalSink, Sink, SinkConfig};
 use dlq_testkit::cli::Env;
 use dlq_testkit::items::failed_once;
 use dlq_testkit::stream::stream_ids;
@@ -21,7 +21,7 @@ const DLQ: &str = env!("CARGO_BIN_EXE_dlq");
 /// The server's `max_payload`: a normal event (about 1 KB) fits, a 32 KB one does not.
 const MAX_PAYLOAD: usize = 16 * 1024;
 
-type TestEmitter = Emitter<SledSink, NatsBus>;
+type TestEmitter = Emitter<LocalSink, NatsBus>;
 
 fn item(job: &str, id: &str, data_bytes: usize) -> DeadLetteredItem {
     let data = serde_json::json!({ "id": id, "blob": "x".repeat(data_bytes) });
@@ -153,7 +153,7 @@ async fn an_oversized_event_is_parked_and_later_events_reach_the_stream() {
 async fn an_unreadable_log_entry_is_parked_and_later_events_reach_the_stream() {
     let server = NatsServer::start();
     let env = Env::new(DLQ, &server.url());
-    let sink = SledSink::open(SinkConfig::new(&env.data)).unwrap();
+    let sink = LocalSink::open(SinkConfig::new(&env.data)).unwrap();
     for n in 0..3 {
         let command = dlq::domain::command::Command::DeadLetter {
             topic: "park".into(),

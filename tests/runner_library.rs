@@ -8,7 +8,7 @@ use dlq::bus::{BusConfig, NatsBus};
 use dlq::domain::event::EventKind;
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::EmitterBuilder;
-use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq::sink::{LocalSink, Sink, SinkConfig};
 use dlq_ops::runner::{self, ProgressMode, RunOptions};
 use dlq_testkit::stream::{metric_value, metrics, stream_messages};
 use dlq_testkit::{wait_for, NatsServer};
@@ -49,7 +49,7 @@ async fn a_job_exports_its_counts_and_failures_as_metrics() {
         "if ${item.bad}; then echo 'Permission denied' >&2; exit 1; fi",
     );
     let data = work.path().join("data");
-    let sink = SledSink::open(SinkConfig::new(&data)).unwrap();
+    let sink = LocalSink::open(SinkConfig::new(&data)).unwrap();
     let bus = NatsBus::connect(BusConfig {
         url: nats.url(),
         ..BusConfig::default()
@@ -119,7 +119,7 @@ async fn an_unconfirmed_dead_letter_counts_as_dead_lettered_once() {
     )
     .unwrap();
     let data = work.path().join("data");
-    let sink = SledSink::open(SinkConfig {
+    let sink = LocalSink::open(SinkConfig {
         store_timeout: Duration::from_millis(300),
         ..SinkConfig::new(&data)
     })
@@ -197,7 +197,7 @@ async fn an_item_whose_dlq_write_fails_stays_pending() {
         "if ${item.bad}; then exit 3; fi",
     );
     let data = work.path().join("data");
-    let sink = SledSink::open(SinkConfig::new(&data)).unwrap();
+    let sink = LocalSink::open(SinkConfig::new(&data)).unwrap();
     sink.faults().set_fail_writes(true);
     let bus = NatsBus::connect(BusConfig {
         url: dlq_testkit::DEAD_BUS_URL.into(),

@@ -11,7 +11,7 @@ use dlq::domain::event::{EncodedEvent, Event, EventKind, RemovalReason};
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::domain::projection::{MemoryProjection, StoredItem};
 use dlq::sink::purge;
-use dlq::sink::{Backlog, Sink, SinkConfig, SinkError, SledSink};
+use dlq::sink::{Backlog, LocalSink, Sink, SinkConfig, SinkError};
 use tempfile::TempDir;
 
 /// `events` as the bus gets them: what the sink stores is exactly their encoding.
@@ -57,24 +57,24 @@ fn clear(job: &str, limit: usize) -> Command {
     Command::Clear { job_id, limit }
 }
 
-fn reopen(dir: &Path, node: Option<&str>) -> Result<SledSink, SinkError> {
+fn reopen(dir: &Path, node: Option<&str>) -> Result<LocalSink, SinkError> {
     let mut config = SinkConfig::new(dir);
     config.node_id = node.map(str::to_owned);
-    SledSink::open(config)
+    LocalSink::open(config)
 }
 
-fn fresh(tweak: impl FnOnce(&mut SinkConfig)) -> (TempDir, SledSink) {
+fn fresh(tweak: impl FnOnce(&mut SinkConfig)) -> (TempDir, LocalSink) {
     let dir = TempDir::new().unwrap();
     let mut config = SinkConfig::new(dir.path());
     tweak(&mut config);
-    (dir, SledSink::open(config).unwrap())
+    (dir, LocalSink::open(config).unwrap())
 }
 
-fn len(sink: &SledSink, job: &str) -> u64 {
+fn len(sink: &LocalSink, job: &str) -> u64 {
     sink.job_len(job).unwrap()
 }
 
-async fn ok(sink: &SledSink, command: Command) -> Vec<Event> {
+async fn ok(sink: &LocalSink, command: Command) -> Vec<Event> {
     sink.append(command).await.unwrap()
 }
 
@@ -88,19 +88,19 @@ fn error<T>(result: Result<T, SinkError>) -> (String, String) {
 
 /// Closes the sink and drops the handle: sled's file lock goes with the last handle, not with
 /// `close` (a handle kept alive after `close` still locks the directory).
-async fn close(sink: SledSink) {
+async fn close(sink: LocalSink) {
     sink.close().await.unwrap();
 }
 
-fn log(sink: &SledSink) -> Vec<Event> {
+fn log(sink: &LocalSink) -> Vec<Event> {
     sink.events_from(1).collect::<Result<_, _>>().unwrap()
 }
 
-fn items(sink: &SledSink) -> Vec<StoredItem> {
+fn items(sink: &LocalSink) -> Vec<StoredItem> {
     sink.items().collect::<Result<_, _>>().unwrap()
 }
 
-fn ids_in(sink: &SledSink, job: &str) -> Vec<String> {
+fn ids_in(sink: &LocalSink, job: &str) -> Vec<String> {
     let of_job = items(sink).into_iter().filter(|s| s.item.job_id == job);
     of_job.map(|s| s.item.item_id).collect()
 }
@@ -119,7 +119,7 @@ fn brief(events: &[Event]) -> Vec<String> {
 }
 
 /// The next append gets `seq`: proves that a refused command consumed no sequence number.
-async fn assert_next_seq(sink: &SledSink, seq: u64) {
+async fn assert_next_seq(sink: &LocalSink, seq: u64) {
     let events = ok(sink, dl("probe", &format!("probe-{seq}"))).await;
     assert_eq!(events.last().unwrap().seq, seq);
 }
@@ -331,7 +331,7 @@ async fn state_survives_reopen_and_sequence_continues() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
 async fn concurrent_appends_group_commit_without_gaps() {
     let (_dir, sink) = fresh(|c| c.store_timeout = Duration::from_secs(60));
-    let task = |t: usize, sink: SledSink| async move {
+    let task = |t: usize, sink: LocalSink| async move {
         let mut seqs = Vec::new();
         for i in 0..50 {
             let events = ok(&sink, dl(&format!("job-{}", t % 4), &format!("t{t}-{i}"))).await;

@@ -24,7 +24,7 @@ use dlq::domain::command::Command;
 use dlq::domain::projection::StoredItem;
 use dlq::sink::log::crash::{self, Files};
 use dlq::sink::log::sim::{OpKind, SimFs, EIO};
-use dlq::sink::{LogRetention, Sink, SinkConfig, SinkError, SledSink};
+use dlq::sink::{LocalSink, LogRetention, Sink, SinkConfig, SinkError};
 use dlq_testkit::items::template_item_sized;
 
 /// A copy of sled's files when a checkpoint finished, and the trace length when it started:
@@ -124,7 +124,7 @@ async fn workload(
     let dir = tempfile::tempdir().unwrap();
     let sim = SimFs::new();
     let config = config(dir.path(), Some(sim.clone()), skip_fdatasync, keep);
-    let sink = SledSink::open(config).unwrap();
+    let sink = LocalSink::open(config).unwrap();
     let mut promises = Promises::default();
     let mut snapshots = Vec::new();
     let mut failed = 0;
@@ -207,7 +207,7 @@ async fn check_state(
         std::fs::write(log.join(name), bytes).unwrap();
     }
     let mut wrong = Vec::new();
-    let sink = match SledSink::open(config(dir.path(), None, false, Keep::Default)) {
+    let sink = match LocalSink::open(config(dir.path(), None, false, Keep::Default)) {
         Ok(sink) => sink,
         Err(err) => return vec![format!("point {p}: the sink does not open: {err}")],
     };
@@ -311,7 +311,7 @@ type KeyValue = (Vec<u8>, Vec<u8>);
 /// The projection as queries see it: every key, and every item as read. An item's stored
 /// value may be a pointer into the log or (kept whole before its segment was deleted, with a
 /// crash before the deletion) the item itself; both read the same.
-fn comparable(sink: &SledSink) -> (Vec<KeyValue>, Vec<StoredItem>) {
+fn comparable(sink: &LocalSink) -> (Vec<KeyValue>, Vec<StoredItem>) {
     let item_prefix = dlq::sink::test_support::item_key("", "")[0];
     let keys = sink
         .projection_snapshot()

@@ -11,19 +11,19 @@ use std::time::Duration;
 
 use dlq::domain::command::Command;
 use dlq::sink::faults::LogOp;
-use dlq::sink::{LogRetention, Sink, SinkConfig, SinkError, SledSink};
+use dlq::sink::{LocalSink, LogRetention, Sink, SinkConfig, SinkError};
 use dlq_testkit::items::template_item;
 
 const ENOSPC: i32 = 28;
 const EIO: i32 = 5;
 
-fn open(dir: &Path, retention: LogRetention) -> SledSink {
+fn open(dir: &Path, retention: LogRetention) -> LocalSink {
     let mut config = SinkConfig::new(dir);
     config.node_id = Some("n1".into());
     config.segment_bytes = 4096; // a new segment every few events: creates, renames, dir fsyncs
     config.checkpoint_every = Duration::from_secs(3600);
     config.log_retention = retention;
-    SledSink::open(config).unwrap()
+    LocalSink::open(config).unwrap()
 }
 
 fn dl(id: &str) -> Command {
@@ -52,7 +52,7 @@ fn segments(dir: &Path) -> usize {
 /// (event id, seq) of each acknowledged event.
 type Acked = Vec<(String, u64)>;
 
-async fn append_ok(sink: &SledSink, id: &str, acked: &mut Acked) {
+async fn append_ok(sink: &LocalSink, id: &str, acked: &mut Acked) {
     for event in sink.append(dl(id)).await.unwrap() {
         acked.push((event.event_id, event.seq));
     }

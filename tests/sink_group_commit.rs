@@ -13,7 +13,7 @@ use dlq::domain::command::{decide, Command, Limits};
 use dlq::domain::event::{Event, RemovalReason};
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::domain::projection::{MemoryProjection, StateView};
-use dlq::sink::{Sink, SinkConfig, SinkError, SledSink};
+use dlq::sink::{LocalSink, Sink, SinkConfig, SinkError};
 use dlq_testkit::group_commits;
 use proptest::prelude::*;
 
@@ -111,7 +111,7 @@ async fn run(ops: Vec<Op>) {
         capacity_per_job: CAPACITY,
         ..SinkConfig::new(dir.path())
     };
-    let sink = SledSink::open(config).unwrap();
+    let sink = LocalSink::open(config).unwrap();
     // Every append is sent while the writer is paused (one poll of all of them, back to back,
     // so no timing decides the groups): the first group holds what the writer took before it
     // saw the pause, the second all the rest.

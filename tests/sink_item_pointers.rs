@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dlq::domain::command::Command;
 use dlq::domain::event::RemovalReason;
-use dlq::sink::{LogRetention, Sink, SinkConfig, SinkError, SledSink};
+use dlq::sink::{LocalSink, LogRetention, Sink, SinkConfig, SinkError};
 use dlq_testkit::items::template_item;
 
 const KEEP_NOTHING: LogRetention = LogRetention {
@@ -18,13 +18,13 @@ const KEEP_NOTHING: LogRetention = LogRetention {
     max_bytes: 0,
 };
 
-fn open(dir: &Path, retention: LogRetention) -> SledSink {
+fn open(dir: &Path, retention: LogRetention) -> LocalSink {
     let mut config = SinkConfig::new(dir);
     config.node_id = Some("n1".into());
     config.segment_bytes = 4096; // a new segment every few events
     config.checkpoint_every = Duration::from_secs(3600);
     config.log_retention = retention;
-    SledSink::open(config).unwrap()
+    LocalSink::open(config).unwrap()
 }
 
 fn dead_letter(id: &str, attempt: &str) -> Command {
@@ -46,7 +46,7 @@ fn resolve(id: &str) -> Command {
 }
 
 /// Appends `command` and marks its events published; returns their sequences.
-async fn append_published(sink: &SledSink, command: Command) -> Vec<u64> {
+async fn append_published(sink: &LocalSink, command: Command) -> Vec<u64> {
     let mut seqs = Vec::new();
     for event in sink.append(command).await.unwrap() {
         sink.mark_published(event.seq).unwrap();
@@ -223,7 +223,7 @@ async fn a_rebuild_on_open_keeps_the_items_kept_whole() {
 
 /// Every item and every job's counters.
 fn items_and_counts(
-    sink: &SledSink,
+    sink: &LocalSink,
 ) -> (
     Vec<dlq::domain::projection::StoredItem>,
     Vec<(String, dlq::sink::JobCounters)>,
@@ -474,7 +474,7 @@ async fn a_refused_open_does_not_take_format_3_over() {
 
     let mut config = SinkConfig::new(dir.path());
     config.node_id = Some("n1".into());
-    let err = SledSink::open(config).map(|_| ()).unwrap_err();
+    let err = LocalSink::open(config).map(|_| ()).unwrap_err();
     assert!(err.to_string().contains("log/ was removed"), "{err}");
     assert_eq!(
         signature_keys_and_format(dir.path()),

@@ -6,7 +6,7 @@
 use chrono::Utc;
 use dlq::domain::command::Command;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
-use dlq::sink::{Sink, SinkConfig, SinkError, SledSink};
+use dlq::sink::{LocalSink, Sink, SinkConfig, SinkError};
 
 fn big_item(id: &str, trace_bytes: usize) -> DeadLetteredItem {
     let failure = FailureDetail {
@@ -33,7 +33,7 @@ fn dead_letter(item: DeadLetteredItem) -> Command {
 #[tokio::test]
 async fn large_events_stay_in_the_log_and_growing_history_is_capped() {
     let dir = tempfile::tempdir().unwrap();
-    let sink = SledSink::open(SinkConfig::new(dir.path())).unwrap();
+    let sink = LocalSink::open(SinkConfig::new(dir.path())).unwrap();
     // 450 KiB: above sled's default blob threshold (128 KiB), below ours (2 MiB).
     sink.append(dead_letter(big_item("a", 450 * 1024)))
         .await
@@ -74,7 +74,7 @@ fn max_event_bytes_above_the_value_limit_is_refused() {
         ..SinkConfig::new(dir.path())
     };
     assert!(matches!(
-        SledSink::open(config),
+        LocalSink::open(config),
         Err(SinkError::Rejected(_))
     ));
 }
@@ -88,7 +88,7 @@ async fn a_lost_database_is_rebuilt_from_the_log_and_never_reuses_event_ids() {
         node_id: Some("n1".into()),
         ..SinkConfig::new(dir.path())
     };
-    let sink = SledSink::open(config()).unwrap();
+    let sink = LocalSink::open(config()).unwrap();
     for n in 0..10 {
         sink.append(dead_letter(big_item(&format!("i{n}"), 10)))
             .await
@@ -108,7 +108,7 @@ async fn a_lost_database_is_rebuilt_from_the_log_and_never_reuses_event_ids() {
             }
         }
     }
-    let sink = SledSink::open(config()).unwrap();
+    let sink = LocalSink::open(config()).unwrap();
     assert_eq!(
         sink.projection_snapshot().unwrap(),
         before,
@@ -143,20 +143,20 @@ async fn a_removed_log_is_refused_and_nothing_changes() {
         node_id: Some("n1".into()),
         ..SinkConfig::new(dir.path())
     };
-    let sink = SledSink::open(config()).unwrap();
+    let sink = LocalSink::open(config()).unwrap();
     sink.append(dead_letter(big_item("a", 10))).await.unwrap();
     sink.close().await.unwrap();
     drop(sink);
     let log = dir.path().join(dlq::sink::test_support::LOG_DIR);
     std::fs::rename(&log, dir.path().join("log.aside")).unwrap();
-    let err = SledSink::open(config()).err().expect("refused");
+    let err = LocalSink::open(config()).err().expect("refused");
     assert!(
         err.to_string().contains("Put back the log/ directory"),
         "{err}"
     );
     assert!(!log.exists(), "opening created log/");
     std::fs::rename(dir.path().join("log.aside"), &log).unwrap();
-    let sink = SledSink::open(config()).unwrap();
+    let sink = LocalSink::open(config()).unwrap();
     assert_eq!(sink.job_len("job").unwrap(), 1, "the projection was kept");
     sink.close().await.unwrap();
 }

@@ -16,7 +16,7 @@ use dlq::domain::command::Command;
 use dlq::domain::event::{Event, RemovalReason};
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::domain::projection::{MemoryProjection, StateView, StoredItem};
-use dlq::sink::{Sink, SinkConfig, SinkError, SledSink};
+use dlq::sink::{LocalSink, Sink, SinkConfig, SinkError};
 use dlq_ops::query::list::{in_listing_order, page_in_order, Cursor, ListRequest};
 use dlq_ops::query::stats::{stats, StatsAccumulator};
 use dlq_ops::query::Criteria;
@@ -277,7 +277,7 @@ fn brief(e: &Event) -> String {
     format!("{} {}/{item}", e.kind.name(), e.job_id)
 }
 
-fn items(sink: &SledSink) -> Vec<StoredItem> {
+fn items(sink: &LocalSink) -> Vec<StoredItem> {
     sink.items().collect::<Result<_, _>>().unwrap()
 }
 
@@ -294,7 +294,7 @@ fn row(stored: &StoredItem) -> (String, Entry) {
 }
 
 /// Checks the sink against both models after a step.
-fn check(sink: &SledSink, memory: &MemoryProjection, model: &Model, step: usize) {
+fn check(sink: &LocalSink, memory: &MemoryProjection, model: &Model, step: usize) {
     let stored = items(sink);
     let projected: Vec<StoredItem> = memory.items.values().cloned().collect();
     assert_eq!(
@@ -324,7 +324,7 @@ fn check(sink: &SledSink, memory: &MemoryProjection, model: &Model, step: usize)
 /// The index- and counter-based queries equal brute force over the stored items: `stats`
 /// (per-job counters, age and recency indexes) equals a fold of every item, and the listing
 /// (the merged recency index) equals sorting every item, also when paged by cursor.
-fn check_queries(sink: &SledSink, stored: &[StoredItem], step: usize) {
+fn check_queries(sink: &LocalSink, stored: &[StoredItem], step: usize) {
     for job in [None, Some(JOBS[0]), Some(JOBS[1])] {
         let selected: Vec<&DeadLetteredItem> = stored
             .iter()
@@ -387,7 +387,7 @@ async fn run(ops: Vec<Op>) {
     let dir = TempDir::new().unwrap();
     let mut config = SinkConfig::new(dir.path());
     config.capacity_per_job = CAPACITY as u64;
-    let sink = SledSink::open(config).unwrap();
+    let sink = LocalSink::open(config).unwrap();
     let (mut memory, mut model, mut next_seq) = (MemoryProjection::default(), Model::default(), 1);
     for (step, op) in ops.iter().enumerate() {
         let command = command(op, now);
@@ -416,7 +416,7 @@ async fn run(ops: Vec<Op>) {
     );
     sink.close().await.unwrap();
     drop(sink); // releases sled's directory lock
-    let sink = SledSink::open(SinkConfig::new(dir.path())).unwrap();
+    let sink = LocalSink::open(SinkConfig::new(dir.path())).unwrap();
     assert!(
         sink.projection_snapshot().unwrap() == live,
         "reopen changed the projection"
@@ -435,16 +435,16 @@ proptest! {
     /// The sled sink agrees with the event-sourced and the hand-written model after every
     /// command; rebuild and reopen leave the projection byte-identical.
     #[test]
-    fn sled_sink_matches_both_models(ops in proptest::collection::vec(op(), 1..40)) {
+    fn local_sink_matches_both_models(ops in proptest::collection::vec(op(), 1..40)) {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(run(ops));
     }
 }
 
 /// A default sink in a new temporary directory.
-fn fresh() -> (TempDir, SledSink) {
+fn fresh() -> (TempDir, LocalSink) {
     let dir = TempDir::new().unwrap();
-    let sink = SledSink::open(SinkConfig::new(dir.path())).unwrap();
+    let sink = LocalSink::open(SinkConfig::new(dir.path())).unwrap();
     (dir, sink)
 }
 
@@ -562,7 +562,7 @@ async fn stats_finds_the_oldest_item_within_a_shared_millisecond() {
 #[tokio::test]
 async fn an_older_projection_layout_is_rebuilt_on_open() {
     let dir = TempDir::new().unwrap();
-    let sink = SledSink::open(SinkConfig::new(dir.path())).unwrap();
+    let sink = LocalSink::open(SinkConfig::new(dir.path())).unwrap();
     let now = Utc::now();
     for n in 0..5u32 {
         let job = JOBS[n as usize % 2];
@@ -587,7 +587,7 @@ async fn an_older_projection_layout_is_rebuilt_on_open() {
         }
         db.flush().unwrap();
     }
-    let sink = SledSink::open(SinkConfig::new(dir.path())).unwrap();
+    let sink = LocalSink::open(SinkConfig::new(dir.path())).unwrap();
     assert!(sink.projection_snapshot().unwrap() == live);
     let mut after = stats(&sink, None).unwrap();
     after.unpublished = before.unpublished;

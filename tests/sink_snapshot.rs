@@ -9,7 +9,7 @@ use std::process::{Command as Process, Stdio};
 use std::time::Duration;
 
 use dlq::domain::command::Command;
-use dlq::sink::{refresh_snapshot, Sink, SinkConfig, SledSink};
+use dlq::sink::{refresh_snapshot, LocalSink, Sink, SinkConfig};
 use dlq_testkit::cli::Env;
 use dlq_testkit::flow::{self, counts, Flow};
 use dlq_testkit::items::template_item;
@@ -40,7 +40,7 @@ fn config(dir: &Path) -> SinkConfig {
 
 /// What the next command does first: open the sink (sled writes its snapshot here), close it.
 async fn next_open(config: SinkConfig) {
-    SledSink::open(config).unwrap().close().await.unwrap();
+    LocalSink::open(config).unwrap().close().await.unwrap();
 }
 
 /// Asserts that the first open of `data` after `command` exited keeps sled's snapshot as the
@@ -56,7 +56,7 @@ async fn assert_snapshot_current(data: &Path, command: &str) {
 }
 
 async fn write_items(dir: &Path, n: usize) {
-    let sink = SledSink::open(config(dir)).unwrap();
+    let sink = LocalSink::open(config(dir)).unwrap();
     for i in 0..n {
         let mut item = template_item();
         (item.job_id, item.item_id) = ("J".to_owned(), format!("item-{i}"));

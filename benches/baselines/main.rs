@@ -206,7 +206,7 @@ fn main() {
         "- items: ~1 KiB `item_data`, one job; adds/s at n items = the last {} adds up to n (all of them when n ≤ {}), the rest pre-filled untimed\n",
         mode.window, mode.window
     );
-    doc += "- baseline = the legacy layout (one JSON file per item) (pretty item file + index.json regenerated per add, no fsync, serial); ours = `SledSink` (group commit, fsync per group) and `dlq_ops::query`\n";
+    doc += "- baseline = the legacy layout (one JSON file per item) (pretty item file + index.json regenerated per add, no fsync, serial); ours = `LocalSink` (group commit, fsync per group) and `dlq_ops::query`\n";
     doc += "- publish-only = `NatsBus::publish` with PubAck into a private nats-server stream, no sink; ours = `Emitter::dead_letter` (sink, then the same publish)\n\n";
     doc += &table(&lines);
     doc += "\n`ours/baseline` is the plain ratio (rates: above 1 is ours ahead; times: below 1 is ours ahead); `ours ahead by` turns both into \"above 1 is better\". See `benches/README.md`, \"baselines\".\n";

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::domain::model::{DeadLetteredItem, FailureDetail};
-use dlq::sink::{SinkConfig, SledSink};
+use dlq::sink::{LocalSink, SinkConfig};
 
 use crate::{JOB, PUBLISH_TIMEOUT};
 
@@ -65,10 +65,10 @@ pub fn median_ms<T>(reps: usize, mut f: impl FnMut() -> T) -> (f64, T) {
     (times[times.len() / 2], last.expect("at least one rep"))
 }
 
-pub fn open_sink(dir: &Path) -> SledSink {
+pub fn open_sink(dir: &Path) -> LocalSink {
     let mut config = SinkConfig::new(dir);
     config.capacity_per_job = 10_000_000; // no FIFO eviction: the queue grows to every size
-    SledSink::open(config).expect("open sink")
+    LocalSink::open(config).expect("open sink")
 }
 
 pub fn bus_config(url: &str, name: &str) -> BusConfig {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlq::domain::command::Command;
-use dlq::sink::{Sink, SledSink};
+use dlq::sink::{LocalSink, Sink};
 use dlq_ops::query::list::{in_listing_order, page_in_order, ListRequest};
 use dlq_ops::query::stats::stats;
 use dlq_ops::query::Criteria;
@@ -89,7 +89,7 @@ struct OurFigures {
 
 /// `Sink::append(Command::DeadLetter)` of items `from..to` at `k` in flight.
 async fn append_items(
-    sink: &SledSink,
+    sink: &LocalSink,
     items: &Arc<Items>,
     k: usize,
     from: usize,
@@ -240,7 +240,7 @@ pub async fn store_section(base: &Path, mode: &Mode, lines: &mut Vec<Line>) {
             higher_is_better: false,
             target: None,
             note: format!(
-                "ours: SledSink::open {:.1} ms (one reopen right after writing: page cache warm) + list; what a fresh `dlq list` process pays",
+                "ours: LocalSink::open {:.1} ms (one reopen right after writing: page cache warm) + list; what a fresh `dlq list` process pays",
                 o.open_ms
             ),
         });

@@ -7,7 +7,7 @@ use dlq::bus::Bus;
 use dlq::domain::command::Command;
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::EmitterBuilder;
-use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq::sink::{LocalSink, Sink, SinkConfig};
 use dlq_testkit::items::{dead_lettered_event, template_item};
 use dlq_testkit::NatsServer;
 use futures::StreamExt;
@@ -27,7 +27,7 @@ pub async fn drain(base: &Path, n: usize, rows: &mut Vec<Row>) {
     // default 2 s store timeout (their events are stored anyway); here they keep waiting.
     let mut config = SinkConfig::new(&dir);
     (config.capacity_per_job, config.store_timeout) = (10_000_000, Duration::from_secs(120));
-    let (sink, template) = (SledSink::open(config).expect("open sink"), template_item());
+    let (sink, template) = (LocalSink::open(config).expect("open sink"), template_item());
     let (appender, disk_before) = (sink.clone(), disk_bytes_written());
     let run = run_concurrent(APPENDERS, n, move |task, i| {
         let item = Box::new(next_item(&template, task + i));

@@ -8,7 +8,7 @@ use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::domain::model::DeadLetteredItem;
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::{Emitter, EmitterBuilder, TopicPolicies};
-use dlq::sink::{SinkConfig, SledSink};
+use dlq::sink::{LocalSink, SinkConfig};
 use hdrhistogram::Histogram;
 
 pub use dlq_testkit::bench::load::{histogram, run_concurrent};
@@ -93,10 +93,10 @@ pub fn next_item(template: &DeadLetteredItem, job: usize) -> DeadLetteredItem {
     item
 }
 
-pub fn open_sink(dir: &Path) -> SledSink {
+pub fn open_sink(dir: &Path) -> LocalSink {
     let mut config = SinkConfig::new(dir);
     config.capacity_per_job = 10_000_000; // distinct ids and no FIFO eviction
-    SledSink::open(config).expect("open sink")
+    LocalSink::open(config).expect("open sink")
 }
 
 /// A bus for `url`. `up`: the server is expected, so its first connection may take up to the
@@ -128,7 +128,7 @@ pub async fn bench_emitter(
     url: &str,
     up: bool,
     policies: TopicPolicies,
-) -> Emitter<SledSink, NatsBus> {
+) -> Emitter<LocalSink, NatsBus> {
     let emitter = EmitterBuilder::new(open_sink(dir), connect_bus(url.into(), up).await)
         .policies(policies)
         .publish_timeout(PUBLISH_TIMEOUT)

@@ -43,7 +43,7 @@ pub async fn store_scenarios(
             }
         };
         run_concurrent(k, (total / 10).clamp(k, 500), call.clone()).await; // warm-up
-        let caught_up = |sink: &dlq::sink::SledSink| sink.backlog().is_ok_and(|b| b.count == 0);
+        let caught_up = |sink: &dlq::sink::LocalSink| sink.backlog().is_ok_and(|b| b.count == 0);
         if bus_up {
             wait_until(|| caught_up(emitter.sink())).await;
         }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::domain::model::{DeadLetteredItem, FailureDetail};
 use dlq::emitter::{EmitterBuilder, TopicPolicies};
-use dlq::sink::{SinkConfig, SledSink};
+use dlq::sink::{LocalSink, SinkConfig};
 use dlq_testkit::bench::load::{histogram, run_concurrent, Run};
 use dlq_testkit::items::dead_lettered_event;
 use dlq_testkit::NatsServer;
@@ -73,7 +73,7 @@ pub async fn ready_bus(server: &NatsServer) -> Result<NatsBus, String> {
 /// `dead_letter` one at a time with the bus up; every call must be durable and published.
 pub async fn dlq(dir: &Path, total: usize) -> Run {
     let server = NatsServer::start();
-    let sink = SledSink::open(SinkConfig::new(dir.join("dlq-sink"))).expect("open sink");
+    let sink = LocalSink::open(SinkConfig::new(dir.join("dlq-sink"))).expect("open sink");
     let bus = ready_bus(&server).await.expect("bus");
     let emitter = EmitterBuilder::new(sink, bus)
         .policies(TopicPolicies::default())

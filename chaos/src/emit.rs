@@ -27,7 +27,7 @@ use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::{
     AntiEntropyConfig, EmitError, Emitter, EmitterBuilder, RetryBackoff, TopicPolicies, TopicPolicy,
 };
-use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq::sink::{LocalSink, Sink, SinkConfig};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{mpsc, Semaphore};
@@ -81,7 +81,7 @@ pub struct EmitArgs {
 }
 
 /// The emitter as the drill builds it.
-pub(crate) type ChaosEmitter = Emitter<SledSink, NatsBus>;
+pub(crate) type ChaosEmitter = Emitter<LocalSink, NatsBus>;
 
 /// What an emitter counted.
 #[derive(Default)]
@@ -108,7 +108,7 @@ pub fn unix_ms() -> u64 {
 pub async fn run(args: EmitArgs) -> Res<u8> {
     let mut sink_config = SinkConfig::new(&args.data_dir);
     sink_config.node_id = Some(args.node_id.clone());
-    let sink = SledSink::open(sink_config)?;
+    let sink = LocalSink::open(sink_config)?;
     let faults = sink.faults().clone();
     let bus_config = BusConfig {
         url: args.nats_url.clone(),

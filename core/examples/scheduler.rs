@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dlq::{
-    BusConfig, DeadLetteredItem, EmitError, EmitterBuilder, FailureDetail, NatsBus, SinkConfig,
-    SledSink, TopicPolicies, TopicPolicy,
+    BusConfig, DeadLetteredItem, EmitError, EmitterBuilder, FailureDetail, LocalSink, NatsBus,
+    SinkConfig, TopicPolicies, TopicPolicy,
 };
 
 /// Where the example writes, and whether it removes the directory at the end.
@@ -63,7 +63,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 async fn run(dir: &DataDir, url: String) -> Result<(), Box<dyn std::error::Error>> {
-    let sink = SledSink::open(SinkConfig::new(&dir.path))?;
+    let sink = LocalSink::open(SinkConfig::new(&dir.path))?;
     let bus = NatsBus::connect(BusConfig {
         url,
         ..BusConfig::default()

@@ -9,9 +9,9 @@
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use dlq::{BusConfig, DeadLetteredItem, EmitterBuilder, FailureDetail, NatsBus, SinkConfig, SledSink};
+//! use dlq::{BusConfig, DeadLetteredItem, EmitterBuilder, FailureDetail, NatsBus, SinkConfig, LocalSink};
 //!
-//! let sink = SledSink::open(SinkConfig::new("dlq-data"))?;
+//! let sink = LocalSink::open(SinkConfig::new("dlq-data"))?;
 //! let bus = NatsBus::connect(BusConfig::default()).await?;
 //! let emitter = EmitterBuilder::new(sink, bus).build();
 //! // Classified from the message and exit code: CommandFailed { exit_code: 101 }.
@@ -82,4 +82,4 @@ pub use emitter::{
     Receipt, ReconcilerConfig, RetentionConfig, StoredReceipt, TopicPolicies, TopicPolicy,
 };
 pub use error_class::{Cause, ErrorClass};
-pub use sink::{Sink, SinkConfig, SinkError, SledSink};
+pub use sink::{LocalSink, Sink, SinkConfig, SinkError};

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::emitter::NodeEmitter;
 use crate::emitter::Published;
-use crate::sink::{SinkError, SledSink};
+use crate::sink::{LocalSink, SinkError};
 
 /// How long a removal waits for its events to be published when not told.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(5);
@@ -58,7 +58,7 @@ pub fn scope_of(job: Option<&str>) -> String {
 
 /// How many items of `job` (or of all) first failed before `cutoff`.
 pub fn count_purgeable(
-    sink: &SledSink,
+    sink: &LocalSink,
     cutoff: DateTime<Utc>,
     job: Option<&str>,
 ) -> Result<u64, SinkError> {

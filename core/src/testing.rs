@@ -15,7 +15,7 @@ use crate::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use crate::domain::projection::{MemoryProjection, StoredItem};
 use crate::sink::{Backlog, Parked, Sink, SinkError};
 
-/// A sink in memory: the same decide/apply logic as the sled sink, no disk.
+/// A sink in memory: the same decide/apply logic as the local sink, no disk.
 #[derive(Default)]
 pub struct MemorySink {
     state: Mutex<MemoryState>,

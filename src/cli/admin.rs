@@ -22,7 +22,7 @@ use dlq::emitter::NodeEmitter;
 use dlq::removal::{
     clear_job, count_purgeable, nothing_to_purge, purge_cutoff, purge_items, scope_of, Removal,
 };
-use dlq::sink::{Sink, SledSink};
+use dlq::sink::{LocalSink, Sink};
 
 /// Options of `dlq clear`.
 #[derive(Debug, Args)]
@@ -80,7 +80,7 @@ pub fn confirm(yes: bool, question: &str) -> Result<(), CliError> {
 /// is closed again on refusal.
 async fn prepare(
     local: Box<Local>,
-    count: impl FnOnce(&SledSink) -> Result<u64, CliError>,
+    count: impl FnOnce(&LocalSink) -> Result<u64, CliError>,
     question: impl FnOnce(u64) -> Option<String>,
     yes: bool,
 ) -> Result<Option<(u64, NodeEmitter)>, CliError> {

@@ -17,19 +17,19 @@ use crate::serve::client::token::token_text;
 use crate::serve::client::{Answer, ApiClient};
 use crate::serve::ServeError;
 use dlq::config::Config;
-use dlq::sink::{Sink, SledSink};
+use dlq::sink::{LocalSink, Sink};
 
 /// The data directory, opened here.
 pub struct Local {
     config: Config,
-    sink: SledSink,
+    sink: LocalSink,
 }
 
 impl Local {
     /// Runs `f` on the sink, then closes it whatever `f` returned.
     pub async fn run<T>(
         self: Box<Self>,
-        f: impl FnOnce(&SledSink) -> Result<T, CliError>,
+        f: impl FnOnce(&LocalSink) -> Result<T, CliError>,
     ) -> Result<T, CliError> {
         let result = f(&self.sink);
         self.sink.close().await?;
@@ -37,7 +37,7 @@ impl Local {
     }
 
     /// The configuration and the open sink.
-    pub fn into_parts(self: Box<Self>) -> (Config, SledSink) {
+    pub fn into_parts(self: Box<Self>) -> (Config, LocalSink) {
         (self.config, self.sink)
     }
 }

@@ -14,7 +14,7 @@ use super::demo::sample_item;
 use super::work_bar::WorkBar;
 use super::{open, Cli, CliError, Format, EXIT_OK};
 use dlq::domain::command::Command;
-use dlq::sink::{Sink, SledSink};
+use dlq::sink::{LocalSink, Sink};
 
 /// Appends in flight while generating.
 const CONCURRENCY: usize = 64;
@@ -64,7 +64,7 @@ pub async fn run(cli: &Cli, args: &GenerateArgs) -> Result<u8, CliError> {
 /// Appends `items` generated items over `jobs` jobs, `CONCURRENCY` in flight, each marked
 /// published; returns how many were written and the first failure, which stops the rest.
 async fn append_generated(
-    sink: &SledSink,
+    sink: &LocalSink,
     items: u64,
     jobs: u64,
     spread_hours: u64,

@@ -13,7 +13,7 @@ use crate::query::list::find_item;
 use crate::render::items::{check_inspect_format, check_list_format, write_item, write_list};
 use crate::request::params;
 use crate::request::ListArgs;
-use dlq::sink::{Sink, SledSink};
+use dlq::sink::{LocalSink, Sink};
 
 /// Options of `dlq inspect`.
 #[derive(Debug, Args)]
@@ -29,7 +29,7 @@ pub struct InspectArgs {
 /// [`open::one_pass`]), runs `f`, and closes the sink whatever `f` returned.
 pub async fn with_sink<T>(
     cli: &Cli,
-    f: impl FnOnce(&SledSink) -> Result<T, CliError>,
+    f: impl FnOnce(&LocalSink) -> Result<T, CliError>,
 ) -> Result<T, CliError> {
     let config = open::one_pass(open::config(cli)?);
     let sink = open::sink(cli, &config).await?;

@@ -10,7 +10,7 @@ use crate::serve::ServeError;
 use dlq::bus::{connect_client, payload_warning, BusConfig, NatsBus};
 use dlq::config::Config;
 use dlq::emitter::EmitterBuilder;
-use dlq::sink::{Sink, SledSink};
+use dlq::sink::{LocalSink, Sink};
 
 /// The emitter type the CLI uses.
 pub use dlq::emitter::NodeEmitter;
@@ -58,7 +58,7 @@ const LOCK_RETRY: Duration = Duration::from_millis(50);
 /// Opens the sink of the data directory. While another process without an admin API holds
 /// it, tries again for up to `--lock-wait`; then, or at once when the holder announces an API,
 /// the error names that process (and its API) and says what to do.
-pub async fn sink(cli: &Cli, config: &Config) -> Result<SledSink, CliError> {
+pub async fn sink(cli: &Cli, config: &Config) -> Result<LocalSink, CliError> {
     let mut wait = LockWait::new(cli);
     loop {
         if let Some(sink) = try_sink(cli, config)? {
@@ -89,8 +89,8 @@ pub async fn refresh_snapshot(cli: &Cli, config: &Config) {
 }
 
 /// Opens the sink of the data directory once: `None` when another process holds it.
-pub fn try_sink(cli: &Cli, config: &Config) -> Result<Option<SledSink>, CliError> {
-    match SledSink::open(config.sink_config(&cli.data_dir)) {
+pub fn try_sink(cli: &Cli, config: &Config) -> Result<Option<LocalSink>, CliError> {
+    match LocalSink::open(config.sink_config(&cli.data_dir)) {
         Ok(sink) => Ok(Some(sink)),
         Err(err) if crate::serve::is_locked(&err) => Ok(None),
         Err(err) => Err(err.into()),
@@ -162,7 +162,7 @@ pub async fn emitter(cli: &Cli) -> Result<NodeEmitter, CliError> {
 /// `retention: false`, so that they change only what they were asked to.
 pub async fn emitter_with_sink(
     config: &Config,
-    sink: SledSink,
+    sink: LocalSink,
     retention: bool,
 ) -> Result<NodeEmitter, CliError> {
     let bus = match NatsBus::connect(config.bus.0.clone()).await {

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::{open, Cli, CliError, Format, EXIT_DIFFERENCES, EXIT_OK};
 use dlq::bus::NatsBus;
 use dlq::consumer::repair::{holding_of_node, missing_events, republish};
-use dlq::sink::{Sink, SledSink};
+use dlq::sink::{LocalSink, Sink};
 
 /// Options of `dlq republish`.
 #[derive(Debug, Args)]
@@ -26,7 +26,7 @@ pub struct RepublishArgs {
 }
 
 /// The log sequences still waiting for the reconciler.
-fn unpublished_seqs(sink: &SledSink) -> Result<HashSet<u64>, CliError> {
+fn unpublished_seqs(sink: &LocalSink) -> Result<HashSet<u64>, CliError> {
     let mut seqs = HashSet::new();
     let mut after = 0;
     loop {

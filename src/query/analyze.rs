@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::{ItemRef, QueryError};
 use dlq::domain::model::{DeadLetteredItem, ErrorType};
 use dlq::domain::signature::remediation;
-use dlq::sink::SledSink;
+use dlq::sink::LocalSink;
 
 /// Sample ids kept per pattern group.
 pub const SAMPLE_IDS: usize = 5;
@@ -201,7 +201,7 @@ impl AnalysisAccumulator {
 
 /// Analyses the sink's items (of `job_id` only, when given). A named job without items is
 /// [`QueryError::JobNotFound`].
-pub fn analyze(sink: &SledSink, job_id: Option<&str>) -> Result<Analysis, QueryError> {
+pub fn analyze(sink: &LocalSink, job_id: Option<&str>) -> Result<Analysis, QueryError> {
     let mut acc = AnalysisAccumulator::default();
     for stored in sink.scan_items(job_id) {
         acc.add(&stored?.item);

@@ -4,7 +4,7 @@
 //! job id then item id ascending, so the order is total and stable.
 //!
 //! **How**: the sink keeps a per-job recency index (`r` keys) in exactly this order; the listing
-//! merges the jobs' index walks ([`SledSink::newest_first`]), reads each item, applies the
+//! merges the jobs' index walks ([`LocalSink::newest_first`]), reads each item, applies the
 //! filter, and stops as soon as the page is full. A page of 50 unfiltered items reads about 51
 //! items whatever the queue's size; a selective filter reads until it has found a page.
 //!
@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::{Criteria, ItemRef, QueryError};
 use dlq::domain::model::{DeadLetteredItem, ErrorType};
-use dlq::sink::{JobCounters, SledSink};
+use dlq::sink::{JobCounters, LocalSink};
 
 /// Largest `offset + limit` of one page.
 pub const MAX_WINDOW: usize = 100_000;
@@ -174,7 +174,7 @@ where
 /// the walk starts at the cursor's time (items at that very time before the cursor are still
 /// yielded: [`page_in_order`] skips them).
 pub fn in_listing_order<'a>(
-    sink: &'a SledSink,
+    sink: &'a LocalSink,
     filter: &'a Criteria,
     after: Option<&Cursor>,
 ) -> Result<impl Iterator<Item = Result<DeadLetteredItem, QueryError>> + 'a, QueryError> {
@@ -208,7 +208,7 @@ pub fn in_listing_order<'a>(
 /// The number of items `request` matches when the per-job counters know it (no cursor, no
 /// expression, and at most one of `--eligible` and `--error-type` beside `--job-id`).
 pub fn counted_total(
-    sink: &SledSink,
+    sink: &LocalSink,
     request: &ListRequest,
     has_expression: bool,
 ) -> Result<Option<u64>, QueryError> {
@@ -302,7 +302,7 @@ impl ItemSummary {
 
 /// Finds the item (in the named job, or in the only job holding it) or says why not.
 pub fn find_item(
-    sink: &SledSink,
+    sink: &LocalSink,
     item_id: &str,
     job_id: Option<&str>,
 ) -> Result<DeadLetteredItem, QueryError> {

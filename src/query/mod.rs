@@ -2,7 +2,7 @@
 //! export and import. Used by the `dlq` command line; written to be called by an admin API too.
 //!
 //! Everything streams: a query walks the sink's items one at a time
-//! ([`dlq::sink::SledSink::scan_items`]) and keeps only what its answer needs (a page of keys,
+//! ([`dlq::sink::LocalSink::scan_items`]) and keeps only what its answer needs (a page of keys,
 //! one counter per error type, signature or hour). The aggregations themselves are pure
 //! accumulators (`StatsAccumulator`, `AnalysisAccumulator`), fed item by item, so they are
 //! testable without a disk.

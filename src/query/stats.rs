@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::{ItemRef, QueryError};
 use dlq::domain::model::{DeadLetteredItem, ErrorType};
-use dlq::sink::{JobCounters, Sink, SledSink};
+use dlq::sink::{JobCounters, LocalSink, Sink};
 
 /// An item and one of its times.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -122,7 +122,7 @@ impl StatsAccumulator {
 /// keeps in step with its items, the oldest and newest from the age and recency indexes. So it
 /// costs O(jobs), whatever the number of items. [`StatsAccumulator`] computes the same answer
 /// from a full scan (the tests compare the two).
-pub fn stats(sink: &SledSink, job_id: Option<&str>) -> Result<Stats, QueryError> {
+pub fn stats(sink: &LocalSink, job_id: Option<&str>) -> Result<Stats, QueryError> {
     let jobs = match job_id {
         Some(job) => {
             let counters = sink.counters(job)?;
@@ -182,7 +182,7 @@ pub fn stats(sink: &SledSink, job_id: Option<&str>) -> Result<Stats, QueryError>
 /// item falls in the earliest millisecond need their items read for the exact time: one or two
 /// item reads, not one per job.
 fn oldest_item<'a>(
-    sink: &SledSink,
+    sink: &LocalSink,
     jobs: impl Iterator<Item = &'a str>,
 ) -> Result<Option<ItemAt>, QueryError> {
     let mut earliest: Option<i64> = None;

@@ -14,7 +14,7 @@ use crate::request::list::ListQuery;
 use crate::request::RequestError;
 use dlq::domain::model::DeadLetteredItem;
 use dlq::domain::signature::remediation;
-use dlq::sink::SledSink;
+use dlq::sink::LocalSink;
 
 /// The formats `dlq list` prints.
 pub fn check_list_format(format: Format) -> Result<(), RequestError> {
@@ -39,7 +39,7 @@ pub fn check_inspect_format(format: Format) -> Result<(), RequestError> {
 /// recency index and stops once the page is full (see [`crate::query::list`]).
 pub fn write_list(
     out: &mut impl Write,
-    sink: &SledSink,
+    sink: &LocalSink,
     query: &ListQuery,
     format: Format,
 ) -> Result<(), RequestError> {

@@ -16,7 +16,7 @@ use super::workflow::{Step, Workflow};
 use dlq::bus::Bus;
 use dlq::emitter::Emitter;
 use dlq::metrics as m;
-use dlq::sink::SledSink;
+use dlq::sink::LocalSink;
 
 /// The command `claude:` steps run when neither the config nor `DLQ_AGENT_COMMAND` says
 /// otherwise: Claude Code in print mode; the prompt is appended as one argument.
@@ -53,7 +53,7 @@ impl RunOptions {
 /// Shared state of a running job.
 pub(super) struct JobContext<B: Bus> {
     /// Where failures go.
-    pub emitter: Emitter<SledSink, B>,
+    pub emitter: Emitter<LocalSink, B>,
     /// The job's state on disk.
     pub store: JobStore,
     /// The job.

@@ -27,7 +27,7 @@ use super::progress::{Progress, ProgressMode};
 use super::workflow::{item_map_vars, Input, Isolation, Step, Workflow};
 use dlq::bus::Bus;
 use dlq::emitter::Emitter;
-use dlq::sink::SledSink;
+use dlq::sink::LocalSink;
 
 /// How much of reduce's output a report carries.
 const REDUCE_OUTPUT_BYTES: usize = 4096;
@@ -60,7 +60,7 @@ impl JobReport {
 
 /// Runs a new job from the workflow file at `workflow_path`.
 pub async fn start<B: Bus>(
-    emitter: Emitter<SledSink, B>,
+    emitter: Emitter<LocalSink, B>,
     workflow_path: &Path,
     job_id: Option<String>,
     options: RunOptions,
@@ -144,7 +144,7 @@ pub async fn start<B: Bus>(
 /// Continues a saved job: its pending items, and with `include_dlq_items` its items still in
 /// the DLQ (those that succeed leave the DLQ through a `resolved` removal event).
 pub(crate) async fn resume<B: Bus>(
-    emitter: Emitter<SledSink, B>,
+    emitter: Emitter<LocalSink, B>,
     job_id: &str,
     include_dlq_items: bool,
     options: RunOptions,
@@ -212,7 +212,7 @@ pub(crate) async fn resume<B: Bus>(
 /// A job session ready to run its map phase: the saved job, the handles it runs with and the
 /// work left, as [`start`] and [`resume`] prepared them.
 struct Session<B: Bus> {
-    emitter: Emitter<SledSink, B>,
+    emitter: Emitter<LocalSink, B>,
     store: JobStore,
     record: JobRecord,
     options: RunOptions,

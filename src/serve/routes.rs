@@ -28,7 +28,7 @@ use crate::request::params::{list_args, Params};
 use crate::request::{PurgeRequest, RequestError};
 use dlq::emitter::NodeEmitter;
 use dlq::removal::{self, DEFAULT_DRAIN};
-use dlq::sink::{Sink, SledSink};
+use dlq::sink::{LocalSink, Sink};
 use dlq::ErrorClass;
 
 /// What every handler shares.
@@ -227,7 +227,7 @@ pub(crate) type Pairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
 /// and `serve` waits for it.
 async fn blocking<T: Send + 'static>(
     state: &Arc<Held>,
-    f: impl FnOnce(&SledSink) -> Result<T, RequestError> + Send + 'static,
+    f: impl FnOnce(&LocalSink) -> Result<T, RequestError> + Send + 'static,
 ) -> Result<T, ApiError> {
     let state = state.clone();
     tokio::task::spawn_blocking(move || f(state.emitter.sink()))

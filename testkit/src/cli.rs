@@ -10,7 +10,7 @@ use std::process::{Command, Output, Stdio};
 
 use dlq::domain::event::Event;
 use dlq::domain::model::DeadLetteredItem;
-use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq::sink::{LocalSink, Sink, SinkConfig};
 use serde_json::Value;
 
 /// `BIN --data-dir DIR --nats-url URL --format json ARGS...`, with `DLQ_CONFIG` pointing at
@@ -136,8 +136,8 @@ impl Env {
     }
 
     /// Opens the sink (the CLI must have exited) and hands it to `f`.
-    pub async fn with_sink<T>(&self, f: impl FnOnce(&SledSink) -> T) -> T {
-        let sink = SledSink::open(SinkConfig::new(&self.data)).unwrap();
+    pub async fn with_sink<T>(&self, f: impl FnOnce(&LocalSink) -> T) -> T {
+        let sink = LocalSink::open(SinkConfig::new(&self.data)).unwrap();
         let value = f(&sink);
         sink.close().await.unwrap();
         value

@@ -5,13 +5,13 @@ use std::time::Duration;
 use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::emitter::reconciler::ReconcilerConfig;
 use dlq::emitter::{Emitter, EmitterBuilder, TopicPolicies, TopicPolicy};
-use dlq::sink::{Sink, SinkConfig, SledSink};
+use dlq::sink::{LocalSink, Sink, SinkConfig};
 
 use crate::wait::wait_for;
 use crate::NatsServer;
 
 /// The emitter of a dlq node, as tests build it.
-pub type NodeEmitter = Emitter<SledSink, NatsBus>;
+pub type NodeEmitter = Emitter<LocalSink, NatsBus>;
 
 /// Waits until the emitter's bus is connected.
 pub async fn connected(emitter: &NodeEmitter) {
@@ -43,7 +43,7 @@ pub async fn drained(emitter: &NodeEmitter) {
 }
 
 /// Every event id in the sink's log, in sequence order.
-pub fn logged_ids(sink: &SledSink) -> Vec<String> {
+pub fn logged_ids(sink: &LocalSink) -> Vec<String> {
     sink.events_from(1)
         .map(|event| event.map(|e| e.event_id))
         .collect::<Result<_, _>>()
@@ -52,7 +52,7 @@ pub fn logged_ids(sink: &SledSink) -> Vec<String> {
 
 /// Each event in the sink's log is in the server's `DLQ` stream exactly once, and the stream
 /// holds nothing else.
-pub async fn assert_stream_matches_log(sink: &SledSink, server: &NatsServer) {
+pub async fn assert_stream_matches_log(sink: &LocalSink, server: &NatsServer) {
     let streamed = crate::stream::stream_ids(&server.url(), "DLQ").await;
     let unique: std::collections::HashSet<&String> = streamed.iter().collect();
     assert_eq!(
@@ -74,7 +74,7 @@ pub async fn emitter(
     publish_timeout: Duration,
 ) -> NodeEmitter {
     crate::stream::metrics();
-    let sink = SledSink::open(config).unwrap_or_else(|err| panic!("open the sink: {err}"));
+    let sink = LocalSink::open(config).unwrap_or_else(|err| panic!("open the sink: {err}"));
     let bus = NatsBus::connect(BusConfig {
         url: url.to_owned(),
         publish_timeout,

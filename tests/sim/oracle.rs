@@ -7,7 +7,7 @@ use std::time::Duration;
 use dlq::bus::BusConfig;
 use dlq::consumer::{compare, explain_held, read_from_start, Difference, Fold};
 use dlq::domain::projection::StoredItem;
-use dlq::sink::{Sink, SinkError, SledSink};
+use dlq::sink::{LocalSink, Sink, SinkError};
 
 use super::model::Expect;
 use super::world::{BusState, World};
@@ -183,7 +183,7 @@ type KeyValue = (Vec<u8>, Vec<u8>);
 
 /// The projection as queries see it: every key (an item's value may be a pointer into the log
 /// or the item kept whole; both read the same), and every item as read.
-fn comparable(sink: &SledSink) -> (Vec<KeyValue>, Vec<StoredItem>) {
+fn comparable(sink: &LocalSink) -> (Vec<KeyValue>, Vec<StoredItem>) {
     let item_prefix = dlq::sink::test_support::item_key("", "")[0];
     let keys = sink
         .projection_snapshot()

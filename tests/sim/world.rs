@@ -11,7 +11,7 @@ use dlq::emitter::{
     AntiEntropyConfig, EmitterBuilder, ReconcilerConfig, TopicPolicies, TopicPolicy,
 };
 use dlq::sink::log::sim::SimFs;
-use dlq::sink::{LogRetention, SinkConfig, SledSink};
+use dlq::sink::{LocalSink, LogRetention, SinkConfig};
 use dlq_testkit::node::NodeEmitter;
 use dlq_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
@@ -91,7 +91,7 @@ impl World {
         self.emitter.as_ref().expect("the sink is open")
     }
 
-    pub fn sink(&self) -> &SledSink {
+    pub fn sink(&self) -> &LocalSink {
         self.emitter().sink()
     }
 
@@ -114,7 +114,7 @@ impl World {
     /// Opens the sink and the emitter on the current directory and disk (opening checkpoints
     /// nothing: the last sled copy stays what a power cut finds). Err: it does not open.
     pub async fn open(&mut self) -> Result<(), String> {
-        let sink = SledSink::open(self.config()).map_err(|err| err.to_string())?;
+        let sink = LocalSink::open(self.config()).map_err(|err| err.to_string())?;
         let bus = NatsBus::connect(BusConfig {
             url: self.server.url(),
             publish_timeout: PUBLISH_TIMEOUT,

@@ -1,7 +1,7 @@
 //! The pure fold of events into current state.
 //!
 //! [`apply`] takes an item's previous state and one event and says what changes. It has no I/O:
-//! the sled sink runs it inside its write path (live projection), [`MemoryProjection`] runs it
+//! the local sink runs it inside its write path (live projection), [`MemoryProjection`] runs it
 //! in memory (consumers, tests), and a rebuild replays the log through it. Because every store
 //! goes through the same function, a projection rebuilt from the log alone equals the live one.
 

@@ -66,7 +66,7 @@ use retention::retention_task;
 
 /// The emitter of a dlq process: the durable sink (its segment log, sled as the projection)
 /// and NATS.
-pub type NodeEmitter = Emitter<crate::sink::SledSink, crate::bus::NatsBus>;
+pub type NodeEmitter = Emitter<crate::sink::LocalSink, crate::bus::NatsBus>;
 
 /// What an emit achieved. Returned only when the events are durable in the sink.
 #[derive(Debug, Clone, PartialEq, Eq)]

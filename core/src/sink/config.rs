@@ -12,7 +12,7 @@ pub const LOG_DIR: &str = "log";
 /// Largest value (an event, or an item with its history) the sink stores.
 pub const MAX_VALUE_BYTES: usize = 1 << 20;
 
-/// How the sled sink is opened.
+/// How the local sink is opened.
 #[derive(Debug, Clone)]
 pub struct SinkConfig {
     /// Directory of the database (created if missing).

@@ -5,7 +5,7 @@
 use std::error::Error;
 use std::io;
 
-use super::{CheckpointError, SinkConfig, SinkError, SledSink};
+use super::{CheckpointError, LocalSink, SinkConfig, SinkError};
 use crate::sink::writer::seq_floor::SeqFloor;
 
 /// The first `io::Error` in `err`'s source chain (`err` itself included).
@@ -19,7 +19,7 @@ fn opening_a_sink_on_a_file_keeps_the_io_error() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("not-a-directory");
     std::fs::write(&file, "x").unwrap();
-    let Err(err) = SledSink::open(SinkConfig::new(&file)) else {
+    let Err(err) = LocalSink::open(SinkConfig::new(&file)) else {
         panic!("a sink opened on a regular file");
     };
     assert!(matches!(err, SinkError::Open { .. }), "{err:?}");

@@ -1,7 +1,7 @@
 //! Deterministic fault injection for the sink's writer, for tests and chaos drills.
 //!
 //! The switches are checked by the writer thread before it applies or flushes a group, so a
-//! drill can make the real sled sink fail or stall while everything else stays real.
+//! drill can make the real local sink fail or stall while everything else stays real.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

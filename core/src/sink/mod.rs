@@ -45,7 +45,7 @@
 //! entry, [`index_runs`]; projections of formats 2 to 4 are taken over when opened,
 //! [`projection_format`]). A directory of format 2 (the log in sled as `l/seq` keys, with a
 //! journal) is migrated when opened ([`migrate`]). A projection built with another layout is
-//! rebuilt from the log when opened; [`SledSink::rebuild_projection`] (`dlq rebuild`) rebuilds
+//! rebuilt from the log when opened; [`LocalSink::rebuild_projection`] (`dlq rebuild`) rebuilds
 //! it on demand.
 
 mod config;
@@ -96,7 +96,7 @@ use crate::error_class::Cause;
 pub(crate) use config::MAX_VALUE_BYTES;
 pub use config::{LogRetention, SinkConfig};
 pub use faults::Faults;
-pub use handle::{KeyValue, SledSink};
+pub use handle::{KeyValue, LocalSink};
 /// The journal's decoders, for `crate::fuzzing`.
 #[cfg(feature = "fuzzing")]
 pub(crate) use legacy::journal::{replay as replay_journal, segment_file_name};

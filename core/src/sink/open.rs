@@ -11,7 +11,7 @@ use tracing::{info, warn};
 
 use super::config::{SinkConfig, LOG_DIR, MAX_VALUE_BYTES};
 use super::fault_fs::{Backend, FaultFs};
-use super::handle::{Inner, SledSink};
+use super::handle::{Inner, LocalSink};
 use super::legacy::migrate;
 use super::log::{io::RealFs, LogConfig, LogWriter};
 use super::projection::applier::{self, Applied};
@@ -234,11 +234,11 @@ fn load_publish_state(tree: &sled::Tree) -> Result<PublishState, SinkError> {
     }
 }
 
-impl SledSink {
+impl LocalSink {
     /// Opens (or creates) the data directory and starts its writer thread. A directory of the
     /// previous format (the log in sled) is migrated first (see `migrate`).
     pub fn open(config: SinkConfig) -> Result<Self, SinkError> {
-        Ok(SledSink {
+        Ok(LocalSink {
             inner: Arc::new(open(config)?),
         })
     }

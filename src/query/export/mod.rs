@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::list::ItemSummary;
 use super::QueryError;
 use dlq::domain::model::DeadLetteredItem;
-use dlq::sink::SledSink;
+use dlq::sink::LocalSink;
 
 /// The CSV header: stable, in this order.
 pub const CSV_COLUMNS: [&str; 17] = [
@@ -176,7 +176,7 @@ pub fn id_of_file_name(name: &str) -> String {
 
 /// Exports the sink's items (of `job_id` only, when given) to `path` in `format`.
 pub fn export(
-    sink: &SledSink,
+    sink: &LocalSink,
     job_id: Option<&str>,
     format: ExportFormat,
     path: &Path,

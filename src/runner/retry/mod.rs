@@ -30,7 +30,7 @@ use super::workflow::Workflow;
 use crate::query::cel::CelFilter;
 use dlq::bus::Bus;
 use dlq::emitter::Emitter;
-use dlq::sink::SledSink;
+use dlq::sink::LocalSink;
 
 mod item;
 
@@ -100,7 +100,7 @@ pub(crate) struct RetryReport {
 /// runs with.
 pub(crate) struct RetryJob<'a, B: Bus> {
     /// The emitter whose sink holds the items (resolved items leave through it).
-    pub emitter: Emitter<SledSink, B>,
+    pub emitter: Emitter<LocalSink, B>,
     /// How agents run (data directory, agent command, topic).
     pub run: RunOptions,
     /// The job whose items to retry.
@@ -261,7 +261,7 @@ fn open_job(
 
 /// The ids of the job's items to retry, counting what is left out.
 fn select(
-    sink: &SledSink,
+    sink: &LocalSink,
     job_id: &str,
     options: &RetryOptions,
     report: &mut RetryReport,

@@ -1,4 +1,4 @@
-//! The sink's handle, [`SledSink`]: the [`Sink`] its callers hold. It sends writes to the writer
+//! The sink's handle, [`LocalSink`]: the [`Sink`] its callers hold. It sends writes to the writer
 //! thread and reads the projection and the log; opening it is in `super::open`.
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -27,7 +27,7 @@ pub type KeyValue = (Vec<u8>, Vec<u8>);
 
 /// The sled-backed sink. Cheap to clone; all clones share one database and one writer.
 #[derive(Clone)]
-pub struct SledSink {
+pub struct LocalSink {
     pub(super) inner: Arc<Inner>,
 }
 
@@ -50,7 +50,7 @@ pub(super) struct Inner {
     pub(super) writer: Mutex<Option<JoinHandle<()>>>,
 }
 
-impl SledSink {
+impl LocalSink {
     /// Fault switches for drills and tests.
     pub fn faults(&self) -> &Faults {
         &self.inner.faults
@@ -248,7 +248,7 @@ fn corrupt(seq: u64, err: serde_json::Error) -> SinkError {
     }
 }
 
-impl Sink for SledSink {
+impl Sink for LocalSink {
     async fn append(&self, command: Command) -> Result<Vec<Event>, SinkError> {
         // The late answer is dropped: the writer then counts and logs a late failure itself.
         self.append_with_late(command).await.0

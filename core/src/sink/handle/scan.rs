@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use crate::domain::projection::StoredItem;
 use crate::sink::projection::index_runs::{self, RunRange};
 use crate::sink::projection::keys;
-use crate::sink::{show_key, SinkError, SledSink};
+use crate::sink::{show_key, LocalSink, SinkError};
 
 /// An entry of the recency index: when the item last failed, its job and its id.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -95,7 +95,7 @@ impl Iterator for NewestFirst {
     }
 }
 
-impl SledSink {
+impl LocalSink {
     /// Every item, or only those of `job_id`, in key order (job id, then item id).
     pub fn scan_items<'a>(
         &'a self,

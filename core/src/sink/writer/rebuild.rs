@@ -1,4 +1,4 @@
-//! A rebuild of the projection (`dlq rebuild`, [`crate::sink::SledSink::rebuild_projection`],
+//! A rebuild of the projection (`dlq rebuild`, [`crate::sink::LocalSink::rebuild_projection`],
 //! and the one an open starts for a projection of another layout): from the log **and** the
 //! items kept whole in sled.
 //!

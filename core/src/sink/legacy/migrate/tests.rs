@@ -7,7 +7,7 @@ use crate::domain::command::Command;
 use crate::sink::legacy::journal;
 use crate::sink::legacy::journal_record::encode;
 use crate::sink::projection::keys;
-use crate::sink::{Sink, SinkConfig, SledSink};
+use crate::sink::{LocalSink, Sink, SinkConfig};
 
 fn config(dir: &Path) -> SinkConfig {
     let mut config = SinkConfig::new(dir);
@@ -27,7 +27,7 @@ fn dead_letter(id: &str) -> Command {
 /// Events written by this version: their exact bytes and the projection they make.
 async fn source(n: usize) -> (Vec<Vec<u8>>, Vec<crate::sink::KeyValue>) {
     let dir = tempfile::tempdir().unwrap();
-    let sink = SledSink::open(config(dir.path())).unwrap();
+    let sink = LocalSink::open(config(dir.path())).unwrap();
     for k in 0..n {
         sink.append(dead_letter(&format!("i{}", k % 4)))
             .await
@@ -86,7 +86,7 @@ async fn a_format_2_directory_is_migrated_byte_for_byte() {
     std::fs::create_dir_all(dir.path().join(MIGRATING_DIR)).unwrap();
     std::fs::write(dir.path().join(MIGRATING_DIR).join("junk.seg.tmp"), b"x").unwrap();
 
-    let sink = SledSink::open(config(dir.path())).unwrap();
+    let sink = LocalSink::open(config(dir.path())).unwrap();
     for (seq, payload) in (1..).zip(&payloads) {
         let stored = sink.stored(seq).unwrap().unwrap();
         assert_eq!(stored.json.to_vec(), *payload, "event {seq}");
@@ -119,7 +119,7 @@ async fn a_format_2_directory_is_migrated_byte_for_byte() {
     drop(sink);
 
     // Opening again changes nothing.
-    let sink = SledSink::open(config(dir.path())).unwrap();
+    let sink = LocalSink::open(config(dir.path())).unwrap();
     assert_eq!(sink.events_from(1).count(), payloads.len() + 1);
     assert_eq!(sink.backlog().unwrap().count, 8);
     sink.close().await.unwrap();
