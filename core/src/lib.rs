@@ -36,18 +36,23 @@
 //!
 //! Layers depend only downwards: domain → storage and transport → services.
 //!
-//! - [`domain`]: items, failures, error types and signatures, the events of the log, and the
+//! - `domain`: items, failures, error types and signatures, the events of the log, and the
 //!   pure rules that turn requests into events and events into state. No I/O.
-//! - [`sink`] (storage): the durable log and the sled store operators query.
-//!   [`bus`] (transport): the `Bus` trait and NATS JetStream, with credentials and TLS
+//! - `sink` (storage): the durable log and the sled store operators query.
+//!   `bus` (transport): the `Bus` trait and NATS JetStream, with credentials and TLS
 //!   ([`BusAuth`], [`BusTls`]; `bus::auth`).
-//! - Services: [`emitter`] (sink first, then the bus; its reconciler, retention and
-//!   anti-entropy), [`consumer`] (rebuilding the state from the stream), [`removal`] (clear and
+//! - Services: `emitter` (sink first, then the bus; its reconciler, retention and
+//!   anti-entropy), [`consumer`] (rebuilding the state from the stream), `removal` (clear and
 //!   purge).
 //! - [`config`] (the YAML configuration file) and [`metrics`] (metric names) serve every layer.
 //!
 //! The operator side (the `dlq` command line, the admin API and page, queries, the MapReduce
 //! job runner) is the `dlq-ops` package, built on this crate; a scheduler needs none of it.
+//!
+//! The embedding API is the names re-exported at this crate's root, plus [`consumer`]
+//! (writing a consumer), [`config`] (the YAML file) and [`metrics`] (metric names). The
+//! modules named above without a link are public for `dlq-ops` and this repository's tests
+//! only: hidden from the documentation, with no stability promise.
 //!
 //! # Features
 //!
@@ -55,17 +60,26 @@
 //! switches the tests drive) and `fuzzing` (entry points for the fuzz targets) are for this
 //! repository's tests only.
 
+// The embedding API is the names re-exported below, plus `consumer` (writing a consumer),
+// `config` (the YAML file) and `metrics` (metric names). The other modules are public for the
+// operator package (`dlq-ops`) and this repository's tests only: hidden from the
+// documentation, with no stability promise.
+#[doc(hidden)]
 pub mod bus;
 pub mod config;
 pub mod consumer;
+#[doc(hidden)]
 pub mod domain;
+#[doc(hidden)]
 pub mod emitter;
 mod error_class;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod metrics;
+#[doc(hidden)]
 pub mod removal;
+#[doc(hidden)]
 pub mod sink;
 #[cfg(test)]
 mod testing;

@@ -37,7 +37,7 @@ impl Denials {
 
 /// One line for a permissions violation: the subject denied, the permission to grant (with
 /// the wildcard dlq's roles use for per-consumer subjects) and where the roles are documented.
-pub fn explain(server_message: &str) -> String {
+pub(super) fn explain(server_message: &str) -> String {
     let subject = server_message.split('"').nth(1).unwrap_or(server_message);
     let grant = wildcard(subject);
     format!(

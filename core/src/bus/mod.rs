@@ -47,11 +47,11 @@ pub fn server_list(urls: &str) -> Vec<&str> {
 /// Header carrying the event id; JetStream drops duplicates by it.
 pub const HEADER_MSG_ID: &str = "Nats-Msg-Id";
 /// Header carrying the event kind, e.g. `dead_lettered`.
-pub const HEADER_KIND: &str = "Dlq-Event-Kind";
+pub(crate) const HEADER_KIND: &str = "Dlq-Event-Kind";
 /// Header carrying the job id.
-pub const HEADER_JOB: &str = "Dlq-Job-Id";
+pub(crate) const HEADER_JOB: &str = "Dlq-Job-Id";
 /// Header carrying the node id of the emitter.
-pub const HEADER_NODE: &str = "Dlq-Node-Id";
+pub(crate) const HEADER_NODE: &str = "Dlq-Node-Id";
 
 /// What the bus said when it acknowledged an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,7 +221,7 @@ pub enum BusError {
 
 impl BusError {
     /// [`BusError::StreamSetup`] with no other error behind it.
-    pub fn stream_setup(message: impl Into<String>) -> Self {
+    pub(crate) fn stream_setup(message: impl Into<String>) -> Self {
         BusError::StreamSetup {
             message: message.into(),
             source: None,
@@ -237,7 +237,7 @@ impl BusError {
     }
 
     /// [`BusError::Transport`] with no other error behind it.
-    pub fn transport(message: impl Into<String>) -> Self {
+    pub(crate) fn transport(message: impl Into<String>) -> Self {
         BusError::Transport {
             message: message.into(),
             source: None,
@@ -254,7 +254,7 @@ impl BusError {
 
     /// The same error, caused by `cause` (kept as its source; the message is unchanged).
     /// Variants without a source are returned as they are.
-    pub fn caused_by(mut self, cause: impl Into<Cause>) -> Self {
+    pub(crate) fn caused_by(mut self, cause: impl Into<Cause>) -> Self {
         match &mut self {
             BusError::StreamSetup { source, .. }
             | BusError::Rejected { source, .. }
@@ -272,7 +272,7 @@ impl BusError {
 
     /// True when publishing the same event again cannot succeed ([`BusError::Rejected`],
     /// [`BusError::Encode`]): the emitter does not retry it and the reconciler parks it.
-    pub fn is_permanent(&self) -> bool {
+    pub(crate) fn is_permanent(&self) -> bool {
         matches!(self, BusError::Rejected { .. } | BusError::Encode(_))
     }
 

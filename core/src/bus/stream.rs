@@ -49,7 +49,7 @@ pub struct Fit {
 
 impl Fit {
     /// No refusal: dlq may publish to the stream.
-    pub fn is_usable(&self) -> bool {
+    pub(crate) fn is_usable(&self) -> bool {
         self.refusals.is_empty()
     }
 }
@@ -106,7 +106,7 @@ pub fn check(existing: &Config, config: &BusConfig) -> Fit {
 }
 
 /// Whether a message published on `subject` is stored by the stream.
-pub fn takes_subject(stream: &Config, subject: &str) -> bool {
+pub(crate) fn takes_subject(stream: &Config, subject: &str) -> bool {
     if stream.subjects.is_empty() {
         // A stream without subjects listens on its own name.
         return subject_covers(&stream.name, subject);
@@ -117,7 +117,7 @@ pub fn takes_subject(stream: &Config, subject: &str) -> bool {
 /// Whether every subject matching `subject` (which may hold wildcards itself) also matches
 /// `pattern`, by NATS rules: tokens separated by `.`, `*` matches one token, `>` one or more
 /// trailing tokens.
-pub fn subject_covers(pattern: &str, subject: &str) -> bool {
+pub(crate) fn subject_covers(pattern: &str, subject: &str) -> bool {
     let mut wanted = subject.split('.');
     for token in pattern.split('.') {
         match (token, wanted.next()) {

@@ -42,7 +42,7 @@ pub struct NodeCursor {
 
 /// A gap given up in one chain: its sequences `from..=to` will never be applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Given {
+pub(crate) struct Given {
     /// The chain's epoch (`None`: events without an epoch).
     pub epoch: Option<String>,
     /// First sequence given up.
@@ -66,7 +66,7 @@ impl NodeCursor {
     }
 
     /// Replaces the chain of `epoch` (as loaded from a store).
-    pub fn set_chain(&mut self, epoch: Option<String>, chain: Chain) {
+    pub(crate) fn set_chain(&mut self, epoch: Option<String>, chain: Chain) {
         let old = self.chain_mut(epoch.clone());
         let before = old.waiting.len();
         *old = chain;
@@ -80,7 +80,7 @@ impl NodeCursor {
     }
 
     /// The highest sequence applied in the chain of `epoch`.
-    pub fn applied_in(&self, epoch: Option<&str>) -> u64 {
+    pub(crate) fn applied_in(&self, epoch: Option<&str>) -> u64 {
         match epoch {
             None => self.legacy.applied,
             Some(epoch) => self.epochs.get(epoch).map_or(0, |chain| chain.applied),
@@ -101,7 +101,7 @@ impl NodeCursor {
     }
 
     /// Whether `event` was applied already, or waits already.
-    pub fn is_duplicate(&self, event: &Event) -> bool {
+    pub(crate) fn is_duplicate(&self, event: &Event) -> bool {
         let chain = match event.epoch.as_deref() {
             None => Some(&self.legacy),
             Some(epoch) => self.epochs.get(epoch),
@@ -120,7 +120,7 @@ impl NodeCursor {
     /// When `event` is the full event of a stub waiting in its chain: takes the stub's place
     /// (the stub stood in for it; applied now, it would hold its item for an event already
     /// here). False otherwise.
-    pub fn replace_waiting_stub(&mut self, event: &Event) -> bool {
+    pub(crate) fn replace_waiting_stub(&mut self, event: &Event) -> bool {
         let chain = match event.epoch.as_deref() {
             None => Some(&mut self.legacy),
             Some(epoch) => self.epochs.get_mut(epoch),
@@ -149,7 +149,7 @@ impl NodeCursor {
     }
 
     /// Records `event` as applied.
-    pub fn mark_applied(&mut self, event: &Event) {
+    pub(crate) fn mark_applied(&mut self, event: &Event) {
         let chain = match event.epoch.as_deref() {
             None => &mut self.legacy,
             Some(epoch) => match self.epochs.get_mut(epoch) {
@@ -161,7 +161,7 @@ impl NodeCursor {
     }
 
     /// Removes and returns a waiting event that is ready now, if any.
-    pub fn take_ready(&mut self) -> Option<Event> {
+    pub(crate) fn take_ready(&mut self) -> Option<Event> {
         if self.waiting == 0 {
             return None;
         }
@@ -190,7 +190,7 @@ impl NodeCursor {
 
     /// Gives up what the oldest blocked event waits for: the chain it needs is taken as applied
     /// through the sequence it needs. `None` when nothing waits behind a gap.
-    pub fn give_up_oldest_gap(&mut self) -> Option<Given> {
+    pub(crate) fn give_up_oldest_gap(&mut self) -> Option<Given> {
         let (chain, to) = self
             .heads()
             .filter(|(_, head)| !self.ready(head))

@@ -100,7 +100,7 @@ pub fn missing_events<E>(
 }
 
 /// The `Nats-Msg-Id` a repaired event goes out under.
-pub fn republish_id(event: &Event, stamp: &str) -> String {
+pub(crate) fn republish_id(event: &Event, stamp: &str) -> String {
     format!("{}~republished-{stamp}", event.event_id)
 }
 

@@ -148,7 +148,7 @@ fn apply_kind(previous: Option<&StoredItem>, event: &Event) -> Change {
 /// [`apply`] taking the event by value: a new item is moved out of its `DeadLettered` event,
 /// not copied (the most common event of a rebuild). Always the same change as
 /// `apply(previous, &event)`.
-pub fn apply_owned(previous: Option<&StoredItem>, event: Event) -> Change {
+pub(crate) fn apply_owned(previous: Option<&StoredItem>, event: Event) -> Change {
     match event {
         Event {
             kind: EventKind::DeadLettered { mut item },
@@ -179,7 +179,7 @@ pub fn apply_owned(previous: Option<&StoredItem>, event: Event) -> Change {
 }
 
 /// Appends `incoming`'s history to `target`, renumbering attempts after the existing ones.
-pub fn merge_failure(target: &mut StoredItem, incoming: &DeadLetteredItem, attempts: u32) {
+pub(crate) fn merge_failure(target: &mut StoredItem, incoming: &DeadLetteredItem, attempts: u32) {
     let item = &mut target.item;
     let renumbered = renumber(item.failure_count, &incoming.failure_history);
     item.failure_history.extend(renumbered);
@@ -195,7 +195,7 @@ pub fn merge_failure(target: &mut StoredItem, incoming: &DeadLetteredItem, attem
 }
 
 /// Numbers `failures` as attempts `base + 1, base + 2, ...`.
-pub fn renumber(base: u32, failures: &[FailureDetail]) -> Vec<FailureDetail> {
+pub(crate) fn renumber(base: u32, failures: &[FailureDetail]) -> Vec<FailureDetail> {
     let mut number = base;
     failures
         .iter()
@@ -258,7 +258,7 @@ impl MemoryProjection {
 
     /// Folds one event in, moving a new item out of it instead of copying it
     /// ([`apply_owned`]): the same result as [`MemoryProjection::apply`].
-    pub fn apply_owned(&mut self, event: Event) {
+    pub(crate) fn apply_owned(&mut self, event: Event) {
         let Some(item_id) = event.kind.item_id() else {
             return;
         };

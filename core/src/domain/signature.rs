@@ -17,13 +17,13 @@ use crate::domain::model::ErrorType as E;
 
 /// An item that has failed this many times needs a person, whatever its error type. Three is the
 /// count at which a failure is treated as recurring rather than incidental.
-pub const MANUAL_REVIEW_AFTER_FAILURES: u32 = 3;
+pub(crate) const MANUAL_REVIEW_AFTER_FAILURES: u32 = 3;
 
 /// Upper bound, in `char`s, of a [`normalize`]d message.
-pub const MAX_NORMALIZED_CHARS: usize = 200;
+pub(crate) const MAX_NORMALIZED_CHARS: usize = 200;
 
 /// How many words of the normalised message the readable [`Signature::pattern`] keeps.
-pub const PATTERN_WORDS: usize = 8;
+pub(crate) const PATTERN_WORDS: usize = 8;
 
 /// Compiles a constant pattern. Constants always compile; should one not, its rule is skipped
 /// rather than aborting the process.
@@ -112,7 +112,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
 /// );
 /// ```
 #[must_use]
-pub fn normalize(message: &str) -> String {
+pub(crate) fn normalize(message: &str) -> String {
     let mut text = message.to_lowercase();
     for rule in RULES.iter() {
         let Some(re) = &rule.re else { continue };

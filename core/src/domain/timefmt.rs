@@ -18,7 +18,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::ser::{Serialize, Serializer};
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fffffffff]Z`; `None` for any other shape or an invalid date.
-pub fn parse_utc(text: &str) -> Option<DateTime<Utc>> {
+pub(crate) fn parse_utc(text: &str) -> Option<DateTime<Utc>> {
     let b = text.as_bytes();
     if b.len() < 20 || b[b.len() - 1] != b'Z' {
         return None;
@@ -73,13 +73,13 @@ impl Visitor<'_> for TimeVisitor {
 }
 
 /// `#[serde(deserialize_with = "crate::domain::timefmt::utc")]` for a `DateTime<Utc>` field.
-pub fn utc<'de, D: Deserializer<'de>>(deserializer: D) -> Result<DateTime<Utc>, D::Error> {
+pub(crate) fn utc<'de, D: Deserializer<'de>>(deserializer: D) -> Result<DateTime<Utc>, D::Error> {
     deserializer.deserialize_str(TimeVisitor)
 }
 
 /// As [`utc`], for an `Option<DateTime<Utc>>` field (`null` is `None`; add `#[serde(default)]`
 /// for a missing field).
-pub fn utc_option<'de, D: Deserializer<'de>>(
+pub(crate) fn utc_option<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<DateTime<Utc>>, D::Error> {
     struct OptionVisitor;
@@ -174,7 +174,7 @@ impl Text<'_> {
 
 /// `#[serde(serialize_with = "crate::domain::timefmt::write_utc")]` for a `DateTime<Utc>`
 /// field: the bytes chrono's encoder writes, without its formatting machinery.
-pub fn write_utc<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn write_utc<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
     let mut buffer = [0u8; FORMATTED_MAX];
     let text = format_utc(time, &mut buffer)
         .and_then(|len| buffer.get(..len))

@@ -80,7 +80,7 @@ pub(crate) struct Reconciler<S, B> {
 
 /// What one pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct PassReport {
+pub(crate) struct PassReport {
     /// Events acknowledged in this pass.
     pub published: u64,
     /// Events parked in this pass (refused for good, or unreadable).

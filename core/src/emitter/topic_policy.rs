@@ -90,7 +90,7 @@ pub struct TopicPolicies {
 
 impl TopicPolicies {
     /// The policy for `topic`.
-    pub fn for_topic(&self, topic: &str) -> TopicPolicy {
+    pub(crate) fn for_topic(&self, topic: &str) -> TopicPolicy {
         self.topics.get(topic).copied().unwrap_or(self.default)
     }
 }

@@ -31,7 +31,7 @@ pub struct ParsedServer {
 
 impl ParsedServer {
     /// Whether the URL itself asks for TLS.
-    pub fn is_tls(&self) -> bool {
+    pub(crate) fn is_tls(&self) -> bool {
         matches!(self.scheme.as_str(), "tls" | "wss")
     }
 }

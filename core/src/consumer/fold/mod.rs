@@ -200,7 +200,7 @@ impl Fold {
     }
 
     /// Returns what changed since the last call, and starts a new record.
-    pub fn take_touched(&mut self) -> Touched {
+    pub(crate) fn take_touched(&mut self) -> Touched {
         std::mem::take(&mut self.touched)
     }
 
@@ -219,7 +219,7 @@ impl Fold {
     }
 
     /// The node with the most events waiting, if it has more than [`MAX_WAITING_PER_NODE`].
-    pub fn overflowing(&self) -> Option<(&str, usize)> {
+    pub(crate) fn overflowing(&self) -> Option<(&str, usize)> {
         self.nodes
             .iter()
             .map(|(node, cursor)| (node.as_str(), cursor.waiting()))

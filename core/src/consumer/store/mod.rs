@@ -322,7 +322,7 @@ impl ConsumerStore {
     }
 
     /// Records an accepted gap in the store's audit trail, durably.
-    pub fn record_accepted_gap(&self, gap: &AcceptedGap) -> Result<(), StoreError> {
+    pub(crate) fn record_accepted_gap(&self, gap: &AcceptedGap) -> Result<(), StoreError> {
         let at = gap.at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
         let value = serde_json::to_vec(gap).map_err(|e| self.io(e))?;
         self.db

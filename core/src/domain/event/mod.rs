@@ -204,7 +204,7 @@ impl Event {
 
     /// Whether `event_id` is the id of an event written by `node_id`: a stored id of either
     /// form, or a volatile one.
-    pub fn id_written_by(event_id: &str, node_id: &str) -> bool {
+    pub(crate) fn id_written_by(event_id: &str, node_id: &str) -> bool {
         event_id
             .strip_prefix(node_id)
             .and_then(|rest| rest.strip_prefix(':'))
@@ -233,7 +233,7 @@ impl Event {
 
     /// The id of an event the sink could not store: still unique per node (wall-clock nanos
     /// plus a process-local counter), and marked so that nobody mistakes it for a log position.
-    pub fn volatile_id(node_id: &str, nanos: i64, counter: u64) -> String {
+    pub(crate) fn volatile_id(node_id: &str, nanos: i64, counter: u64) -> String {
         format!("{node_id}:v{nanos}-{counter}")
     }
 
@@ -276,12 +276,12 @@ impl Event {
 }
 
 /// Whether `text` has the form of an epoch id: [`EPOCH_HEX`] lowercase hex digits.
-pub fn is_epoch(text: &str) -> bool {
+pub(crate) fn is_epoch(text: &str) -> bool {
     text.len() == EPOCH_HEX && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Length of an epoch id in hex digits (64 random bits).
-pub const EPOCH_HEX: usize = 16;
+pub(crate) const EPOCH_HEX: usize = 16;
 
 #[cfg(test)]
 mod tests {

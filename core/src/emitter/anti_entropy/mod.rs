@@ -364,7 +364,7 @@ impl<S: Sink, B: Bus> AntiEntropy<S, B> {
 
 /// The `Nats-Msg-Id` a repaired event goes out under: its event id, marked and stamped so
 /// that the duplicate window (which remembers the lost message's id) cannot drop it.
-pub fn repair_id(event_id: &str, unix_millis: u128) -> String {
+pub(crate) fn repair_id(event_id: &str, unix_millis: u128) -> String {
     format!("{event_id}~anti-entropy-{unix_millis}")
 }
 

@@ -12,22 +12,22 @@ pub(crate) struct Seqs {
 
 impl Seqs {
     /// How many sequences.
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.len
     }
 
     /// How many ranges hold them (what the set costs in memory).
-    pub fn ranges(&self) -> usize {
+    pub(crate) fn ranges(&self) -> usize {
         self.ranges.len()
     }
 
     /// The lowest sequence.
-    pub fn first(&self) -> Option<u64> {
+    pub(crate) fn first(&self) -> Option<u64> {
         self.ranges.keys().next().copied()
     }
 
     /// Whether `seq` is in the set.
-    pub fn contains(&self, seq: u64) -> bool {
+    pub(crate) fn contains(&self, seq: u64) -> bool {
         self.ranges
             .range(..=seq)
             .next_back()
@@ -35,7 +35,7 @@ impl Seqs {
     }
 
     /// Adds `seq`; false when it was there already.
-    pub fn insert(&mut self, seq: u64) -> bool {
+    pub(crate) fn insert(&mut self, seq: u64) -> bool {
         if self.contains(seq) {
             return false;
         }
@@ -62,7 +62,7 @@ impl Seqs {
     }
 
     /// Removes `seq`; false when it was not there.
-    pub fn remove(&mut self, seq: u64) -> bool {
+    pub(crate) fn remove(&mut self, seq: u64) -> bool {
         let Some((&first, &last)) = self.ranges.range(..=seq).next_back() else {
             return false;
         };
@@ -81,7 +81,7 @@ impl Seqs {
     }
 
     /// The sequences of this set that `other` lacks, in order.
-    pub fn missing_from(&self, other: &Seqs) -> Vec<u64> {
+    pub(crate) fn missing_from(&self, other: &Seqs) -> Vec<u64> {
         let mut missing = Vec::new();
         for (&first, &last) in &self.ranges {
             let mut seq = first;

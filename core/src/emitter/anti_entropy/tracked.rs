@@ -96,7 +96,7 @@ pub(crate) struct Tracked {
 
 impl Tracked {
     /// An empty set: one bucket per `slice`, at most `capacity` ranges in all.
-    pub fn new(capacity: usize, slice: Duration) -> Self {
+    pub(crate) fn new(capacity: usize, slice: Duration) -> Self {
         Tracked {
             buckets: VecDeque::new(),
             slice,
@@ -110,24 +110,24 @@ impl Tracked {
     }
 
     /// How many events are tracked.
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.events
     }
 
     /// The lowest log sequence still tracked: the log must keep it.
-    pub fn floor(&self) -> Option<u64> {
+    pub(crate) fn floor(&self) -> Option<u64> {
         self.buckets.iter().filter_map(|b| b.seqs.first()).min()
     }
 
     /// When the oldest tracked event was acknowledged.
-    pub fn oldest(&self) -> Option<Instant> {
+    pub(crate) fn oldest(&self) -> Option<Instant> {
         self.buckets.iter().map(|b| b.oldest).min()
     }
 
     /// Records that event `seq`, published under `msg_id`, was acknowledged at `stream_seq`.
     /// `None` when its id does not end in `:{seq}` (it cannot be found by id); otherwise how
     /// many older events were dropped unchecked to stay within the capacity.
-    pub fn record(&mut self, seq: u64, msg_id: &str, stream_seq: u64, at: Instant) -> Option<u64> {
+    pub(crate) fn record(&mut self, seq: u64, msg_id: &str, stream_seq: u64, at: Instant) -> Option<u64> {
         let (prefix, id_seq) = split_id(msg_id)?;
         if id_seq != seq {
             return None;
@@ -184,7 +184,7 @@ impl Tracked {
     /// The buckets to check now: from after the last pass's, as many as `budget` stream
     /// messages to read allow (at least one); once the end is reached the next pass starts
     /// again from the oldest. `None` when nothing is tracked.
-    pub fn due(&mut self, budget: u64) -> Option<Due> {
+    pub(crate) fn due(&mut self, budget: u64) -> Option<Due> {
         let start = self.buckets.partition_point(|b| b.ticket <= self.cursor);
         let start = if start >= self.buckets.len() {
             0
@@ -225,7 +225,7 @@ impl Tracked {
     }
 
     /// Settles the buckets of `due` against what the stream held when read at `now`.
-    pub fn settle(
+    pub(crate) fn settle(
         &mut self,
         due: &Due,
         found: &Found,
@@ -262,7 +262,7 @@ impl Tracked {
     }
 
     /// Stops tracking event `seq` (the sink no longer has it).
-    pub fn forget(&mut self, prefix: &str, seq: u64) {
+    pub(crate) fn forget(&mut self, prefix: &str, seq: u64) {
         for bucket in self.buckets.iter_mut().filter(|b| &*b.prefix == prefix) {
             bucket.seqs.remove(seq);
         }
@@ -270,7 +270,7 @@ impl Tracked {
     }
 
     /// Tracks event `seq` as published again under `msg_id` at `stream_seq`, from `at` on.
-    pub fn replace(&mut self, seq: u64, msg_id: &str, stream_seq: u64, at: Instant) -> Option<u64> {
+    pub(crate) fn replace(&mut self, seq: u64, msg_id: &str, stream_seq: u64, at: Instant) -> Option<u64> {
         let (prefix, _) = split_id(msg_id)?;
         self.forget(prefix, seq);
         self.record(seq, msg_id, stream_seq, at)
