@@ -1,21 +1,39 @@
 //! The durable sink: the event log in segment files of our own, with its projection in sled.
 //!
+//! # Layout
+//!
+//! | where | what |
+//! | --- | --- |
+//! | `mod.rs` (here) | the [`Sink`] trait, [`SinkError`], this design note |
+//! | `config.rs` | [`SinkConfig`], [`LogRetention`], the limits of a value |
+//! | `open.rs` | opening a data directory: lock, epoch, recovery of the log, the projection caught up, migration of older formats |
+//! | `handle/` | [`LocalSink`], the handle callers hold: appends go to the writer, reads to the projection |
+//! | `log/` | the segment log: frames, segments, the index, the reader and the log writer (the durable truth) |
+//! | `writer/` | the one writer thread: group commit, checkpoints of sled, epochs, the sequence floor, retention of segments |
+//! | `projection/` | sled as a projection of the log: staging, the applier, keys, item records, index runs, publish state, parked events, counters, reads |
+//! | `legacy/` | the journal of format 2 and its migration |
+//! | `remove.rs` | clear, purge and removal in chunks, as commands on any [`Sink`] |
+//! | `log_fs.rs`, `fault_fs.rs`, `faults.rs` | the file system the log writes through, and the faults the tests inject into it |
+//!
+//! Dependencies between them run one way: `log` ← `projection` ← `writer` ← `handle` ← `open`
+//! (`legacy` reads the log and writes the projection during a migration).
+//!
 //! # What is durable when
 //!
 //! * [`Sink::append`] resolves `Ok(events)` only after the events are in the **segment log**
-//!   (`log/` in the data directory, [`log`]) and the segment was `fdatasync`ed. `Ok` survives
+//!   (`log/` in the data directory, `log/`) and the segment was `fdatasync`ed. `Ok` survives
 //!   `kill -9`, a power cut and a reopen, and the bytes come back identical.
 //! * **sled is the projection**: items, indexes and per-job counters, applied after the log
 //!   made the group durable, as one sled batch that also carries the `applied_through` mark
-//!   ([`projector`]). sled is made durable at **checkpoints** (once a second when anything
+//!   (`projection/projector.rs`). sled is made durable at **checkpoints** (once a second when anything
 //!   changed, [`SinkConfig::checkpoint_every`], on close, around a rebuild). Opening applies
 //!   the log from the mark on, so the projection always catches up with the log. sled writes
 //!   its own snapshot only while opening; a process that wrote much makes it current when it
 //!   is done ([`refresh_snapshot`]), so the next open does not replay those writes.
-//! * **An item in sled points into the log** ([`item_record`]): its value is the sequences of
+//! * **An item in sled points into the log** (`projection/item_record.rs`): its value is the sequences of
 //!   its events, and reading it folds them. Before retention deletes a segment, the live items
-//!   created in it are rewritten whole in sled ([`inline_items`]), durably, so none pins the log.
-//! * **Publishing** is a watermark plus exceptions ([`publish_state`]), saved at checkpoints;
+//!   created in it are rewritten whole in sled (`projection/inline_items.rs`), durably, so none pins the log.
+//! * **Publishing** is a watermark plus exceptions (`projection/publish_state.rs`), saved at checkpoints;
 //!   the reconciler reads unpublished events from the log, never past its durable mark. After
 //!   a crash an event may be published again, with the same `event_id`, which JetStream and
 //!   consumers both drop. Duplicates are allowed; loss is not.
@@ -25,7 +43,7 @@
 //!
 //! # Group commit
 //!
-//! One writer thread ([`writer`]) owns every write: it takes all requests waiting in its queue,
+//! One writer thread (`writer/`) owns every write: it takes all requests waiting in its queue,
 //! decides each on top of the ones before it, appends the whole group to the log with one
 //! write and one `fdatasync`, applies the projection, and answers every waiter. Queries made
 //! after an answer see the change. The writer is the only code that flushes sled (with the
@@ -34,17 +52,17 @@
 //! # Sequences and ids are never reused
 //!
 //! The log hands out sequences and never hands one out twice, also after a failed write,
-//! sync, rotation or apply (see [`log`]). Every open of a data directory starts a new random
-//! epoch ([`epoch`]) that every event carries in its id (`"{node}:{epoch}:{seq}"`), so a
+//! sync, rotation or apply (see `log/`). Every open of a data directory starts a new random
+//! epoch (`writer/epoch.rs`) that every event carries in its id (`"{node}:{epoch}:{seq}"`), so a
 //! replaced or restored directory writes new ids.
 //!
 //! # Formats
 //!
 //! Format 3 is this one (its projection format 5 keeps items as pointer records and indexes
 //! them by age, recency and FIFO order in sorted runs of entries, a sled key per run, not per
-//! entry, [`index_runs`]; projections of formats 2 to 4 are taken over when opened,
-//! [`projection_format`]). A directory of format 2 (the log in sled as `l/seq` keys, with a
-//! journal) is migrated when opened ([`migrate`]). A projection built with another layout is
+//! entry, `projection/index_runs/`; projections of formats 2 to 4 are taken over when opened,
+//! `projection/format.rs`). A directory of format 2 (the log in sled as `l/seq` keys, with a
+//! journal) is migrated when opened (`legacy/migrate.rs`). A projection built with another layout is
 //! rebuilt from the log when opened; [`LocalSink::rebuild_projection`] (`dlq rebuild`) rebuilds
 //! it on demand.
 
