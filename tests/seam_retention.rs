@@ -51,6 +51,28 @@ fn a_closed_stdout_ends_every_command_quietly() {
     assert_eq!(env.json(&["status"])["items"], 3);
 }
 
+/// `dlq run … 2>&1 | head -2`: the job's progress lines on stderr meet the closed pipe; the
+/// command ends with 141 instead of a panic's 101 (red before: 101, the panic message lost).
+#[test]
+fn a_closed_stderr_ends_a_job_quietly() {
+    let env = Env::new(DLQ, DEAD_BUS_URL);
+    let workflows = env.data.with_extension("workflows");
+    std::fs::create_dir_all(&workflows).unwrap();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/workflows");
+    for name in ["process-items.yml", "items.json"] {
+        std::fs::copy(source.join(name), workflows.join(name)).unwrap();
+    }
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let workflow = workflows.join("process-items.yml");
+    let mut cmd = env.command(&["run", workflow.to_str().unwrap()]);
+    cmd.stdout(writer.try_clone().unwrap()).stderr(writer);
+    let child = cmd.spawn().unwrap();
+    drop(cmd);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(141), "dlq run into a closed pipe");
+}
+
 /// A data directory whose config adds `sink` to [`Env::new`]'s.
 fn env_with_sink(url: &str, sink: &str) -> Env {
     let env = Env::new(DLQ, url);

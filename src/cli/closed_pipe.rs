@@ -13,10 +13,15 @@ use std::io::ErrorKind;
 /// for a tool that SIGPIPE ended.
 pub const EXIT_CLOSED_PIPE: u8 = 141;
 
-/// True when stdout is a pipe whose reading end is closed (`poll` reports `POLLERR` on it).
+/// True when stdout is a pipe whose reading end is closed.
 fn stdout_closed() -> bool {
+    pipe_closed(libc::STDOUT_FILENO)
+}
+
+/// True when `fd` is a pipe whose reading end is closed (`poll` reports `POLLERR` on it).
+fn pipe_closed(fd: i32) -> bool {
     let mut fd = libc::pollfd {
-        fd: libc::STDOUT_FILENO,
+        fd,
         events: 0,
         revents: 0,
     };
@@ -25,8 +30,8 @@ fn stdout_closed() -> bool {
     ready == 1 && fd.revents & libc::POLLERR != 0
 }
 
-/// Makes a `print!` that failed because stdout's reader went away end the process quietly
-/// with [`EXIT_CLOSED_PIPE`]; every other panic is reported as before.
+/// Makes a `print!` or `eprint!` that failed because its reader went away end the process
+/// quietly with [`EXIT_CLOSED_PIPE`]; every other panic is reported as before.
 pub(crate) fn install() {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -37,6 +42,11 @@ pub(crate) fn install() {
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or("");
         if message.starts_with("failed printing to stdout") && stdout_closed() {
+            std::process::exit(i32::from(EXIT_CLOSED_PIPE));
+        }
+        // `dlq run 2>&1 | head`: the progress lines on stderr meet the closed pipe, and the
+        // panic could not be reported there anyway.
+        if message.starts_with("failed printing to stderr") && pipe_closed(libc::STDERR_FILENO) {
             std::process::exit(i32::from(EXIT_CLOSED_PIPE));
         }
         previous(info);

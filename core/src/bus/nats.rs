@@ -357,7 +357,11 @@ impl NatsBus {
     /// Publishes `event` to the stream under another `Nats-Msg-Id` than its event id, so that
     /// the stream's duplicate window cannot drop it: the repair of an event the stream lost
     /// (`dlq republish`). Consumers still drop it if they hold it, by event id. JetStream only.
-    pub(crate) async fn publish_as(&self, event: &Event, msg_id: &str) -> Result<Published, BusError> {
+    pub(crate) async fn publish_as(
+        &self,
+        event: &Event,
+        msg_id: &str,
+    ) -> Result<Published, BusError> {
         let encoded = EncodedEvent::encode(event).map_err(BusError::Encode)?;
         self.publish_encoded_under(&encoded, msg_id).await
     }

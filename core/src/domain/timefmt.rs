@@ -174,7 +174,10 @@ impl Text<'_> {
 
 /// `#[serde(serialize_with = "crate::domain::timefmt::write_utc")]` for a `DateTime<Utc>`
 /// field: the bytes chrono's encoder writes, without its formatting machinery.
-pub(crate) fn write_utc<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn write_utc<S: Serializer>(
+    time: &DateTime<Utc>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
     let mut buffer = [0u8; FORMATTED_MAX];
     let text = format_utc(time, &mut buffer)
         .and_then(|len| buffer.get(..len))

@@ -127,7 +127,13 @@ impl Tracked {
     /// Records that event `seq`, published under `msg_id`, was acknowledged at `stream_seq`.
     /// `None` when its id does not end in `:{seq}` (it cannot be found by id); otherwise how
     /// many older events were dropped unchecked to stay within the capacity.
-    pub(crate) fn record(&mut self, seq: u64, msg_id: &str, stream_seq: u64, at: Instant) -> Option<u64> {
+    pub(crate) fn record(
+        &mut self,
+        seq: u64,
+        msg_id: &str,
+        stream_seq: u64,
+        at: Instant,
+    ) -> Option<u64> {
         let (prefix, id_seq) = split_id(msg_id)?;
         if id_seq != seq {
             return None;
@@ -270,7 +276,13 @@ impl Tracked {
     }
 
     /// Tracks event `seq` as published again under `msg_id` at `stream_seq`, from `at` on.
-    pub(crate) fn replace(&mut self, seq: u64, msg_id: &str, stream_seq: u64, at: Instant) -> Option<u64> {
+    pub(crate) fn replace(
+        &mut self,
+        seq: u64,
+        msg_id: &str,
+        stream_seq: u64,
+        at: Instant,
+    ) -> Option<u64> {
         let (prefix, _) = split_id(msg_id)?;
         self.forget(prefix, seq);
         self.record(seq, msg_id, stream_seq, at)
