@@ -63,7 +63,7 @@ const HEADING_NODE: &str = "Node";
 
 /// A durable dead-letter queue: failures go to a local segment log first, then to NATS.
 #[derive(Debug, Parser)]
-#[command(name = "dlq", version = env!("DLQ_VERSION"), about = "A durable dead-letter queue for work that keeps failing: failures stored in a local log first, then published on NATS; list, inspect, analyze, retry, export and clear them.", long_about = None)]
+#[command(name = "dlq", version = env!("DLQ_VERSION"), about = "A durable dead-letter queue for work that keeps failing: each failure is written to a local segment log first, then published on NATS; list, inspect, analyze, retry, export and clear them.", long_about = None)]
 pub struct Cli {
     /// Data directory: the durable segment log (`log/`) and the sled projection commands query.
     #[arg(long, global = true, env = "DLQ_DATA_DIR", default_value = "dlq-data", help_heading = HEADING_GLOBAL)]
