@@ -5,7 +5,8 @@
 //! `/healthz` and a JSON API mirroring the read, removal and retry commands, and announces
 //! itself in `<data_dir>/serve.json` ([`discovery`]). CLI commands that find the directory held
 //! by it send their request there ([`client`]) and print the answer, rendered by the server
-//! with the CLI's own output code.
+//! with the CLI's own output code. A program that embeds the emitter (a scheduler) serves the
+//! same API and page on its own emitter with [`serve_emitter`], announced the same way.
 //!
 //! Routes (listed in [`router`], handled in [`routes`] and [`retry_route`]; all but `/healthz`
 //! and the page need the bearer token when one is set, [`auth`]):
@@ -35,6 +36,7 @@
 
 mod auth;
 pub mod client;
+mod embedded;
 mod events_route;
 mod limits;
 mod page;
@@ -43,6 +45,7 @@ mod routes;
 mod tls;
 
 pub use auth::Token;
+pub use embedded::{serve_emitter, ServeHandle, ServeOptions};
 pub use routes::AppState;
 pub use tls::{TlsConfig, TlsFiles};
 
@@ -119,6 +122,9 @@ pub enum ServeError {
     /// Serving stopped on an error.
     #[error("the API server failed: {0}")]
     Server(std::io::Error),
+    /// The task serving an embedded API ended without returning (it panicked or was aborted).
+    #[error("the API server's task ended abnormally: {0}")]
+    Task(#[source] tokio::task::JoinError),
     /// Another process holds the data directory.
     #[error("{}", held_message(data_dir, holder.as_ref(), api.as_deref()))]
     Held {
@@ -384,16 +390,37 @@ pub async fn serve(
     data_dir: &Path,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    announce(&listener, token.is_some(), data_dir)?;
+    serve_announced(listener, state, token, data_dir, shutdown).await
+}
+
+/// Writes `data_dir/serve.json` for `listener`, naming this process.
+fn announce(listener: &Listener, token_required: bool, data_dir: &Path) -> Result<(), ServeError> {
     let file = ServeFile {
         url: listener.url.clone(),
         pid: std::process::id(),
-        token_required: token.is_some(),
+        token_required,
     };
-    let state_file = |source| ServeError::StateFile {
+    file.write(data_dir)
+        .map_err(|source| state_file_error(data_dir, source))
+}
+
+fn state_file_error(data_dir: &Path, source: std::io::Error) -> ServeError {
+    ServeError::StateFile {
         path: ServeFile::path(data_dir),
         source,
-    };
-    file.write(data_dir).map_err(state_file)?;
+    }
+}
+
+/// [`serve`] once [`announce`] wrote `serve.json`: serves until `shutdown`, removes the
+/// announcement, and waits until nothing holds `state`.
+async fn serve_announced(
+    listener: Listener,
+    state: AppState,
+    token: Option<Token>,
+    data_dir: &Path,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
     let (state, released) = Held::new(state);
     let app = router(state, token).into_make_service_with_connect_info::<tls::Peer>();
     let served = match &listener.tls {
@@ -413,7 +440,7 @@ pub async fn serve(
     // on its blocking thread. Wait for both to drop the state.
     let _ = released.await;
     served.map_err(ServeError::Server)?;
-    removed.map_err(state_file)
+    removed.map_err(|source| state_file_error(data_dir, source))
 }
 
 #[cfg(test)]
