@@ -99,16 +99,7 @@ pub async fn start<B: Bus>(
     };
     let doc = load_input(source, &base_dir, &workflow.env).await?;
     let map = &workflow.map;
-    let items = select_items(
-        &doc,
-        &SelectOptions {
-            json_path: &map.json_path,
-            filter: map.filter.as_deref(),
-            sort_by: map.sort_by.as_deref(),
-            offset: map.offset,
-            max_items: map.max_items,
-        },
-    )?;
+    let items = select_items(&doc, &SelectOptions::of(map))?;
     // A field the agent template names and an item lacks: refused before the job is saved
     // and before any item runs (setup may have made the input, so this is the first chance).
     workflow.check_items(&items)?;

@@ -86,16 +86,7 @@ pub(crate) async fn check_workflow(path: &std::path::Path) -> Result<(), RunErro
         .unwrap_or_else(|| std::path::PathBuf::from("."));
     let doc = input::load_input(input::InputSource::File(file), &base_dir, &workflow.env).await?;
     let map = &workflow.map;
-    let items = input::select_items(
-        &doc,
-        &input::SelectOptions {
-            json_path: &map.json_path,
-            filter: map.filter.as_deref(),
-            sort_by: map.sort_by.as_deref(),
-            offset: map.offset,
-            max_items: map.max_items,
-        },
-    )?;
+    let items = input::select_items(&doc, &input::SelectOptions::of(map))?;
     workflow.check_items(&items)?;
     Ok(())
 }

@@ -176,6 +176,19 @@ pub enum InputError {
     },
 }
 
+impl<'a> SelectOptions<'a> {
+    /// The selection a workflow's `map` phase asks for.
+    pub(super) fn of(map: &'a super::workflow::MapPhase) -> Self {
+        SelectOptions {
+            json_path: &map.json_path,
+            filter: map.filter.as_deref(),
+            sort_by: map.sort_by.as_deref(),
+            offset: map.offset,
+            max_items: map.max_items,
+        }
+    }
+}
+
 /// Picks the work items of `doc`: json_path, ids, filter, sort_by, offset, max_items, in that
 /// order. A json_path that matches nothing gives no items; an invalid one is an error.
 pub(super) fn select_items(doc: &Value, opts: &SelectOptions) -> Result<Vec<WorkItem>, InputError> {
