@@ -112,7 +112,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
 /// );
 /// ```
 #[must_use]
-pub(crate) fn normalize(message: &str) -> String {
+pub fn normalize(message: &str) -> String {
     let mut text = message.to_lowercase();
     for rule in RULES.iter() {
         let Some(re) = &rule.re else { continue };
