@@ -20,8 +20,8 @@ use std::io::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
-use dlq::sink::log::io::RealFs;
-use dlq::sink::log::{LogConfig, LogWriter};
+use dlq::sink::test_support::log::io::RealFs;
+use dlq::sink::test_support::log::{LogConfig, LogWriter};
 
 fn event(size: usize, i: usize) -> Vec<u8> {
     let head = format!("{{\"event_id\":\"bench-{i}\",\"payload\":\"");

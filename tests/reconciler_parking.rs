@@ -188,7 +188,7 @@ async fn an_unreadable_log_entry_is_parked_and_later_events_reach_the_stream() {
 /// Replaces the payload of the logged event `seq` with `payload`, in an intact frame (as a bug
 /// or another program might have written it): the log opens, the event cannot be decoded.
 fn rewrite_log_entry(data_dir: &std::path::Path, seq: u64, payload: &[u8]) {
-    use dlq::sink::log::{frame, segment};
+    use dlq::sink::test_support::log::{frame, segment};
     let dir = data_dir.join(dlq::sink::test_support::LOG_DIR);
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();

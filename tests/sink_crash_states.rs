@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use dlq::domain::command::Command;
 use dlq::domain::projection::StoredItem;
-use dlq::sink::log::crash::{self, Files};
-use dlq::sink::log::sim::{OpKind, SimFs, EIO};
+use dlq::sink::test_support::log::crash::{self, Files};
+use dlq::sink::test_support::log::sim::{OpKind, SimFs, EIO};
 use dlq::sink::{LocalSink, LogRetention, Sink, SinkConfig, SinkError};
 use dlq_testkit::items::template_item_sized;
 

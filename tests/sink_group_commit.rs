@@ -5,7 +5,8 @@
 //! groups. Replaying them in the order of their sequence numbers through `decide` on an
 //! in-memory projection must give exactly the events the sink wrote, and the sink's items must
 //! equal that projection and a rebuild from the log. The writer's own count of group commits
-//! shows that groups did form, and the only refusals are removals of items that were gone.
+//! (the metric `dlq_sink_group_commits_total`) shows that groups did form, and the only
+//! refusals are removals of items that were gone.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use chrono::{TimeDelta, Utc};
@@ -228,6 +229,34 @@ fn commands_that_store_nothing_commit_no_group() {
     let mut ops = vec![Op::Remove { job: 0, item: 0 }; 5];
     ops.extend([Op::Clear { job: 1 }, Op::Purge]);
     block_on(ops);
+}
+
+/// `dlq_sink_group_commits_total` counts one per group made durable: appends awaited one by
+/// one are one group each, and an append the sink refuses (nothing to store) commits none.
+#[test]
+fn the_metric_counts_each_durable_group_once() {
+    let _alone = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    INSTALL.call_once(group_commits::install);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let sink = LocalSink::open(SinkConfig::new(dir.path())).unwrap();
+        let before = group_commits::count();
+        for item in 0..4 {
+            let op = Op::Fail {
+                job: 0,
+                item,
+                days_ago: 0,
+            };
+            sink.append(command(&op)).await.unwrap();
+        }
+        let absent = Op::Remove { job: 1, item: 0 };
+        assert!(sink.append(command(&absent)).await.is_err());
+        assert_eq!(group_commits::count() - before, 4);
+        sink.close().await.unwrap();
+    });
 }
 
 proptest! {

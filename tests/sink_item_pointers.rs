@@ -305,7 +305,7 @@ async fn a_rebuild_keeps_items_kept_whole_and_refuses_to_lose_others() {
         make_inline(dir.path(), &stored.item.item_id, stored);
     }
     let log = dir.path().join(dlq::sink::test_support::LOG_DIR);
-    std::fs::remove_file(log.join(dlq::sink::log::segment::name(firsts[0]))).unwrap();
+    std::fs::remove_file(log.join(dlq::sink::test_support::log::segment::name(firsts[0]))).unwrap();
 
     let sink = open(dir.path(), LogRetention::default());
     for stored in &kept {
@@ -323,7 +323,7 @@ async fn a_rebuild_keeps_items_kept_whole_and_refuses_to_lose_others() {
     drop(sink);
 
     // The next segment holds the first event of an item that points into the log.
-    std::fs::remove_file(log.join(dlq::sink::log::segment::name(firsts[1]))).unwrap();
+    std::fs::remove_file(log.join(dlq::sink::test_support::log::segment::name(firsts[1]))).unwrap();
     let sink = open(dir.path(), LogRetention::default());
     let before = sink.projection_snapshot().unwrap();
     let err = sink.rebuild_projection().await.unwrap_err();

@@ -12,10 +12,10 @@
 
 use std::ops::ControlFlow;
 
-use dlq::sink::log::crash::{for_each_crash_state, Disk, Model, Op};
-use dlq::sink::log::harness::{Recorder, Report};
-use dlq::sink::log::sim::{OpKind, SimFs, EIO, ENOSPC};
-use dlq::sink::log::{LogConfig, LogWriter};
+use dlq::sink::test_support::log::crash::{for_each_crash_state, Disk, Model, Op};
+use dlq::sink::test_support::log::harness::{Recorder, Report};
+use dlq::sink::test_support::log::sim::{OpKind, SimFs, EIO, ENOSPC};
+use dlq::sink::test_support::log::{LogConfig, LogWriter};
 
 /// Small segments, so the workload rotates often; a few pages each, so groups cross pages.
 fn config() -> LogConfig {
@@ -401,7 +401,7 @@ fn without_fdatasync_the_exhaustive_model_reports_lost_events() {
 /// fails with what to do, and following it (open again once the disk works) loses nothing.
 #[test]
 fn a_failed_cut_of_a_hole_fails_the_open_and_opening_again_loses_nothing() {
-    use dlq::sink::log::{frame, segment, LogError};
+    use dlq::sink::test_support::log::{frame, segment, LogError};
     let mut bytes = segment::MAGIC.to_vec();
     frame::encode(1, b"{\"n\":1}", &mut bytes);
     frame::encode(2, b"{\"n\":2}", &mut bytes);
@@ -438,7 +438,7 @@ fn a_failed_cut_of_a_hole_fails_the_open_and_opening_again_loses_nothing() {
 /// model draws the same subsets for the same seed and others for another.
 #[test]
 fn unsynced_pages_persist_in_any_subset_and_samples_follow_the_seed() {
-    use dlq::sink::log::crash::PAGE;
+    use dlq::sink::test_support::log::crash::PAGE;
     use std::collections::BTreeSet;
     use std::hash::{DefaultHasher, Hash, Hasher};
 

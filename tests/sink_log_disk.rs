@@ -4,8 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use dlq::sink::log::io::{LogFs as _, RealFs, SegmentFile as _, PREALLOCATE_BYTES};
-use dlq::sink::log::{segment, LogConfig, LogError, LogWriter};
+use dlq::sink::test_support::log::io::{LogFs as _, RealFs, SegmentFile as _, PREALLOCATE_BYTES};
+use dlq::sink::test_support::log::{segment, LogConfig, LogError, LogWriter};
 
 fn config() -> LogConfig {
     LogConfig {
@@ -343,9 +343,9 @@ fn a_hole_then_frames_ending_the_newest_segment_is_cut_off_at_open() {
     let durable = bytes.iter().rposition(|&b| b != 0).unwrap() + 1;
     bytes.truncate(durable);
     // The interrupted group: a large frame across the page boundary, then a small one.
-    dlq::sink::log::frame::encode(4, &vec![b'x'; 5000], &mut bytes);
+    dlq::sink::test_support::log::frame::encode(4, &vec![b'x'; 5000], &mut bytes);
     let last = bytes.len();
-    dlq::sink::log::frame::encode(5, b"{\"event_id\":\"e-5\"}", &mut bytes);
+    dlq::sink::test_support::log::frame::encode(5, b"{\"event_id\":\"e-5\"}", &mut bytes);
     bytes[durable..4096].fill(0);
     std::fs::write(&file, &bytes).unwrap();
 

@@ -4,9 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use dlq::sink::log::harness::Recorder;
-use dlq::sink::log::sim::{OpKind, EIO, ENOSPC};
-use dlq::sink::log::{LogConfig, LogError};
+use dlq::sink::test_support::log::harness::Recorder;
+use dlq::sink::test_support::log::sim::{OpKind, EIO, ENOSPC};
+use dlq::sink::test_support::log::{LogConfig, LogError};
 
 fn config() -> LogConfig {
     LogConfig {
@@ -189,7 +189,7 @@ fn an_oversized_event_is_refused_and_uses_no_sequence() {
     let mut recorder = Recorder::new(config());
     let mut writer = recorder.open().unwrap();
     let next = writer.next_seq();
-    let huge = vec![b'x'; dlq::sink::log::frame::MAX_PAYLOAD + 1];
+    let huge = vec![b'x'; dlq::sink::test_support::log::frame::MAX_PAYLOAD + 1];
     let err = writer.append(&[event(1), huge]).unwrap_err();
     assert!(
         matches!(err, LogError::TooLarge { index: 1, .. }),

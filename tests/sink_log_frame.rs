@@ -5,8 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use dlq::sink::log::frame::{self, FrameError, HEADER_LEN};
-use dlq::sink::log::segment::{self, Damage, MAGIC};
+use dlq::sink::test_support::log::frame::{self, FrameError, HEADER_LEN};
+use dlq::sink::test_support::log::segment::{self, Damage, MAGIC};
 use proptest::prelude::*;
 
 fn encoded(events: &[(u64, Vec<u8>)]) -> Vec<u8> {

@@ -38,6 +38,9 @@ pub const PARKED_TOTAL: &str = "dlq_parked_total";
 pub const PARKED: &str = "dlq_parked_events";
 /// Events stored durably, by `kind`.
 pub const EVENTS_STORED: &str = "dlq_events_stored_total";
+/// Groups of appends the sink's writer made durable, each with one write and one `fdatasync`
+/// of the log: stored events over it is the average group.
+pub const SINK_GROUP_COMMITS: &str = "dlq_sink_group_commits_total";
 /// Events acknowledged by the bus on the emit path, by `topic`.
 pub const PUBLISHED: &str = "dlq_published_total";
 /// Time an emit call took, in seconds.
@@ -130,6 +133,10 @@ pub fn describe() {
         "Events parked now, waiting for dlq reconcile --retry-parked"
     );
     describe_counter!(EVENTS_STORED, "Events stored durably, by kind");
+    describe_counter!(
+        SINK_GROUP_COMMITS,
+        "Groups of appends the sink's writer made durable, one write and one fdatasync each"
+    );
     describe_counter!(
         PUBLISHED,
         "Events acknowledged by the bus on the emit path, by topic"

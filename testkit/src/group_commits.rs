@@ -1,6 +1,8 @@
-//! Counts every sink's writer's group commits and checkpoints: its `debug!("sink group made
-//! durable")`, one per group's fdatasync, and `debug!("sink checkpoint")`, one per sled flush,
-//! caught by a tracing layer. Appends / group commits = the average group.
+//! Counts every sink's writer's group commits and checkpoints: group commits from the counter
+//! `dlq_sink_group_commits_total` (one per group's fdatasync) of the process's Prometheus
+//! recorder ([`crate::stream::metrics`], shared with the tests' other metrics), checkpoints
+//! from the writer's `debug!("sink checkpoint")`, one per sled flush, caught by a tracing
+//! layer. Appends / group commits = the average group.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -9,9 +11,7 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 
-const GROUP: &str = "sink group made durable";
 const CHECKPOINT: &str = "sink checkpoint";
-static GROUPS: AtomicU64 = AtomicU64::new(0);
 static CHECKPOINTS: AtomicU64 = AtomicU64::new(0);
 
 struct Counter;
@@ -31,28 +31,27 @@ impl<S: tracing::Subscriber> Layer<S> for Counter {
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
         let mut seen = Message::default();
         event.record(&mut seen);
-        match seen.0.as_str() {
-            GROUP => GROUPS.fetch_add(1, Ordering::Relaxed),
-            CHECKPOINT => CHECKPOINTS.fetch_add(1, Ordering::Relaxed),
-            _ => 0,
-        };
+        if seen.0 == CHECKPOINT {
+            CHECKPOINTS.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
-/// Installs the counter as the process's tracing subscriber (only the writer's and the
+/// Installs the process's Prometheus recorder (once; the group commits are counted there from
+/// now on) and the checkpoint counter as the process's tracing subscriber (only the
 /// checkpoint's debug events reach it; every other callsite stays disabled).
 pub fn install() {
-    let only_writer = Targets::new()
-        .with_target("dlq::sink::writer", tracing::Level::DEBUG)
-        .with_target("dlq::sink::checkpoint", tracing::Level::DEBUG);
+    crate::stream::metrics();
+    let only_checkpoints =
+        Targets::new().with_target("dlq::sink::writer::checkpoint", tracing::Level::DEBUG);
     tracing_subscriber::registry()
-        .with(Counter.with_filter(only_writer))
+        .with(Counter.with_filter(only_checkpoints))
         .init();
 }
 
-/// Group commits (each one fdatasync) of every sink in this process so far.
+/// Group commits (each one fdatasync) of every sink in this process since [`install`].
 pub fn count() -> u64 {
-    GROUPS.load(Ordering::Relaxed)
+    crate::stream::metric_value(dlq::metrics::SINK_GROUP_COMMITS, &[]) as u64
 }
 
 /// Checkpoints (sled flush + fdatasync) of every sink in this process so far.

@@ -6,7 +6,7 @@ use dlq::domain::command::Command;
 use dlq::domain::event::RemovalReason;
 use dlq::domain::model::DeadLetteredItem;
 use dlq::emitter::{EmitError, Receipt};
-use dlq::sink::log::sim::OpKind;
+use dlq::sink::test_support::log::sim::OpKind;
 use dlq::sink::SinkError;
 use dlq_testkit::items::failed_once;
 

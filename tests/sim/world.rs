@@ -10,7 +10,7 @@ use dlq::consumer::{run_durable, ConsumerStore, DurableConfig};
 use dlq::emitter::{
     AntiEntropyConfig, EmitterBuilder, ReconcilerConfig, TopicPolicies, TopicPolicy,
 };
-use dlq::sink::log::sim::SimFs;
+use dlq::sink::test_support::log::sim::SimFs;
 use dlq::sink::{LocalSink, LogRetention, SinkConfig};
 use dlq_testkit::node::NodeEmitter;
 use dlq_testkit::NatsServer;
@@ -202,7 +202,7 @@ impl World {
     /// Power cut with the log's disk model in state `disk`: one of its crash states is opened.
     pub async fn crash_into(
         &mut self,
-        disk: dlq::sink::log::crash::Disk,
+        disk: dlq::sink::test_support::log::crash::Disk,
         pick: u64,
     ) -> Result<String, String> {
         let states = disk.crash_states();

@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+#[cfg(any(test, feature = "testing"))]
 use super::log::sim::SimFs;
+use super::log::LogConfig;
 
 /// The log's directory inside the data directory.
 pub const LOG_DIR: &str = "log";
@@ -42,10 +44,12 @@ pub struct SinkConfig {
     pub log_retention: LogRetention,
     /// Test switch: the log on this simulated directory instead of the data directory's
     /// `log/` (crash tests build every crash state from its trace).
+    #[cfg(any(test, feature = "testing"))]
     #[doc(hidden)]
     pub log_sim: Option<SimFs>,
     /// Test switch: acknowledge without the log's `fdatasync`. Only for proving that the crash
     /// tests see the loss; never set it otherwise.
+    #[cfg(any(test, feature = "testing"))]
     #[doc(hidden)]
     pub unsafe_skip_log_fdatasync: bool,
 }
@@ -65,9 +69,31 @@ impl SinkConfig {
             checkpoint_every: Duration::from_secs(1),
             segment_bytes: 64 << 20,
             log_retention: LogRetention::default(),
+            #[cfg(any(test, feature = "testing"))]
             log_sim: None,
+            #[cfg(any(test, feature = "testing"))]
             unsafe_skip_log_fdatasync: false,
         }
+    }
+
+    /// How the log is run: its segment size (and, in tests, the switch that skips its
+    /// `fdatasync`).
+    pub(crate) fn log_config(&self) -> LogConfig {
+        LogConfig {
+            segment_bytes: self.segment_bytes,
+            #[cfg(any(test, feature = "testing"))]
+            unsafe_skip_fdatasync: self.unsafe_skip_log_fdatasync,
+            ..LogConfig::default()
+        }
+    }
+
+    /// True when the log is on a simulated directory (crash tests), not in the data directory.
+    pub(crate) fn simulated_log(&self) -> bool {
+        #[cfg(any(test, feature = "testing"))]
+        let simulated = self.log_sim.is_some();
+        #[cfg(not(any(test, feature = "testing")))]
+        let simulated = false;
+        simulated
     }
 }
 

@@ -1,6 +1,7 @@
 //! The sink's log file system: the real disk (or, for crash tests, a simulated one), with the
 //! faults [`Faults::set_log_fault`] injects (ENOSPC, EIO on any kind of call), so tests and
-//! drills can fail the real sink at every I/O point of its log.
+//! drills can fail the real sink at every I/O point of its log. Test machinery: a release
+//! build writes the log to [`RealFs`] directly (`super::log_fs`).
 
 use std::io;
 use std::path::Path;
@@ -40,6 +41,15 @@ enum File {
 }
 
 impl FaultFs {
+    /// The log on `real`, or on `sim` when given, with the switches of `faults`.
+    pub(crate) fn new(real: RealFs, sim: Option<SimFs>, faults: Faults) -> Self {
+        let backend = match sim {
+            Some(sim) => Backend::Sim(sim),
+            None => Backend::Real(real),
+        };
+        FaultFs { backend, faults }
+    }
+
     /// The directory on the real disk (`None` when simulated).
     pub(crate) fn dir(&self) -> Option<&Path> {
         match &self.backend {

@@ -1,7 +1,9 @@
 //! Deterministic fault injection for the sink's writer, for tests and chaos drills.
 //!
 //! The switches are checked by the writer thread before it applies or flushes a group, so a
-//! drill can make the real local sink fail or stall while everything else stays real.
+//! drill can make the real local sink fail or stall while everything else stays real. Built
+//! only for tests and the `testing` feature; a release build has the zero-sized stand-in of
+//! `no_faults.rs`, which never injects anything.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

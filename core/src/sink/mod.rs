@@ -69,19 +69,24 @@
 mod config;
 #[cfg(test)]
 mod error_tests;
+#[cfg(any(test, feature = "testing"))]
 mod fault_fs;
+#[cfg(any(test, feature = "testing"))]
 pub mod faults;
 mod handle;
 mod legacy;
-#[doc(hidden)]
-pub mod log;
+pub(crate) mod log;
 mod log_fs;
+#[cfg(not(any(test, feature = "testing")))]
+mod no_faults;
 mod open;
 mod projection;
 mod remove;
 mod writer;
 
-/// What tests outside the crate must reach inside the sink: not part of the API.
+/// What tests outside the crate must reach inside the sink: not part of the API, and built
+/// only with the `testing` feature.
+#[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod test_support {
     pub use super::config::LOG_DIR;
@@ -95,6 +100,13 @@ pub mod test_support {
         pub use super::super::projection::keys::{
             AGE_RUNS, BY_AGE, BY_RECENCY, BY_SIGNATURE, FIFO, FIFO_RUNS, ITEM, JOB_COUNT, LOG,
             PARKED, RECENCY_RUNS, UNPUBLISHED,
+        };
+    }
+    /// The segment log on its own, with its simulated disk, crash model and crash harness.
+    pub mod log {
+        pub use crate::sink::log::{
+            crash, frame, harness, io, segment, sim, LogConfig, LogError, LogIndex, LogReader,
+            LogWriter, Record, Records, Recovery, SegmentIndex,
         };
     }
 }
@@ -113,13 +125,19 @@ use crate::error_class::Cause;
 
 pub(crate) use config::MAX_VALUE_BYTES;
 pub use config::{LogRetention, SinkConfig};
+#[cfg(any(test, feature = "testing"))]
 pub use faults::Faults;
-pub use handle::{KeyValue, LocalSink};
+#[cfg(any(test, feature = "testing"))]
+pub use handle::KeyValue;
+pub use handle::LocalSink;
 /// The journal's decoders, for `crate::fuzzing`.
 #[cfg(feature = "fuzzing")]
 pub(crate) use legacy::journal::{replay as replay_journal, segment_file_name};
 #[cfg(feature = "fuzzing")]
 pub(crate) use legacy::journal_record::{Records as JournalRecords, MAGIC as JOURNAL_MAGIC};
+pub use log::LogError;
+#[cfg(not(any(test, feature = "testing")))]
+pub(crate) use no_faults::Faults;
 pub use projection::counters::JobCounters;
 pub use projection::parked::Parked;
 pub(crate) use projection::sled_open;
@@ -276,7 +294,7 @@ pub enum SinkError {
         reason: String,
         /// The log's error (shared by every append of the group); none for an injected fault.
         #[source]
-        source: Option<Arc<log::LogError>>,
+        source: Option<Arc<LogError>>,
     },
     /// A file-system call of the sink failed (a sidecar file, a thread that could not start,
     /// an injected write fault).
@@ -293,7 +311,7 @@ pub enum SinkError {
     Sled(#[from] sled::Error),
     /// The segment log failed to read (its message says what to do).
     #[error("sink I/O failed: {0}")]
-    Log(#[from] log::LogError),
+    Log(#[from] LogError),
     /// Making sled durable (a checkpoint) failed; the log keeps every event until one succeeds.
     #[error("sink I/O failed: {0}")]
     Checkpoint(#[from] checkpoint::CheckpointError),

@@ -10,10 +10,10 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use super::config::{SinkConfig, LOG_DIR, MAX_VALUE_BYTES};
-use super::fault_fs::{Backend, FaultFs};
 use super::handle::{Inner, LocalSink};
 use super::legacy::migrate;
-use super::log::{io::RealFs, LogConfig, LogWriter};
+use super::log::LogWriter;
+use super::log_fs;
 use super::projection::applier::{self, Applied};
 use super::projection::format::{self as projection_format, Takeover};
 use super::projection::publish_state::PublishState;
@@ -51,27 +51,15 @@ fn open(config: SinkConfig) -> Result<Inner, SinkError> {
     let mut flusher = SledFlusher::open(db, &config.path)
         .map_err(|err| open_error("cannot open sled's log file for fsync", err))?;
     let node_id = resolve_node_id(&tree, &config)?;
-    let log_config = LogConfig {
-        segment_bytes: config.segment_bytes,
-        unsafe_skip_fdatasync: config.unsafe_skip_log_fdatasync,
-        ..LogConfig::default()
-    };
+    let log_config = config.log_config();
     migrate::to_current(&config.path, &tree, &mut flusher, &log_config)?;
     let applied = projector::applied_through(&tree)?;
-    if applied > 0 && !config.path.join(LOG_DIR).exists() && config.log_sim.is_none() {
+    if applied > 0 && !config.path.join(LOG_DIR).exists() && !config.simulated_log() {
         return Err(log_behind(&config, applied, 0));
     }
-    let real = RealFs::open(config.path.join(LOG_DIR))
-        .map_err(|err| open_error("cannot open the log directory", err))?;
     let faults = Faults::default();
-    let backend = match config.log_sim.clone() {
-        Some(sim) => Backend::Sim(sim),
-        None => Backend::Real(real),
-    };
-    let fs = FaultFs {
-        backend,
-        faults: faults.clone(),
-    };
+    let fs = log_fs::open(&config, &faults)
+        .map_err(|err| open_error("cannot open the log directory", err))?;
     let publish = load_publish_state(&tree)?;
     // Segments with nothing left to apply or publish are scanned only when read.
     let done_through = applied.min(publish.keep_from().saturating_sub(1));
@@ -188,8 +176,10 @@ fn open(config: SinkConfig) -> Result<Inner, SinkError> {
         log: reader,
         applied,
         publish,
+        #[cfg(any(test, feature = "testing"))]
         faults,
         log_floor: floor,
+        #[cfg(any(test, feature = "testing"))]
         marks_synced: Default::default(),
         writer: Mutex::new(Some(handle)),
     })

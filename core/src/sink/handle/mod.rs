@@ -9,13 +9,15 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::log_fs::Reader;
 use super::projection::counters::JobCounters;
+#[cfg(any(test, feature = "testing"))]
+use super::projection::index_runs;
 use super::projection::parked::ParkedSet;
 use super::projection::publish_state::{PendingKey, PublishState};
 use super::projection::reads::TreeView;
-use super::projection::{applier, index_runs, keys};
+use super::projection::{applier, keys};
 use super::writer::log_retention::LogFloor;
 use super::writer::{Claim, Request};
-use super::{Backlog, Faults, LateAnswer, Parked, Sink, SinkError};
+use super::{Backlog, LateAnswer, Parked, Sink, SinkError};
 use crate::domain::command::Command;
 use crate::domain::event::{EncodedEvent, Event};
 use crate::domain::projection::StoredItem;
@@ -23,6 +25,7 @@ use crate::domain::projection::StoredItem;
 mod scan;
 
 /// A raw key and value, as stored.
+#[cfg(any(test, feature = "testing"))]
 pub type KeyValue = (Vec<u8>, Vec<u8>);
 
 /// The sled-backed sink. Cheap to clone; all clones share one database and one writer.
@@ -42,17 +45,21 @@ pub(super) struct Inner {
     pub(super) applied: Arc<applier::Applied>,
     /// Which events the bus acknowledged.
     pub(super) publish: Arc<Mutex<PublishState>>,
-    pub(super) faults: Faults,
+    /// The switches the writer and the applier check (tests and drills).
+    #[cfg(any(test, feature = "testing"))]
+    pub(super) faults: super::Faults,
     /// The log segments anti-entropy needs kept.
     pub(super) log_floor: LogFloor,
-    /// How many times [`Sink::sync_publish_marks`] made the publish marks durable.
+    /// How many times [`Sink::sync_publish_marks`] made the publish marks durable (tests).
+    #[cfg(any(test, feature = "testing"))]
     pub(super) marks_synced: std::sync::atomic::AtomicU64,
     pub(super) writer: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl LocalSink {
-    /// Fault switches for drills and tests.
-    pub fn faults(&self) -> &Faults {
+    /// Fault switches for drills and tests (the `testing` feature).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn faults(&self) -> &super::Faults {
         &self.inner.faults
     }
 
@@ -136,16 +143,23 @@ impl LocalSink {
     }
 
     /// Checkpoints now (saves the publish state, flushes sled); for tests that copy sled as of
-    /// a checkpoint.
+    /// a checkpoint (the `testing` feature).
+    #[cfg(any(test, feature = "testing"))]
     #[doc(hidden)]
     pub async fn checkpoint(&self) -> Result<(), SinkError> {
+        self.checkpoint_now().await
+    }
+
+    /// Checkpoints now: what [`Sink::sync_publish_marks`] needs.
+    async fn checkpoint_now(&self) -> Result<(), SinkError> {
         let (reply, answer) = oneshot::channel();
         self.send(Request::Checkpoint { reply }).await?;
         answer.await.map_err(|_| SinkError::Closed)?
     }
 
     /// How many checkpoints [`Sink::sync_publish_marks`] made: a simulated power cut keeps
-    /// sled as of the last one.
+    /// sled as of the last one (the `testing` feature).
+    #[cfg(any(test, feature = "testing"))]
     #[doc(hidden)]
     pub fn publish_mark_syncs(&self) -> u64 {
         let synced = &self.inner.marks_synced;
@@ -154,7 +168,8 @@ impl LocalSink {
 
     /// Every projection key and value, for comparing projections byte for byte: the index
     /// runs as the logical keys they hold (empty values), so two projections with the same
-    /// entries compare equal however their runs were split.
+    /// entries compare equal however their runs were split. For tests (the `testing` feature).
+    #[cfg(any(test, feature = "testing"))]
     pub fn projection_snapshot(&self) -> Result<Vec<KeyValue>, SinkError> {
         let tree = self.tree();
         let mut all = Vec::new();
@@ -360,9 +375,12 @@ impl Sink for LocalSink {
     }
 
     async fn sync_publish_marks(&self) -> Result<(), SinkError> {
-        self.checkpoint().await?;
-        let synced = &self.inner.marks_synced;
-        synced.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.checkpoint_now().await?;
+        #[cfg(any(test, feature = "testing"))]
+        {
+            let synced = &self.inner.marks_synced;
+            synced.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(())
     }
 

@@ -166,6 +166,7 @@ impl LogIndex {
     }
 
     /// The first durable sequence, if any.
+    #[cfg(any(test, feature = "testing"))]
     pub fn first_seq(&self) -> Option<u64> {
         self.next_after(0)
     }

@@ -101,21 +101,29 @@
 //! All file-system calls go through [`io::LogFs`] (the sidecar indexes and the blocks reserved
 //! ahead of the appends included): [`io::RealFs`] on disk, and [`sim::SimFs`] in tests, which
 //! records a trace from which [`crash`] builds every crash state (POSIX's model, page by page)
-//! and which can inject ENOSPC/EIO into any kind of call.
+//! and which can inject ENOSPC/EIO into any kind of call. The simulation, the crash model and
+//! the crash harness are test machinery: built only for tests and the `testing` feature.
 
+#[cfg(any(test, feature = "testing"))]
 pub mod crash;
 mod error;
 pub mod frame;
+#[cfg(any(test, feature = "testing"))]
 pub mod harness;
 mod index;
 pub mod io;
 mod reader;
 pub mod segment;
 mod sidecar;
+#[cfg(any(test, feature = "testing"))]
 pub mod sim;
 mod writer;
 
 pub use error::LogError;
-pub use index::{LogIndex, SegmentIndex};
-pub use reader::{LogReader, Record, Records, Recovery};
+pub use index::LogIndex;
+#[cfg(any(test, feature = "testing"))]
+pub use index::SegmentIndex;
+pub use reader::LogReader;
+#[cfg(any(test, feature = "testing"))]
+pub use reader::{Record, Records, Recovery};
 pub use writer::{LogConfig, LogWriter};

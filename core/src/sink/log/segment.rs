@@ -109,6 +109,7 @@ pub struct Scan {
 
 impl Scan {
     /// The sequence of the last intact frame.
+    #[cfg(any(test, feature = "testing"))]
     pub fn last_seq(&self) -> Option<u64> {
         self.frames.last().map(|(seq, _)| *seq)
     }

@@ -8,7 +8,7 @@ use super::error::LogError;
 use super::frame;
 use super::index::{LogIndex, SegmentIndex, SharedIndex};
 use super::io::{LogFs, SegmentFile};
-use super::reader::{self, LogReader, Records, Recovery};
+use super::reader::{self, LogReader, Recovery};
 use super::segment;
 use super::sidecar;
 
@@ -20,19 +20,45 @@ pub struct LogConfig {
     pub segment_bytes: u64,
     /// Test switch: acknowledge without `fdatasync`. Only for proving the crash harness sees
     /// the loss; never set it otherwise.
+    #[cfg(any(test, feature = "testing"))]
     #[doc(hidden)]
     pub unsafe_skip_fdatasync: bool,
     /// Test switch: never fsync the directory. Only for proving the crash harness sees the
     /// loss; never set it otherwise.
+    #[cfg(any(test, feature = "testing"))]
     #[doc(hidden)]
     pub unsafe_skip_dir_fsync: bool,
+}
+
+impl LogConfig {
+    /// Whether appends and recovered segments are `fdatasync`ed (always, but in the tests that
+    /// prove the harness sees the loss).
+    fn syncs_data(&self) -> bool {
+        #[cfg(any(test, feature = "testing"))]
+        let skip = self.unsafe_skip_fdatasync;
+        #[cfg(not(any(test, feature = "testing")))]
+        let skip = false;
+        !skip
+    }
+
+    /// Whether the directory is fsynced (always, but in the tests that prove the harness sees
+    /// the loss).
+    fn syncs_dir(&self) -> bool {
+        #[cfg(any(test, feature = "testing"))]
+        let skip = self.unsafe_skip_dir_fsync;
+        #[cfg(not(any(test, feature = "testing")))]
+        let skip = false;
+        !skip
+    }
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
         Self {
             segment_bytes: 64 << 20,
+            #[cfg(any(test, feature = "testing"))]
             unsafe_skip_fdatasync: false,
+            #[cfg(any(test, feature = "testing"))]
             unsafe_skip_dir_fsync: false,
         }
     }
@@ -107,14 +133,14 @@ impl<F: LogFs> LogWriter<F> {
                 source,
             })?;
         }
-        if !config.unsafe_skip_fdatasync {
+        if config.syncs_data() {
             for &first_seq in &recovery.segments {
                 let file = segment::name(first_seq);
                 fs.sync_file(&file)
                     .map_err(|source| LogError::Read { file, source })?;
             }
         }
-        if !config.unsafe_skip_dir_fsync {
+        if config.syncs_dir() {
             fs.sync_dir()
                 .map_err(|source| LogError::SyncDir { source })?;
         }
@@ -214,7 +240,7 @@ impl<F: LogFs> LogWriter<F> {
                 file: active.name.clone(),
                 source,
             })?;
-        if !self.config.unsafe_skip_fdatasync {
+        if self.config.syncs_data() {
             active.file.sync_data().map_err(|source| LogError::Sync {
                 file: active.name.clone(),
                 source,
@@ -270,7 +296,7 @@ impl<F: LogFs> LogWriter<F> {
                 file: tmp.clone(),
                 source,
             })?;
-        if !self.config.unsafe_skip_fdatasync {
+        if self.config.syncs_data() {
             file.sync_data().map_err(|source| LogError::Sync {
                 file: tmp.clone(),
                 source,
@@ -292,7 +318,7 @@ impl<F: LogFs> LogWriter<F> {
     }
 
     fn sync_dir(&mut self) -> Result<(), LogError> {
-        if !self.config.unsafe_skip_dir_fsync {
+        if self.config.syncs_dir() {
             self.fs
                 .sync_dir()
                 .map_err(|source| LogError::SyncDir { source })?;
@@ -303,6 +329,7 @@ impl<F: LogFs> LogWriter<F> {
 
     /// The highest sequence known durable (0 before any): every event up to it that was
     /// appended is on disk. Readers never go past it.
+    #[cfg(any(test, feature = "testing"))]
     pub fn durable_through(&self) -> u64 {
         self.durable_through
     }
@@ -355,7 +382,8 @@ impl<F: LogFs + Clone> LogWriter<F> {
     }
 
     /// The events from `from` on, in order, up to [`LogWriter::durable_through`].
-    pub fn records(&self, from: u64) -> Records<F> {
+    #[cfg(any(test, feature = "testing"))]
+    pub fn records(&self, from: u64) -> reader::Records<F> {
         self.reader().records(from)
     }
 }

@@ -96,7 +96,8 @@ fn join(parts: &[&[u8]]) -> Vec<u8> {
     key
 }
 
-/// `l` + seq.
+/// `l` + seq (the key of the log in sink format 2; tests build such directories).
+#[cfg(any(test, feature = "testing"))]
 pub fn log(seq: u64) -> Vec<u8> {
     join(&[LOG, &seq.to_be_bytes()])
 }

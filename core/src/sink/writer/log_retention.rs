@@ -14,7 +14,7 @@ use std::time::SystemTime;
 
 use crate::sink::config::LogRetention;
 use crate::sink::log::{segment, LogWriter};
-use crate::sink::log_fs::Fs;
+use crate::sink::log_fs::{real_dir, Fs};
 
 /// The lowest log sequence whose segment must stay whatever the retention (0: none), set by
 /// the sink's handle ([`crate::sink::Sink::hold_log_from`]) and read by its writer.
@@ -60,7 +60,7 @@ impl LogRetention {
         // Retention zero deletes every done segment whatever its size and age; other
         // retentions need them, which a simulated log (crash tests) does not have.
         let keep_nothing = self.max_age.is_zero() && self.max_bytes == 0;
-        let dir = log.fs().dir();
+        let dir = real_dir(log.fs());
         if dir.is_none() && !keep_nothing {
             return 0;
         }

@@ -381,7 +381,9 @@ impl Writer {
             .log
             .append(payloads)
             .map_err(|err| CommitError::Log(Arc::new(err)))?;
-        // Counted by the benchmarks (`dlq_testkit::group_commits`): one per fdatasync'd group.
+        // One per fdatasync'd group; the benchmarks and tests read the counter
+        // (`dlq_testkit::group_commits`).
+        metrics::counter!(m::SINK_GROUP_COMMITS).increment(1);
         debug!(events = payloads.len(), "sink group made durable");
         self.changed = true;
         let through = range.end.saturating_sub(1);
