@@ -101,9 +101,12 @@ pub async fn run_serve(cli: &Cli, args: &ServeArgs) -> Result<u8, CliError> {
     Ok(EXIT_OK)
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn stop_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    super::signals::interrupted(&mut term).await;
-    tracing::info!("stopping: finishing the requests in flight");
+/// Resolves on SIGINT or SIGTERM, whose handlers are installed when this is called: before
+/// `serve` announces the server, so a signal sent once `serve.json` names it is always caught.
+fn stop_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    let mut signals = super::signals::StopSignals::install();
+    async move {
+        signals.next().await;
+        tracing::info!("stopping: finishing the requests in flight");
+    }
 }
