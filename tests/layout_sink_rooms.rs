@@ -44,7 +44,9 @@ fn without_tests(text: &str) -> String {
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
         if line.trim() == "#[cfg(test)]"
-            && lines.peek().is_some_and(|next| next.trim_start().starts_with("mod "))
+            && lines
+                .peek()
+                .is_some_and(|next| next.trim_start().starts_with("mod "))
         {
             let next = lines.next().unwrap_or_default();
             if next.trim_end().ends_with('{') {
@@ -171,7 +173,15 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 fn the_sink_rooms_import_each_other_without_a_cycle() {
     let graph = room_graph();
     // The rooms the design note names are all there, and the log depends on no other room.
-    for room in ["log", "writer", "projection", "legacy", "handle", "open", "config"] {
+    for room in [
+        "log",
+        "writer",
+        "projection",
+        "legacy",
+        "handle",
+        "open",
+        "config",
+    ] {
         assert!(graph.contains_key(room), "no room {room}: {graph:?}");
     }
     assert!(
