@@ -12,7 +12,7 @@ use super::log::LogConfig;
 pub const LOG_DIR: &str = "log";
 
 /// Largest value (an event, or an item with its history) the sink stores.
-pub const MAX_VALUE_BYTES: usize = 1 << 20;
+pub(crate) const MAX_VALUE_BYTES: usize = 1 << 20;
 
 /// How the local sink is opened.
 #[derive(Debug, Clone)]
@@ -78,6 +78,8 @@ impl SinkConfig {
 
     /// How the log is run: its segment size (and, in tests, the switch that skips its
     /// `fdatasync`).
+    // Without the `testing` feature every field is set and the update is a no-op.
+    #[allow(clippy::needless_update)]
     pub(crate) fn log_config(&self) -> LogConfig {
         LogConfig {
             segment_bytes: self.segment_bytes,

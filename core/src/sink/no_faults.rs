@@ -3,7 +3,7 @@
 //! writer's code is the same in both builds and the switches cost nothing here.
 
 /// No fault is ever injected.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Faults;
 
 impl Faults {

@@ -57,6 +57,8 @@ fn open(config: SinkConfig) -> Result<Inner, SinkError> {
     if applied > 0 && !config.path.join(LOG_DIR).exists() && !config.simulated_log() {
         return Err(log_behind(&config, applied, 0));
     }
+    // A unit struct without the `testing` feature; the switches of the tests with it.
+    #[allow(clippy::default_constructed_unit_structs)]
     let faults = Faults::default();
     let fs = log_fs::open(&config, &faults)
         .map_err(|err| open_error("cannot open the log directory", err))?;

@@ -21,7 +21,7 @@ const EXTENSION: &str = "wal";
 
 /// What opening found in the journal and replayed into sled.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Replayed {
+pub(crate) struct Replayed {
     /// Segments read.
     pub segments: usize,
     /// Records (group commits) applied.

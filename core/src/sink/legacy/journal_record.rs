@@ -15,7 +15,7 @@
 //! checksum ([`Damage`]): after a crash only the last, never-acknowledged record can be torn.
 
 /// The first bytes of every segment: the format and its version.
-pub const MAGIC: &[u8; 8] = b"dlqjrnl1";
+pub(crate) const MAGIC: &[u8; 8] = b"dlqjrnl1";
 
 const HEADER: usize = 12;
 const REMOVE: u8 = 0;
@@ -25,7 +25,7 @@ const INSERT: u8 = 1;
 use crate::sink::projection::Write;
 
 /// A decoded change, borrowing from the segment's bytes.
-pub type WriteRef<'a> = (&'a [u8], Option<&'a [u8]>);
+pub(crate) type WriteRef<'a> = (&'a [u8], Option<&'a [u8]>);
 
 /// Why a record could not be encoded.
 #[cfg(test)]
@@ -40,7 +40,7 @@ pub struct TooLarge {
 
 /// Where and why decoding a segment stopped early.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Damage {
+pub(crate) struct Damage {
     /// Byte offset of the first record not applied.
     pub offset: usize,
     /// Bytes from there to the end of the segment, discarded.
@@ -92,7 +92,7 @@ fn put_bytes(out: &mut Vec<u8>, what: &'static str, bytes: &[u8]) -> Result<(), 
 }
 
 /// The records of one segment's bytes, in order, until the end or the first damaged record.
-pub struct Records<'a> {
+pub(crate) struct Records<'a> {
     bytes: &'a [u8],
     offset: usize,
     damage: Option<Damage>,
@@ -101,7 +101,7 @@ pub struct Records<'a> {
 impl<'a> Records<'a> {
     /// Reads a whole segment. An empty segment has no records; one without [`MAGIC`] is damaged
     /// at offset 0.
-    pub fn new(bytes: &'a [u8]) -> Self {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
         let mut records = Records {
             bytes,
             offset: 0,
@@ -118,7 +118,7 @@ impl<'a> Records<'a> {
     }
 
     /// Where decoding stopped early, once the iterator returned `None`.
-    pub fn damage(&self) -> Option<&Damage> {
+    pub(crate) fn damage(&self) -> Option<&Damage> {
         self.damage.as_ref()
     }
 

@@ -105,7 +105,7 @@ pub struct LogIndex {
 }
 
 /// The index shared by the writer (who changes it) and readers.
-pub type SharedIndex = Arc<RwLock<LogIndex>>;
+pub(super) type SharedIndex = Arc<RwLock<LogIndex>>;
 
 impl LogIndex {
     /// The index of `segments` (ascending) with `durable_through` as the durable mark.

@@ -38,7 +38,7 @@ pub struct Recovery {
 /// Segments whose events are all at or below `lazy_through` (known done by the caller) are
 /// left unscanned: a reader scans them when it needs them. The newest segments are always
 /// scanned, back to one that holds an event, so the last event and the next sequence are known.
-pub fn recover<F: LogFs>(fs: &F, lazy_through: u64) -> Result<Recovery, LogError> {
+pub(super) fn recover<F: LogFs>(fs: &F, lazy_through: u64) -> Result<Recovery, LogError> {
     let names = fs.list().map_err(|source| LogError::List { source })?;
     let mut segments = Vec::new();
     let mut unfinished = Vec::new();
@@ -181,7 +181,7 @@ pub struct Record {
 }
 
 /// One event read: its bytes, `None` when the log does not hold it, or why it cannot be read.
-pub type ReadResult = Result<Option<Vec<u8>>, LogError>;
+pub(super) type ReadResult = Result<Option<Vec<u8>>, LogError>;
 
 /// Reads durable events of a log that a writer (in this process) keeps appending to.
 /// Cheap to clone.

@@ -23,7 +23,7 @@ const MAGIC: &[u8; 8] = b"DLQIDX1\n";
 const EXTENSION: &str = ".idx";
 
 /// The sidecar file name of the segment starting at `first_seq`.
-pub fn name(first_seq: u64) -> String {
+pub(super) fn name(first_seq: u64) -> String {
     format!("{first_seq:020}{EXTENSION}")
 }
 

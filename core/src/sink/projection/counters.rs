@@ -10,7 +10,7 @@ use crate::domain::model::{DeadLetteredItem, ErrorType};
 /// Number of error types counted (one slot per [`ErrorType::NAMES`] entry).
 const TYPES: usize = ErrorType::NAMES.len();
 /// Encoded size: items, failures, eligible, manual review, then one count per error type.
-pub const ENCODED_LEN: usize = 8 * (4 + TYPES);
+pub(crate) const ENCODED_LEN: usize = 8 * (4 + TYPES);
 
 /// What a job's items add up to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -32,7 +32,7 @@ pub const BY_RECENCY: &[u8] = b"r";
 /// Prefix of the FIFO index: `f` + job + NUL + created seq + item → empty.
 pub const FIFO: &[u8] = b"f";
 /// The three indexes' logical prefixes, in the order of [`INDEX_RUNS`].
-pub const INDEX_KINDS: [&[u8]; 3] = [BY_AGE, BY_RECENCY, FIFO];
+pub(crate) const INDEX_KINDS: [&[u8]; 3] = [BY_AGE, BY_RECENCY, FIFO];
 /// Prefix of the age index's runs (projection format 5, [`crate::sink::projection::index_runs`]).
 pub const AGE_RUNS: &[u8] = b"A";
 /// Prefix of the recency index's runs.
@@ -40,43 +40,43 @@ pub const RECENCY_RUNS: &[u8] = b"R";
 /// Prefix of the FIFO index's runs.
 pub const FIFO_RUNS: &[u8] = b"F";
 /// Where each of [`INDEX_KINDS`] is stored in projection format 5.
-pub const INDEX_RUNS: [&[u8]; 3] = [AGE_RUNS, RECENCY_RUNS, FIFO_RUNS];
+pub(crate) const INDEX_RUNS: [&[u8]; 3] = [AGE_RUNS, RECENCY_RUNS, FIFO_RUNS];
 /// Prefix of per-job counters: `c` + job → [`crate::sink::projection::counters::JobCounters`].
 pub const JOB_COUNT: &[u8] = b"c";
 /// The node id this database belongs to.
-pub const NODE_ID: &[u8] = b"m/node_id";
+pub(crate) const NODE_ID: &[u8] = b"m/node_id";
 /// The projection layout version this database's projection was built with.
-pub const PROJECTION_FORMAT: &[u8] = b"m/projection_format";
+pub(crate) const PROJECTION_FORMAT: &[u8] = b"m/projection_format";
 /// The current projection layout: items are pointer records into the log
 /// (`crate::sink::projection::item_record`), indexed by age, recency and FIFO order in sorted runs of entries
 /// (`crate::sink::projection::index_runs`); no signature index. A database of an older layout is taken over or
 /// rebuilt ([`crate::sink::projection::format`]).
-pub const CURRENT_PROJECTION_FORMAT: u64 = 5;
+pub(crate) const CURRENT_PROJECTION_FORMAT: u64 = 5;
 /// The layout before: the same, with one sled key per index entry ([`BY_AGE`], [`BY_RECENCY`],
 /// [`FIFO`]).
-pub const KEYED_INDEXES_PROJECTION_FORMAT: u64 = 4;
+pub(crate) const KEYED_INDEXES_PROJECTION_FORMAT: u64 = 4;
 /// The layout before that: pointer items, keyed indexes, plus a signature index
 /// ([`BY_SIGNATURE`]).
-pub const POINTER_ITEMS_PROJECTION_FORMAT: u64 = 3;
+pub(crate) const POINTER_ITEMS_PROJECTION_FORMAT: u64 = 3;
 /// The oldest taken over: the same keys as format 3, every item kept whole as JSON. Such
 /// items stay readable as they are.
-pub const INLINE_ITEMS_PROJECTION_FORMAT: u64 = 2;
+pub(crate) const INLINE_ITEMS_PROJECTION_FORMAT: u64 = 2;
 /// Where the event log is: absent in format 2 (the log in sled, `l/` keys, plus a journal),
 /// [`CURRENT_SINK_FORMAT`] once it is in segment files.
-pub const SINK_FORMAT: &[u8] = b"m/sink_format";
+pub(crate) const SINK_FORMAT: &[u8] = b"m/sink_format";
 /// The sink format with the log in segment files (`log/`) and sled as the projection.
-pub const CURRENT_SINK_FORMAT: u64 = 3;
+pub(crate) const CURRENT_SINK_FORMAT: u64 = 3;
 /// The last log sequence applied to the projection; written in the same batch as the changes.
-pub const APPLIED_THROUGH: &[u8] = b"m/applied_through";
+pub(crate) const APPLIED_THROUGH: &[u8] = b"m/applied_through";
 /// The publish watermark and the events published above it ([`crate::sink::projection::publish_state`]).
-pub const PUBLISHED: &[u8] = b"m/published";
+pub(crate) const PUBLISHED: &[u8] = b"m/published";
 /// Every item created at or below this sequence is kept whole in sled, not as a pointer into
 /// the log (`crate::sink::projection::inline_items`); absent: 0.
-pub const INLINED_THROUGH: &[u8] = b"m/inlined_through";
+pub(crate) const INLINED_THROUGH: &[u8] = b"m/inlined_through";
 
 /// Every projection prefix: what a rebuild clears and replays (with [`BY_SIGNATURE`] and the
 /// keyed indexes, so a rebuild also drops what an older format left).
-pub const PROJECTION_PREFIXES: [&[u8]; 9] = [
+pub(crate) const PROJECTION_PREFIXES: [&[u8]; 9] = [
     ITEM,
     BY_SIGNATURE,
     BY_AGE,
@@ -103,12 +103,12 @@ pub fn log(seq: u64) -> Vec<u8> {
 }
 
 /// `u` + seq.
-pub fn unpublished(seq: u64) -> Vec<u8> {
+pub(crate) fn unpublished(seq: u64) -> Vec<u8> {
     join(&[UNPUBLISHED, &seq.to_be_bytes()])
 }
 
 /// `p` + seq.
-pub fn parked(seq: u64) -> Vec<u8> {
+pub(crate) fn parked(seq: u64) -> Vec<u8> {
     join(&[PARKED, &seq.to_be_bytes()])
 }
 
@@ -118,12 +118,12 @@ pub fn item(job_id: &str, item_id: &str) -> Vec<u8> {
 }
 
 /// Prefix of every item of one job.
-pub fn items_of_job(job_id: &str) -> Vec<u8> {
+pub(crate) fn items_of_job(job_id: &str) -> Vec<u8> {
     join(&[ITEM, job_id.as_bytes(), b"\0"])
 }
 
 /// `a` + job + NUL + first-failure ms + item. Negative times (before 1970) sort as 0.
-pub fn by_age(job_id: &str, first_attempt_ms: i64, item_id: &str) -> Vec<u8> {
+pub(crate) fn by_age(job_id: &str, first_attempt_ms: i64, item_id: &str) -> Vec<u8> {
     let ms = u64::try_from(first_attempt_ms).unwrap_or(0);
     join(&[
         BY_AGE,
@@ -135,18 +135,18 @@ pub fn by_age(job_id: &str, first_attempt_ms: i64, item_id: &str) -> Vec<u8> {
 }
 
 /// Prefix of one job's age index.
-pub fn ages_of_job(job_id: &str) -> Vec<u8> {
+pub(crate) fn ages_of_job(job_id: &str) -> Vec<u8> {
     join(&[BY_AGE, job_id.as_bytes(), b"\0"])
 }
 
 /// Exclusive upper bound of the job's ages before `cutoff_ms`.
-pub fn age_bound(job_id: &str, cutoff_ms: i64) -> Vec<u8> {
+pub(crate) fn age_bound(job_id: &str, cutoff_ms: i64) -> Vec<u8> {
     let ms = u64::try_from(cutoff_ms).unwrap_or(0);
     join(&[BY_AGE, job_id.as_bytes(), b"\0", &ms.to_be_bytes()])
 }
 
 /// `(ms, item)` at the end of an age key of the job whose prefix is `job_prefix_len` long.
-pub fn ms_item_of_age(key: &[u8], job_prefix_len: usize) -> Option<(i64, String)> {
+pub(crate) fn ms_item_of_age(key: &[u8], job_prefix_len: usize) -> Option<(i64, String)> {
     let ms = key
         .get(job_prefix_len..job_prefix_len + 8)
         .and_then(decode_u64)
@@ -157,7 +157,7 @@ pub fn ms_item_of_age(key: &[u8], job_prefix_len: usize) -> Option<(i64, String)
 
 /// A time as 12 bytes that sort **newest first**: seconds (sign-flipped, inverted) then
 /// nanoseconds (inverted).
-pub fn newest_first(time: DateTime<Utc>) -> [u8; 12] {
+pub(crate) fn newest_first(time: DateTime<Utc>) -> [u8; 12] {
     let secs = (time.timestamp() as u64) ^ (1 << 63);
     let mut bytes = [0u8; 12];
     bytes[..8].copy_from_slice(&(!secs).to_be_bytes());
@@ -166,7 +166,7 @@ pub fn newest_first(time: DateTime<Utc>) -> [u8; 12] {
 }
 
 /// Reads [`newest_first`]'s bytes back.
-pub fn time_of_newest_first(bytes: &[u8]) -> Option<DateTime<Utc>> {
+pub(crate) fn time_of_newest_first(bytes: &[u8]) -> Option<DateTime<Utc>> {
     let secs = !decode_u64(bytes.get(..8)?)? ^ (1 << 63);
     let nanos = !u32::from_be_bytes(<[u8; 4]>::try_from(bytes.get(8..12)?).ok()?);
     DateTime::from_timestamp(secs as i64, nanos)
@@ -174,7 +174,7 @@ pub fn time_of_newest_first(bytes: &[u8]) -> Option<DateTime<Utc>> {
 
 /// `r` + job + NUL + last failure ([`newest_first`]) + item: a job's items, most recently failed
 /// first, ties by item id.
-pub fn by_recency(job_id: &str, last_attempt: DateTime<Utc>, item_id: &str) -> Vec<u8> {
+pub(crate) fn by_recency(job_id: &str, last_attempt: DateTime<Utc>, item_id: &str) -> Vec<u8> {
     join(&[
         BY_RECENCY,
         job_id.as_bytes(),
@@ -185,30 +185,33 @@ pub fn by_recency(job_id: &str, last_attempt: DateTime<Utc>, item_id: &str) -> V
 }
 
 /// Prefix of one job's recency index.
-pub fn recency_of_job(job_id: &str) -> Vec<u8> {
+pub(crate) fn recency_of_job(job_id: &str) -> Vec<u8> {
     join(&[BY_RECENCY, job_id.as_bytes(), b"\0"])
 }
 
 /// The job's recency keys from `time` on (that time included, older ones after it).
-pub fn recency_from(job_id: &str, time: DateTime<Utc>) -> Vec<u8> {
+pub(crate) fn recency_from(job_id: &str, time: DateTime<Utc>) -> Vec<u8> {
     join(&[BY_RECENCY, job_id.as_bytes(), b"\0", &newest_first(time)])
 }
 
 /// `(last failure, item)` at the end of a recency key of the job whose prefix is
 /// `job_prefix_len` long.
-pub fn time_item_of_recency(key: &[u8], job_prefix_len: usize) -> Option<(DateTime<Utc>, String)> {
+pub(crate) fn time_item_of_recency(
+    key: &[u8],
+    job_prefix_len: usize,
+) -> Option<(DateTime<Utc>, String)> {
     let time = time_of_newest_first(key.get(job_prefix_len..job_prefix_len + 12)?)?;
     let item = String::from_utf8(key.get(job_prefix_len + 12..)?.to_vec()).ok()?;
     Some((time, item))
 }
 
 /// The job id of a `c` key.
-pub fn job_of_count(key: &[u8]) -> Option<String> {
+pub(crate) fn job_of_count(key: &[u8]) -> Option<String> {
     String::from_utf8(key.get(JOB_COUNT.len()..)?.to_vec()).ok()
 }
 
 /// `f` + job + NUL + created seq + item.
-pub fn fifo(job_id: &str, created_seq: u64, item_id: &str) -> Vec<u8> {
+pub(crate) fn fifo(job_id: &str, created_seq: u64, item_id: &str) -> Vec<u8> {
     join(&[
         FIFO,
         job_id.as_bytes(),
@@ -219,13 +222,13 @@ pub fn fifo(job_id: &str, created_seq: u64, item_id: &str) -> Vec<u8> {
 }
 
 /// Prefix of one job's FIFO index.
-pub fn fifo_of_job(job_id: &str) -> Vec<u8> {
+pub(crate) fn fifo_of_job(job_id: &str) -> Vec<u8> {
     join(&[FIFO, job_id.as_bytes(), b"\0"])
 }
 
 /// The first key after every key that starts with `prefix` (which ends below `0xff`, as every
 /// job prefix here ends in NUL).
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while end.last() == Some(&0xff) {
         end.pop();
@@ -237,22 +240,22 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 }
 
 /// `c` + job.
-pub fn job_count(job_id: &str) -> Vec<u8> {
+pub(crate) fn job_count(job_id: &str) -> Vec<u8> {
     join(&[JOB_COUNT, job_id.as_bytes()])
 }
 
 /// Reads a big-endian u64 value; `None` if it is not 8 bytes.
-pub fn decode_u64(bytes: &[u8]) -> Option<u64> {
+pub(crate) fn decode_u64(bytes: &[u8]) -> Option<u64> {
     <[u8; 8]>::try_from(bytes).ok().map(u64::from_be_bytes)
 }
 
 /// The seq at the end of an `l` or `u` key.
-pub fn seq_of(key: &[u8]) -> Option<u64> {
+pub(crate) fn seq_of(key: &[u8]) -> Option<u64> {
     key.get(1..).and_then(decode_u64)
 }
 
 /// The item id at the end of a FIFO key of the job whose prefix is `job_prefix`.
-pub fn item_of_fifo(key: &[u8], job_prefix_len: usize) -> Option<String> {
+pub(crate) fn item_of_fifo(key: &[u8], job_prefix_len: usize) -> Option<String> {
     let rest = key.get(job_prefix_len + 8..)?;
     String::from_utf8(rest.to_vec()).ok()
 }

@@ -23,4 +23,4 @@ pub(super) mod snapshot;
 pub(super) mod staged;
 
 /// One change of the projection: a key and its new value (`None`: remove the key).
-pub type Write = (Vec<u8>, Option<Vec<u8>>);
+pub(super) type Write = (Vec<u8>, Option<Vec<u8>>);
