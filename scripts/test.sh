@@ -36,8 +36,9 @@ run() {
 
 run cargo fmt --all -- --check
 run cargo clippy --workspace --all-targets -- -D warnings
-# The embeddable core (`dlq`, core/) builds alone and lint-clean without the test features (as a release build has it), and its dependency tree holds none of the
-# operator side's crates (HTTP server, command line, job runner, query language).
+# The embeddable core (`dlq`, core/) builds alone and lint-clean without the test features
+# (as a release build has it), and its dependency tree holds none of the operator side's
+# crates (HTTP server, command line, job runner, query language).
 run cargo clippy -p dlq --lib -- -D warnings
 announce "cargo tree -p dlq holds no operator-side crate"
 front="$(cargo tree -p dlq -e normal --prefix none | grep -E '^(axum|clap|cel|csv|indicatif|serde_json_path|nix|dlq-ops) ' || true)"
