@@ -102,7 +102,11 @@ async fn bad_input_changes_nothing_and_exits_with_the_documented_code() {
     let before = env.with_sink(|s| s.projection_snapshot().unwrap()).await;
     let events_before = env.events().await.len();
     let cases: [(&[&str], i32, &str); 6] = [
-        (&["delete", "j1/nope", "--yes"], 3, "not found"),
+        (
+            &["delete", "j1/nope", "--yes"],
+            3,
+            "item 'nope' not found in job 'j1'",
+        ),
         (&["delete", "nope", "--dry-run"], 3, "not found"),
         (&["delete", "--yes"], 2, "--all"),
         (

@@ -68,13 +68,26 @@ pub struct Selected {
 impl Selected {
     /// Ids were named and none was found: a not-found error (exit 3, HTTP 404).
     pub fn check_found(&self) -> Result<(), QueryError> {
-        if self.items.is_empty() && !self.unknown.is_empty() {
-            return Err(QueryError::ItemNotFound {
-                item_id: self.unknown.join("', '"),
-                job_id: None,
-            });
+        if !self.items.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        match self.unknown.as_slice() {
+            [] => Ok(()),
+            [one] => Err(match one.split_once('/') {
+                Some((job, item)) => QueryError::ItemNotFound {
+                    item_id: item.to_owned(),
+                    job_id: Some(job.to_owned()),
+                },
+                None => QueryError::ItemNotFound {
+                    item_id: one.clone(),
+                    job_id: None,
+                },
+            }),
+            several => Err(QueryError::ItemNotFound {
+                item_id: several.join("', '"),
+                job_id: None,
+            }),
+        }
     }
 
     /// The answer of a dry run: the count and, in JSON, the items.
