@@ -366,6 +366,83 @@ fn every_route_answers_what_the_cli_prints_and_the_cli_goes_through_it() {
     assert_eq!(cleared, 3, "each removal is an event, as in the CLI");
 }
 
+/// `POST /v1/delete` answers what `dlq delete` prints; the CLI goes through it while the
+/// server holds the directory (asking first, and refusing without a terminal); bad input is a
+/// 400 or 404 that changes nothing; each deletion is an `item_removed` event with reason
+/// `deleted`.
+#[test]
+fn delete_goes_through_the_api_and_answers_what_the_cli_prints() {
+    let env = Env::new(DLQ, DEAD_BUS_URL);
+    env.demo("j1", 4);
+    env.demo("j2", 3);
+    let server = Server::start(&env, &[]);
+    let post = |body: &str| http(server.port, "POST", "/v1/delete", None, Some(body)).unwrap();
+
+    let (status, body) = post(r#"{"job_id": "j2", "dry_run": true}"#);
+    assert_eq!(status, 200, "{body}");
+    let dry = json_of(&body);
+    assert_eq!(dry["would_remove"], 3);
+    assert_eq!(dry["items"].as_array().map(Vec::len), Some(3));
+    assert_eq!(
+        json_of(&stdout(
+            &env,
+            &["--format", "json", "delete", "--job-id", "j2", "--dry-run"]
+        )),
+        dry,
+        "the CLI forwards and prints the server's answer"
+    );
+    for (body, want) in [
+        (r#"{}"#, 400),
+        (r#"{"ids": ["j1/item-0"], "all": true}"#, 400),
+        (r#"{"filter": "item_id =="}"#, 400),
+        (r#"{"ids": "j1/item-0"}"#, 400),
+        (r#"{"idz": ["j1/item-0"]}"#, 400),
+        (r#"{"ids": ["j1/nope"]}"#, 404),
+    ] {
+        let (status, answer) = post(body);
+        assert_eq!(status, want, "{body}: {answer}");
+    }
+    let (code, stderr) = failure(&env.run(&["delete", "j1/item-0"]));
+    assert_eq!(
+        code,
+        Some(2),
+        "asks first, refuses without a terminal: {stderr}"
+    );
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+    let (code, stderr) = failure(&env.run(&["delete", "j1/nope", "--yes"]));
+    assert_eq!(code, Some(3), "{stderr}");
+    assert_eq!(env.json(&["list"])["matched"], 7, "nothing was deleted yet");
+
+    let (status, body) = post(r#"{"ids": ["j1/item-0", "j1/nope"], "drain_timeout": "0s"}"#);
+    assert_eq!(status, 200, "{body}");
+    let one = json_of(&body);
+    assert_eq!(
+        (one["removed"].clone(), one["unknown"].clone()),
+        (json!(1), json!(["j1/nope"]))
+    );
+    let filtered = env.json(&[
+        "delete",
+        "--filter",
+        "job_id == \"j2\"",
+        "--yes",
+        "--drain-timeout",
+        "0s",
+    ]);
+    assert_eq!(filtered["removed"], 3);
+    assert_eq!(env.json(&["list"])["matched"], 3);
+
+    assert!(server.stop().success());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let deleted = rt
+        .block_on(env.events())
+        .iter()
+        .filter(|e| {
+            matches!(&e.kind, EventKind::ItemRemoved { reason, .. } if *reason == RemovalReason::Deleted)
+        })
+        .count();
+    assert_eq!(deleted, 4);
+}
+
 #[test]
 fn with_a_token_every_route_but_healthz_needs_it() {
     let env = Env::new(DLQ, DEAD_BUS_URL);
@@ -396,6 +473,11 @@ fn with_a_token_every_route_but_healthz_needs_it() {
     }
     let (status, _) = http(port, "POST", "/v1/jobs/j1/clear", None, None).unwrap();
     assert_eq!(status, 401);
+    let delete = Some(r#"{"ids": ["j1/item-0"]}"#);
+    assert_eq!(
+        http(port, "POST", "/v1/delete", None, delete).unwrap().0,
+        401
+    );
 
     let (code, stderr) = failure(&env.run(&["stats"]));
     assert_eq!(code, Some(1), "{stderr}");

@@ -6,8 +6,9 @@
 //! * the event-sourced model: a `MemoryProjection` fed the events the sink returned (catches
 //!   a sled projection that diverges from `apply`);
 //! * a hand-written model of which items exist (per-job FIFO lists, eviction at capacity,
-//!   NotFound, purge by age), which does not use `decide` or `apply` at all (catches decision
-//!   bugs the event-sourced comparison cannot see, since it replays the sink's own decisions).
+//!   NotFound, purge by age, delete of named items), which does not use `decide` or `apply`
+//!   at all (catches decision bugs the event-sourced comparison cannot see, since it replays
+//!   the sink's own decisions).
 
 use std::collections::BTreeMap;
 
@@ -56,6 +57,9 @@ enum Op {
     Purge {
         job: Option<usize>,
     },
+    Delete {
+        items: Vec<(usize, usize)>,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -77,7 +81,9 @@ fn op() -> impl Strategy<Value = Op> {
         }),
         1 => job.clone().prop_map(|job| Op::EmitFailure { job }),
         1 => job.clone().prop_map(|job| Op::Clear { job }),
-        2 => proptest::option::of(job).prop_map(|job| Op::Purge { job }),
+        2 => proptest::option::of(job.clone()).prop_map(|job| Op::Purge { job }),
+        2 => proptest::collection::vec((job, 0..6usize), 0..4)
+            .prop_map(|items| Op::Delete { items }),
     ]
 }
 
@@ -161,6 +167,12 @@ fn command(op: &Op, now: DateTime<Utc>) -> Command {
             cutoff: now - TimeDelta::days(RETENTION_DAYS),
             job_id: job.as_ref().map(job_id),
             limit: 3,
+        },
+        Op::Delete { items } => Command::Delete {
+            items: items
+                .iter()
+                .map(|(job, item)| (job_id(job), item_id(*item)))
+                .collect(),
         },
     }
 }
@@ -257,6 +269,18 @@ impl Model {
                     list.retain(|e| &e.id != id);
                 }
                 Some(old.iter().map(|(_, job, id)| removed(job, id)).collect())
+            }
+            Command::Delete { items } => {
+                // Each named item that exists, once, in the order named; absent ones skipped.
+                let mut events = Vec::new();
+                for (job, id) in items {
+                    let list = self.jobs.entry(job.clone()).or_default();
+                    if let Some(at) = list.iter().position(|e| &e.id == id) {
+                        list.remove(at);
+                        events.push(removed(job, id));
+                    }
+                }
+                Some(events)
             }
         }
     }

@@ -480,3 +480,106 @@ map:
         "early and late dead-lettered, keep succeeded: {report}"
     );
 }
+
+/// Deleting from the page: an item from its own page, the selected rows and every item
+/// matching the filter, each after a dry-run count and a confirmation; each deletion is an
+/// `item_removed` event with reason `deleted`, and a cancelled one deletes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_an_item_a_selection_and_the_filtered_set_from_the_page() {
+    let env = dlq_testkit::cli::Env::new(DLQ, dlq_testkit::DEAD_BUS_URL);
+    env.demo("j1", 4);
+    env.demo("j2", 2);
+    let server = Serve::start(&env, TOKEN);
+    let page = format!("http://127.0.0.1:{}/", server.port);
+    let browser = Browser::start().await;
+    browser.client.goto(&page).await.unwrap();
+    type_into(&browser, "#token-input", TOKEN).await;
+    click(&browser, "#token-submit").await;
+    browser.text_until("#items-total", |t| t == "6").await;
+
+    // One item, from its page: cancelled first (nothing deleted), then confirmed.
+    let item = format!("{page}#/item/j1/item-0");
+    browser.client.goto(&item).await.unwrap();
+    browser
+        .text_until("#item-title", |t| t.contains("item-0"))
+        .await;
+    click(&browser, "#delete-one").await;
+    let confirm = browser
+        .text_until("#confirm-text", |t| t.contains("Delete"))
+        .await;
+    assert!(confirm.starts_with("Delete 1 items"), "{confirm}");
+    click(&browser, "#cancel-delete").await;
+    click(&browser, "#delete-one").await;
+    browser
+        .text_until("#confirm-text", |t| t.contains("Delete 1 items"))
+        .await;
+    click(&browser, "#confirm-delete").await;
+    browser
+        .text_until("#delete-outcome", |t| t == "1 items deleted")
+        .await;
+
+    // The selected row of job j2.
+    browser
+        .client
+        .goto(&format!("{page}#/items?job_id=j2"))
+        .await
+        .unwrap();
+    browser
+        .text_until("#matched", |t| t.starts_with("2 matching"))
+        .await;
+    click(&browser, ".row-check").await;
+    click(&browser, "#delete-selected").await;
+    browser
+        .text_until("#confirm-text", |t| t.contains("Delete 1 items"))
+        .await;
+    click(&browser, "#confirm-delete").await;
+    browser
+        .text_until("#delete-outcome", |t| t == "1 items deleted")
+        .await;
+
+    // Every item the CEL filter matches.
+    browser
+        .client
+        .goto(&format!(
+            "{page}#/items?filter=job_id%20%3D%3D%20%22j1%22%20%26%26%20item_id%20!%3D%20%22item-1%22"
+        ))
+        .await
+        .unwrap();
+    browser
+        .text_until("#matched", |t| t.starts_with("2 matching"))
+        .await;
+    click(&browser, "#delete-matching").await;
+    browser
+        .text_until("#confirm-text", |t| t.contains("Delete 2 items"))
+        .await;
+    click(&browser, "#confirm-delete").await;
+    browser
+        .text_until("#delete-outcome", |t| t == "2 items deleted")
+        .await;
+    browser.close().await;
+    drop(server);
+
+    let left: Vec<String> = env
+        .items()
+        .await
+        .into_iter()
+        .map(|i| format!("{}/{}", i.job_id, i.item_id))
+        .collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(left.contains(&"j1/item-1".to_owned()), "{left:?}");
+    let deleted = env
+        .events()
+        .await
+        .into_iter()
+        .filter(|e| {
+            matches!(
+                &e.kind,
+                dlq::domain::event::EventKind::ItemRemoved {
+                    reason: dlq::domain::event::RemovalReason::Deleted,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(deleted, 4);
+}

@@ -1,6 +1,6 @@
-//! Removals an operator asks for (`dlq clear`, `dlq purge`, and the admin API's routes for
-//! them): each removes items through the sink's one removal path ([`crate::sink::clear`],
-//! [`crate::sink::purge`]) on a running emitter, then waits a while for its reconciler to
+//! Removals an operator asks for (`dlq clear`, `dlq purge`, `dlq delete`, and the admin API's
+//! routes for them): each removes items through the sink's one removal path
+//! ([`crate::sink::clear`], [`crate::sink::purge`], [`crate::sink::delete`]) on a running emitter, then waits a while for its reconciler to
 //! publish the `item_removed` events ([`Emitter::finish_publishing`](crate::Emitter::finish_publishing)), and answers what happened.
 
 use std::time::Duration;
@@ -107,6 +107,44 @@ pub async fn purge_items(
         ),
         published?,
     ))
+}
+
+/// Removes the named `(job_id, item_id)` items that still exist (each an `item_removed` event
+/// with reason `deleted`), then waits up to `drain_timeout` for the events to be published.
+pub async fn delete_items(
+    emitter: &NodeEmitter,
+    items: &[(String, String)],
+    drain_timeout: Duration,
+) -> Result<Removal, SinkError> {
+    let deleted = crate::sink::delete(emitter.sink(), items).await;
+    let published = emitter.finish_publishing(drain_timeout).await;
+    let removed = deleted?;
+    Ok(published_removal(
+        json!({ "removed": removed }),
+        format!("deleted {removed} items"),
+        published?,
+    ))
+}
+
+/// The answer of a dry-run delete: how many items it would remove, and which.
+pub fn would_delete(items: &[(String, String)]) -> Removal {
+    let n = items.len();
+    let ids: Vec<_> = items
+        .iter()
+        .map(|(job_id, item_id)| json!({ "job_id": job_id, "item_id": item_id }))
+        .collect();
+    Removal {
+        summary: json!({ "would_remove": n, "items": ids }),
+        line: format!("would delete {n} items"),
+    }
+}
+
+/// The answer of a delete that found nothing to remove (nothing was written).
+pub fn nothing_to_delete() -> Removal {
+    Removal {
+        summary: json!({ "removed": 0 }),
+        line: "no items to delete".to_owned(),
+    }
 }
 
 fn published_removal(

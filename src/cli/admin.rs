@@ -78,7 +78,7 @@ pub fn confirm(yes: bool, question: &str) -> Result<(), CliError> {
 
 /// Counts what would be removed in the local sink, asks, and only then opens the bus. The sink
 /// is closed again on refusal.
-async fn prepare(
+pub(super) async fn prepare(
     local: Box<Local>,
     count: impl FnOnce(&LocalSink) -> Result<u64, CliError>,
     question: impl FnOnce(u64) -> Option<String>,
@@ -208,7 +208,7 @@ async fn forward_purge(cli: &Cli, args: &PurgeArgs, api: &ApiClient) -> Result<u
     )
 }
 
-fn print_removal(format: Format, removal: &Removal) -> Result<u8, CliError> {
+pub(super) fn print_removal(format: Format, removal: &Removal) -> Result<u8, CliError> {
     let mut out = std::io::stdout().lock();
     write_removal(&mut out, format, removal)?;
     out.flush()?;

@@ -35,6 +35,7 @@ impl Command {
             | Command::Analyze(_)
             | Command::Clear(_)
             | Command::Purge(_)
+            | Command::Delete(_)
             | Command::Retry(_) => NeedsUnlessApi,
             Command::Status
             | Command::Reconcile(_)

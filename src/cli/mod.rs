@@ -5,6 +5,7 @@ mod bus_flags;
 mod closed_pipe;
 mod consume;
 mod data_dir;
+mod delete;
 mod demo;
 mod drain;
 mod export;
@@ -138,7 +139,7 @@ pub struct Cli {
     /// Output format.
     #[arg(long, global = true, value_enum, default_value_t = Format::Table, help_heading = HEADING_GLOBAL)]
     pub format: Format,
-    /// Send list, inspect, stats, analyze, clear, purge and retry to the `dlq serve` API at this
+    /// Send list, inspect, stats, analyze, clear, purge, delete and retry to the `dlq serve` API at this
     /// URL (e.g. http://127.0.0.1:9465) instead of opening the data directory. Without it they
     /// go there anyway when the directory is held by a running `dlq serve`.
     #[arg(long, global = true, env = "DLQ_API_URL", help_heading = HEADING_API)]
@@ -212,6 +213,9 @@ pub enum Command {
     Clear(admin::ClearArgs),
     /// Remove items first failed more than N days ago (asks first; --yes without a terminal).
     Purge(admin::PurgeArgs),
+    /// Delete items by id (JOB/ITEM) or the items a filter selects, as `dlq list` filters them
+    /// (--dry-run counts; asks first; --yes without a terminal).
+    Delete(delete::DeleteArgs),
     /// Show the JetStream stream, or create or update it on purpose (at start dlq only creates
     /// a missing stream and never changes an existing one).
     Stream(stream::StreamArgs),
@@ -277,6 +281,7 @@ async fn dispatch(cli: &Cli) -> Result<u8, CliError> {
         Command::Import(args) => export::run_import(cli, args).await,
         Command::Clear(args) => admin::run_clear(cli, args).await,
         Command::Purge(args) => admin::run_purge(cli, args).await,
+        Command::Delete(args) => delete::run_delete(cli, args).await,
         Command::Stream(args) => stream::run(cli, args).await,
         Command::Run(args) => run::run_job(cli, args).await,
         Command::Resume(args) => run::resume_job(cli, args).await,

@@ -21,6 +21,7 @@ use std::cmp::Reverse;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use super::cel::CelFilter;
 use super::{Criteria, ItemRef, QueryError};
 use dlq::domain::model::{DeadLetteredItem, ErrorType};
 use dlq::sink::{JobCounters, LocalSink};
@@ -203,6 +204,28 @@ pub fn in_listing_order<'a>(
                 Err(err) => Some(Err(err.into())),
             }
         }))
+}
+
+/// Keeps `item` if the expression (if any) selects it; an item it cannot decide about is an
+/// error naming the item, never silently left out.
+pub fn selected(
+    expr: Option<&CelFilter>,
+    item: Result<DeadLetteredItem, QueryError>,
+) -> Option<Result<DeadLetteredItem, QueryError>> {
+    let Some(expr) = expr else {
+        return Some(item);
+    };
+    match item {
+        Ok(item) => match expr.matches_item(&item) {
+            Ok(true) => Some(Ok(item)),
+            Ok(false) => None,
+            Err(err) => Some(Err(QueryError::Invalid(format!(
+                "item '{}' of job '{}': {err}; nothing was listed",
+                item.item_id, item.job_id
+            )))),
+        },
+        Err(err) => Some(Err(err)),
+    }
 }
 
 /// The number of items `request` matches when the per-job counters know it (no cursor, no

@@ -9,6 +9,7 @@
 
 pub(crate) mod analyze;
 pub mod cel;
+pub mod delete;
 pub(crate) mod export;
 pub(crate) mod import;
 pub mod list;

@@ -5,10 +5,9 @@ use std::io::Write;
 
 use super::table::{cut, write_table};
 use super::Format;
-use crate::query::cel::CelFilter;
 use crate::query::export::{csv_record, CSV_COLUMNS};
 use crate::query::list::ItemSummary;
-use crate::query::list::{counted_total, in_listing_order, page_in_order, Cursor};
+use crate::query::list::{counted_total, in_listing_order, page_in_order, selected, Cursor};
 use crate::query::QueryError;
 use crate::request::list::ListQuery;
 use crate::request::RequestError;
@@ -54,28 +53,6 @@ pub fn write_list(
     };
     let next = page.next_cursor.as_ref().map(Cursor::encode);
     print_page(out, format, matched, next, page.items.into_iter().map(Ok))
-}
-
-/// Keeps `item` if the expression (if any) selects it; an item it cannot decide about is an
-/// error naming the item, never silently left out.
-fn selected(
-    expr: Option<&CelFilter>,
-    item: Result<DeadLetteredItem, QueryError>,
-) -> Option<Result<DeadLetteredItem, QueryError>> {
-    let Some(expr) = expr else {
-        return Some(item);
-    };
-    match item {
-        Ok(item) => match expr.matches_item(&item) {
-            Ok(true) => Some(Ok(item)),
-            Ok(false) => None,
-            Err(err) => Some(Err(QueryError::Invalid(format!(
-                "item '{}' of job '{}': {err}; nothing was listed",
-                item.item_id, item.job_id
-            )))),
-        },
-        Err(err) => Some(Err(err)),
-    }
 }
 
 /// Writes one whole item in `format` (pretty JSON for json).

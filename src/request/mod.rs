@@ -1,7 +1,7 @@
 //! What the two front ends (the `dlq` CLI and the admin API of `dlq serve`) share about an
 //! operator request: the wire. The options of `list` both parse ([`ListArgs`]), the query
-//! strings of every route ([`params`]), the JSON bodies of retry ([`RetryRequest`]) and purge
-//! ([`PurgeRequest`]), and the one error a request fails with ([`RequestError`]), whose
+//! strings of every route ([`params`]), the JSON bodies of retry ([`RetryRequest`]), purge
+//! ([`PurgeRequest`]) and delete ([`DeleteRequest`]), and the one error a request fails with ([`RequestError`]), whose
 //! [`ErrorClass`] each front end maps once. The CLI serializes these types when it forwards to a
 //! server and the server deserializes the same types, so the two cannot drift apart.
 //!
@@ -11,12 +11,14 @@
 //! to the same code; `runner/retry/` does the retry (`removal.rs` does clear and purge);
 //! `render/retry.rs` prints the report, for the CLI and as the API's answer alike.
 
+pub mod delete;
 pub mod list;
 pub mod params;
 pub mod purge;
 #[cfg(feature = "runner")]
 pub mod retry;
 
+pub use delete::DeleteRequest;
 pub use list::{ListArgs, DEFAULT_LIMIT};
 pub use params::Params;
 pub use purge::PurgeRequest;

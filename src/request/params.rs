@@ -201,6 +201,11 @@ pub fn clear_path(job_id: &str, drain_timeout: Duration, format: Format) -> Stri
     format!("/v1/jobs/{}/clear?{}", encode(job_id), query(&pairs))
 }
 
+/// `POST /v1/delete` (the options travel in the JSON body, [`super::DeleteRequest`]).
+pub fn delete_path(format: Format) -> String {
+    format!("/v1/delete?format={}", format_name(format))
+}
+
 /// `POST /v1/purge` (the options travel in the JSON body, [`super::PurgeRequest`]).
 pub fn purge_path(format: Format) -> String {
     format!("/v1/purge?format={}", format_name(format))

@@ -363,6 +363,7 @@ fn router(state: Arc<Held>, token: Option<Token>) -> Router {
         .route("/v1/jobs/{job_id}/clear", post(routes::clear))
         .route("/v1/jobs/{job_id}/retry", post(retry_route::retry))
         .route("/v1/purge", post(routes::purge))
+        .route("/v1/delete", post(routes::delete))
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::new(auth::Guard {
                 token,

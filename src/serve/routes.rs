@@ -18,6 +18,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 use tokio::sync::oneshot;
 
+use crate::query::delete::select;
 use crate::query::list::find_item;
 use crate::query::QueryError;
 use crate::render::items::{check_inspect_format, check_list_format, write_item, write_list};
@@ -25,7 +26,7 @@ use crate::render::removal::write_removal;
 use crate::render::report::{check_report_format, write_analysis, write_stats};
 use crate::render::Format;
 use crate::request::params::{list_args, Params};
-use crate::request::{PurgeRequest, RequestError};
+use crate::request::{DeleteRequest, PurgeRequest, RequestError};
 use dlq::emitter::NodeEmitter;
 use dlq::removal::{self, DEFAULT_DRAIN};
 use dlq::sink::{LocalSink, Sink};
@@ -434,6 +435,34 @@ pub async fn purge(
     rendered(format, |out| Ok(write_removal(out, format, &removal)?))
 }
 
+/// `POST /v1/delete`: `dlq delete (JOB/ITEM... | FILTER | --all) [--dry-run] --yes`.
+pub async fn delete(
+    State(state): Shared,
+    pairs: Pairs,
+    body: Result<Json<DeleteRequest>, JsonRejection>,
+) -> Answer {
+    let mut params = Params::new(pairs?.0);
+    let format = params.format()?;
+    params.finish("/v1/delete")?;
+    let Json(body) = body?;
+    let target = body.target()?;
+    let chosen = blocking(&state, move |sink| {
+        let chosen = select(sink, &target)?;
+        chosen.check_found()?;
+        Ok(chosen)
+    })
+    .await?;
+    let removal = if body.dry_run {
+        chosen.dry_run()
+    } else if chosen.items.is_empty() {
+        chosen.answer(removal::nothing_to_delete())
+    } else {
+        let drain = body.drain_timeout.unwrap_or(DEFAULT_DRAIN);
+        chosen.answer(removal::delete_items(&state.emitter, &chosen.items, drain).await?)
+    };
+    rendered(format, |out| Ok(write_removal(out, format, &removal)?))
+}
+
 /// Any other path.
 pub async fn no_route() -> ApiError {
     ApiError {
@@ -441,7 +470,7 @@ pub async fn no_route() -> ApiError {
         code: "not_found",
         message: "no such route: see GET /v1/items, /v1/items/{item_id}, \
                   /v1/items/{job_id}/{item_id}, /v1/items/{job_id}/{item_id}/events, /v1/stats, /v1/analyze, \
-                  POST /v1/jobs/{job_id}/clear, /v1/jobs/{job_id}/retry, /v1/purge, \
+                  POST /v1/jobs/{job_id}/clear, /v1/jobs/{job_id}/retry, /v1/purge, /v1/delete, \
                   GET /healthz, /metrics"
             .into(),
     }
@@ -452,6 +481,6 @@ pub async fn wrong_method() -> ApiError {
     ApiError {
         status: StatusCode::METHOD_NOT_ALLOWED,
         code: "method_not_allowed",
-        message: "this route does not take that method: reads are GET, clear and purge POST".into(),
+        message: "this route does not take that method: reads are GET, clear, purge, delete and retry POST".into(),
     }
 }

@@ -74,6 +74,11 @@ pub enum Command {
         /// Most items removed by this command.
         limit: usize,
     },
+    /// Remove the named items that exist (an operator's delete); absent ones are skipped.
+    Delete {
+        /// `(job_id, item_id)` of each item.
+        items: Vec<(String, String)>,
+    },
 }
 
 /// An event before the sink gives it a sequence number and a timestamp.
@@ -299,6 +304,27 @@ fn decide_ref<V: StateView>(
                     draft(&job, "", EventKind::ItemRemoved { item_id, reason })
                 })
                 .collect())
+        }
+        Command::Delete { items } => {
+            let mut drafts = Vec::new();
+            let mut seen = std::collections::HashSet::new();
+            for (job_id, item_id) in items {
+                if !seen.insert((job_id, item_id)) {
+                    continue;
+                }
+                if view
+                    .item(job_id, item_id)
+                    .map_err(DecideError::State)?
+                    .is_some()
+                {
+                    let kind = EventKind::ItemRemoved {
+                        item_id: item_id.clone(),
+                        reason: RemovalReason::Deleted,
+                    };
+                    drafts.push(draft(job_id, "", kind));
+                }
+            }
+            Ok(drafts)
         }
     }
 }

@@ -12,7 +12,7 @@
 //! | `writer/` | the one writer thread: group commit, checkpoints of sled, epochs, the sequence floor, retention of segments |
 //! | `projection/` | sled as a projection of the log: staging, the applier, keys, item records, index runs, publish state, parked events, counters, reads |
 //! | `legacy/` | the journal of format 2 and its migration |
-//! | `remove.rs` | clear, purge and removal in chunks, as commands on any [`Sink`] |
+//! | `remove.rs` | clear, purge, delete and removal in chunks, as commands on any [`Sink`] |
 //! | `log_fs.rs`, `fault_fs.rs`, `faults.rs` | the file system the log writes through, and the faults the tests inject into it |
 //!
 //! Dependencies between them run one way: `log` ← `projection` ← `writer` ← `handle` ← `open`
@@ -142,7 +142,7 @@ pub use projection::counters::JobCounters;
 pub use projection::parked::Parked;
 pub(crate) use projection::sled_open;
 pub use projection::snapshot::refresh_snapshot;
-pub use remove::{clear, purge, remove_in_chunks, REMOVE_CHUNK};
+pub use remove::{clear, delete, purge, remove_in_chunks, REMOVE_CHUNK};
 pub(crate) use writer::checkpoint;
 pub use writer::checkpoint::CheckpointError;
 

@@ -1,4 +1,4 @@
-//! The one removal path: clear, purge and retention all remove items in chunks of
+//! The one removal path: clear, purge, delete and retention all remove items in chunks of
 //! [`REMOVE_CHUNK`], each removal an `item_removed` event in the log, so one huge removal never
 //! becomes one huge group commit.
 
@@ -49,4 +49,68 @@ pub async fn clear<S: Sink>(sink: &S, job_id: &str) -> Result<u64, SinkError> {
         limit,
     })
     .await
+}
+
+/// Removes the named `(job_id, item_id)` items that exist, [`REMOVE_CHUNK`] per command, each
+/// removal an `item_removed` event with reason `deleted`; absent or repeated ids are skipped.
+/// Returns how many were removed. A failed chunk stops the removal: what earlier chunks removed
+/// stays removed.
+pub async fn delete<S: Sink>(sink: &S, items: &[(String, String)]) -> Result<u64, SinkError> {
+    let mut removed = 0;
+    for chunk in items.chunks(REMOVE_CHUNK) {
+        let items = chunk.to_vec();
+        removed += sink.append(Command::Delete { items }).await?.len() as u64;
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::domain::event::{EventKind, RemovalReason};
+    use crate::testing::{item, MemorySink};
+
+    #[tokio::test]
+    async fn delete_removes_the_named_items_that_exist_with_reason_deleted() {
+        let sink = MemorySink::default();
+        for id in ["a", "b", "c"] {
+            sink.append(Command::DeadLetter {
+                topic: "t".into(),
+                item: Box::new(item("j", id)),
+            })
+            .await
+            .unwrap();
+        }
+        let ids = |names: &[&str]| -> Vec<(String, String)> {
+            names
+                .iter()
+                .map(|n| ("j".to_owned(), (*n).to_owned()))
+                .collect()
+        };
+        let removed = delete(&sink, &ids(&["a", "c", "a", "missing"]))
+            .await
+            .unwrap();
+        assert_eq!(removed, 2);
+        let removals: Vec<_> = sink
+            .log()
+            .into_iter()
+            .filter_map(|event| match event.kind {
+                EventKind::ItemRemoved { item_id, reason } => Some((item_id, reason)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            removals,
+            vec![
+                ("a".to_owned(), RemovalReason::Deleted),
+                ("c".to_owned(), RemovalReason::Deleted)
+            ]
+        );
+        assert_eq!(
+            delete(&sink, &ids(&["a"])).await.unwrap(),
+            0,
+            "already gone"
+        );
+    }
 }

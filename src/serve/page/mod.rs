@@ -36,6 +36,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("items.js", JS, include_str!("assets/items.js")),
     ("detail.js", JS, include_str!("assets/detail.js")),
     ("retry.js", JS, include_str!("assets/retry.js")),
+    ("delete.js", JS, include_str!("assets/delete.js")),
     ("actions.js", JS, include_str!("assets/actions.js")),
     ("icon.svg", "image/svg+xml", include_str!("assets/icon.svg")),
 ];

@@ -162,6 +162,8 @@ pub enum RemovalReason {
     Purged,
     /// The job reached its capacity and the oldest item made room (FIFO).
     Evicted,
+    /// An operator deleted the item: by id, in a selection or in a filtered set.
+    Deleted,
 }
 
 impl EventKind {

@@ -251,6 +251,21 @@ mod tests {
     }
 
     #[test]
+    fn an_operator_delete_is_written_and_read_as_reason_deleted() {
+        let event = envelope(EventKind::ItemRemoved {
+            item_id: "i1".into(),
+            reason: RemovalReason::Deleted,
+        });
+        let json = event.to_json().unwrap();
+        assert!(
+            String::from_utf8_lossy(&json).contains(r#""reason":"deleted""#),
+            "{}",
+            String::from_utf8_lossy(&json)
+        );
+        assert_eq!(Event::from_json(&json).unwrap(), event);
+    }
+
+    #[test]
     fn a_missing_field_of_the_kind_is_an_error_that_names_it() {
         let event = envelope(every_kind().remove(2));
         let mut json: serde_json::Value =

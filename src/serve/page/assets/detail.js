@@ -2,6 +2,7 @@
 import { el, replace, table, text, note } from "./dom.js";
 import { call } from "./api.js";
 import { planFor, retryControls } from "./retry.js";
+import { deleteControls, idsBody } from "./delete.js";
 
 export async function detail(root, route, { fail }) {
   const [job, id] = route.parts;
@@ -25,6 +26,9 @@ export async function detail(root, route, { fail }) {
     el("dl", { class: "facts", id: "item-facts" }, facts.map(([k, v]) => [el("dt", {}, k), el("dd", {}, text(v))])),
     el("section", { class: "card" }, el("h2", {}, "Retry this item"),
       retryControls("Retry", "retry-one", () => planFor([{ job_id: item.job_id, item_id: item.item_id }]), { fail })),
+    el("section", { class: "card" }, el("h2", {}, "Delete this item"),
+      deleteControls("Delete…", "delete-one", () => idsBody([item]), { fail,
+        after: () => el("a", { id: "back-after-delete", href: "#/items?job_id=" + encodeURIComponent(item.job_id) }, "← items of this job") })),
     el("section", {}, el("h2", {}, "Data"),
       el("pre", { id: "item-data", class: "code" }, JSON.stringify(item.item_data, null, 2))),
     el("section", { id: "failures" }, el("h2", {}, `Failures (${item.failure_history.length})`),

@@ -1,9 +1,10 @@
 // Items: the `dlq list` table with the CEL filter, the flag filters, paging, row checkboxes,
-// and the actions on the filtered set (retry selected / all matching, export). The list
+// and the actions on the filtered set (retry or delete selected / all matching, export). The list
 // refreshes itself as the overview does.
 import { el, replace, note, pageLink, age } from "./dom.js";
 import { call, query, ApiError } from "./api.js";
 import { retryPanel } from "./retry.js";
+import { deletePanel } from "./delete.js";
 import { REFRESH_MS } from "./overview.js";
 
 /** The list parameters a page of items is fetched with (the rest of the hash's parameters). */
@@ -56,7 +57,7 @@ export async function items(root, route, { fail }) {
 
   const selected = () => boxes.filter((b) => b.checked).map((b) => ({ job_id: b.dataset.job, item_id: b.dataset.item }));
   replace(actionBox, retryPanel({ filters, jobs, selected, matched: page.matched, fail }),
-    exportPanel(filters, fail));
+    deletePanel({ filters, selected, fail }), exportPanel(filters, fail));
 
   // Refresh the same page of the same filter, keeping the scroll position and the checked
   // rows; not while the operator is editing the filters (their text stays as typed).
