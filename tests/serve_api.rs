@@ -506,6 +506,105 @@ fn with_a_token_every_route_but_healthz_needs_it() {
 }
 
 #[test]
+fn each_token_may_do_what_its_role_allows() {
+    let env = Env::new(DLQ, DEAD_BUS_URL);
+    env.demo("j1", 3);
+    let tokens_file = env.path("tokens");
+    std::fs::write(
+        &tokens_file,
+        "# name role token\nviewer v-secret\nops operator o-secret\nboss admin a-secret\n",
+    )
+    .unwrap();
+    let token_file = env.path("token");
+    std::fs::write(&token_file, "d-secret\n").unwrap();
+    let server = Server::start(
+        &env,
+        &[
+            "--tokens-file",
+            tokens_file.to_str().unwrap(),
+            "--token-file",
+            token_file.to_str().unwrap(),
+        ],
+    );
+    let port = server.port;
+    for (token, name, role) in [
+        ("v-secret", "viewer", "read-only"),
+        ("o-secret", "ops", "operator"),
+        ("a-secret", "boss", "admin"),
+        ("d-secret", "default", "admin"),
+    ] {
+        let (status, body) = http(port, "GET", "/v1/whoami", Some(token), None).unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(json_of(&body), json!({"name": name, "role": role}));
+    }
+    assert_eq!(http(port, "GET", "/v1/whoami", None, None).unwrap().0, 401);
+    assert_eq!(
+        http(port, "GET", "/v1/whoami", Some("x-secret"), None)
+            .unwrap()
+            .0,
+        401
+    );
+
+    let viewer = Some("v-secret");
+    for route in ["/v1/stats", "/v1/items", "/v1/items/j1/item-0", "/metrics"] {
+        let (status, body) = http(port, "GET", route, viewer, None).unwrap();
+        assert_eq!(status, 200, "{route}: {body}");
+    }
+    let delete = Some(r#"{"ids": ["j1/item-0"]}"#);
+    let purge = Some(r#"{"older_than_days": 0}"#);
+    let retry = Some(r#"{"dry_run": true}"#);
+    for (route, body, needed) in [
+        ("/v1/jobs/j1/clear", None, "admin"),
+        ("/v1/purge", purge, "admin"),
+        ("/v1/jobs/j1/retry", retry, "operator"),
+        ("/v1/delete", delete, "operator"),
+    ] {
+        let (status, answer) = http(port, "POST", route, viewer, body).unwrap();
+        assert_eq!(status, 403, "{route}: {answer}");
+        let answer = json_of(&answer);
+        assert_eq!(answer["code"], "forbidden");
+        let message = answer["error"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("needs the {needed} role")) && message.contains("viewer"),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        env.json(&["--token-file", token_file.to_str().unwrap(), "list"])["matched"],
+        3
+    );
+
+    let ops = Some("o-secret");
+    let (status, body) = http(port, "POST", "/v1/jobs/j1/clear", ops, None).unwrap();
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = http(port, "POST", "/v1/delete", ops, delete).unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json_of(&body)["removed"], 1);
+
+    let (status, body) = http(port, "POST", "/v1/jobs/j1/clear", Some("a-secret"), None).unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json_of(&body)["removed"], 2);
+    assert!(server.stop().success());
+    assert!(
+        !server_log_mentions_secrets(&env),
+        "tokens are never logged"
+    );
+}
+
+/// Whether any `serve-*.log` of `env` holds one of the tokens of the role test.
+fn server_log_mentions_secrets(env: &Env) -> bool {
+    std::fs::read_dir(env.path(""))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("serve-"))
+        .any(|e| {
+            std::fs::read_to_string(e.path())
+                .unwrap_or_default()
+                .contains("-secret")
+        })
+}
+
+#[test]
 fn a_remote_listener_is_refused_and_stale_or_missing_servers_are_handled() {
     let env = Env::new(DLQ, DEAD_BUS_URL);
     let port = free_port(0).to_string();

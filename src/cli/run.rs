@@ -116,7 +116,9 @@ async fn open_with_api(cli: &Cli) -> Result<(NodeEmitter, JobApi, Config), CliEr
     let task = tokio::spawn(async move {
         let shutdown = async move { stopped.cancelled().await };
         let token = token.as_deref().map(Token::new);
-        if let Err(err) = crate::serve::serve(listener, state, token, &data_dir, shutdown).await {
+        if let Err(err) =
+            crate::serve::serve(listener, state, token.into(), &data_dir, shutdown).await
+        {
             tracing::warn!(error = %err, "the job's admin API stopped");
         }
     });

@@ -10,8 +10,8 @@ use serde_json::json;
 use super::{open, Cli, CliError, Format, EXIT_OK};
 use crate::serve::client::token::token_text;
 use crate::serve::AppState;
-use crate::serve::Token;
 use crate::serve::{check_listen, install_metrics, Exposure, Listener, TlsConfig};
+use crate::serve::{Token, Tokens};
 
 /// Options of `dlq serve`.
 #[derive(Debug, Args)]
@@ -33,11 +33,21 @@ pub struct ServeArgs {
     /// network readable by anyone on the path. Only behind a TLS proxy or on a trusted network.
     #[arg(long)]
     pub insecure: bool,
+    /// File of named tokens with roles, one `NAME [ROLE] TOKEN` a line (ROLE: read-only, the
+    /// default; operator: also retry and delete; admin: also clear and purge). With
+    /// --token-file, whose token is the admin named `default`.
+    #[arg(long, env = "DLQ_API_TOKENS_FILE", value_name = "FILE")]
+    pub tokens_file: Option<PathBuf>,
 }
 
 /// Runs the server until a signal asks it to stop.
 pub async fn run_serve(cli: &Cli, args: &ServeArgs) -> Result<u8, CliError> {
     let token = token_text(cli.token_file.as_deref())?;
+    let mut tokens = Tokens::from(token.as_deref().map(Token::new));
+    if let Some(file) = &args.tokens_file {
+        tokens.load(file)?;
+    }
+    let token = (!tokens.is_empty()).then_some(());
     let tls_files = args.tls_cert.as_deref().zip(args.tls_key.as_deref());
     check_listen(
         args.listen,
@@ -81,14 +91,7 @@ pub async fn run_serve(cli: &Cli, args: &ServeArgs) -> Result<u8, CliError> {
         metrics,
         run: super::run::server_run_options(cli, &config),
     };
-    let served = crate::serve::serve(
-        listener,
-        state,
-        token.as_deref().map(Token::new),
-        &cli.data_dir,
-        stop_signal(),
-    )
-    .await;
+    let served = crate::serve::serve(listener, state, tokens, &cli.data_dir, stop_signal()).await;
     // `serve` returned once no connection or query held the state; the shutdown waits for the
     // emitter's own tasks and closes the sink. This emitter is then the last handle.
     let closed = emitter.shutdown().await;

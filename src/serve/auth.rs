@@ -26,6 +26,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
+use super::roles::{Caller, Tokens};
 use super::routes::ApiError;
 use super::tls::Peer;
 
@@ -69,7 +70,13 @@ impl Token {
 }
 
 /// Whether the `Authorization` header carries `token`.
-pub fn authorized(token: &Token, headers: &HeaderMap) -> bool {
+#[cfg(test)]
+fn authorized(token: &Token, headers: &HeaderMap) -> bool {
+    bearer(headers).is_some_and(|given| token.matches(given))
+}
+
+/// The token of the `Authorization` header's `Bearer` scheme, if any.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
     headers
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
@@ -77,7 +84,6 @@ pub fn authorized(token: &Token, headers: &HeaderMap) -> bool {
             let (scheme, rest) = value.split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
         })
-        .is_some_and(|given| token.matches(given))
 }
 
 /// The failed authentications of each client address, in windows of [`WINDOW`].
@@ -130,25 +136,28 @@ impl Failures {
     }
 }
 
-/// What the token middleware needs: the token, if one is set, and the failures so far.
+/// What the token middleware needs: the tokens, if any is set, and the failures so far.
 #[derive(Debug, Default)]
 pub struct Guard {
-    /// The token requests must carry; none lets every request through.
-    pub token: Option<Token>,
+    /// The tokens requests must carry one of; none lets every request through.
+    pub tokens: Tokens,
     /// Failed authentications per client address.
     pub failures: Failures,
 }
 
-/// Middleware: a request without the right token gets 401 (when a token is configured), and
-/// 429 once its address has failed too often.
+/// Middleware: a request without one of the tokens gets 401 (when tokens are configured), and
+/// 429 once its address has failed too often; a request let in carries its [`Caller`].
 pub async fn require_token(
     State(guard): State<Arc<Guard>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
-    let Some(token) = &guard.token else {
+    if guard.tokens.is_empty() {
+        request
+            .extensions_mut()
+            .insert(Arc::new(Caller::anonymous()));
         return next.run(request).await;
-    };
+    }
     let peer = request
         .extensions()
         .get::<ConnectInfo<Peer>>()
@@ -163,7 +172,8 @@ pub async fn require_token(
             .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         return response;
     }
-    if authorized(token, request.headers()) {
+    if let Some(caller) = bearer(request.headers()).and_then(|given| guard.tokens.find(given)) {
+        request.extensions_mut().insert(Arc::new(caller));
         return next.run(request).await;
     }
     if !request.headers().contains_key(header::AUTHORIZATION) {

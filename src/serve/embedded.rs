@@ -123,8 +123,9 @@ pub async fn serve_emitter(
     let shutdown = stop.clone().cancelled_owned();
     let dir = data_dir.clone();
     let token = options.token;
-    let task =
-        tokio::spawn(async move { serve_announced(listener, state, token, &dir, shutdown).await });
+    let task = tokio::spawn(async move {
+        serve_announced(listener, state, token.into(), &dir, shutdown).await
+    });
     Ok(ServeHandle {
         url,
         data_dir,

@@ -9,13 +9,15 @@
 //! same API and page on its own emitter with [`serve_emitter`], announced the same way.
 //!
 //! Routes (listed in [`router`], handled in [`routes`] and [`retry_route`]; all but `/healthz`
-//! and the page need the bearer token when one is set, [`auth`]):
+//! and the page need a bearer token when one is set, [`auth`]; retry and delete need the
+//! `operator` role, clear and purge `admin`, [`roles`]):
 //!
 //! | route | command |
 //! | --- | --- |
 //! | `GET /`, `GET /ui/{file}` | the operators' web page ([`page`]; no token: it holds no data) |
 //! | `GET /healthz` | status, node id, bus connection, backlog |
 //! | `GET /metrics` | Prometheus text |
+//! | `GET /v1/whoami` | the caller's token name and role |
 //! | `GET /v1/items?job_id=&eligible=&error_type=&signature=&since=&until=&limit=&offset=&after=&filter=` | `dlq list` |
 //! | `GET /v1/items/{job_id}/{item_id}`, `GET /v1/items/{item_id}` | `dlq inspect` |
 //! | `GET /v1/items/{job_id}/{item_id}/events` | the item's lines of `dlq events JOB` |
@@ -41,11 +43,13 @@ mod events_route;
 mod limits;
 mod page;
 mod retry_route;
+mod roles;
 mod routes;
 mod tls;
 
 pub use auth::Token;
 pub use embedded::{serve_emitter, ServeHandle, ServeOptions};
+pub use roles::{Caller, NamedToken, Role, Tokens};
 pub use routes::AppState;
 pub use tls::{TlsConfig, TlsFiles};
 
@@ -348,7 +352,8 @@ fn url_for(addr: SocketAddr) -> String {
 }
 
 /// The router of the API, sharing `state` (see [`serve`]).
-fn router(state: Arc<Held>, token: Option<Token>) -> Router {
+fn router(state: Arc<Held>, tokens: Tokens) -> Router {
+    let needs = |role: Role| axum::middleware::from_fn_with_state(role, roles::require_role);
     Router::new()
         .route("/metrics", get(routes::metrics))
         .route("/v1/items", get(routes::list_items))
@@ -360,13 +365,23 @@ fn router(state: Arc<Held>, token: Option<Token>) -> Router {
         )
         .route("/v1/stats", get(routes::stats))
         .route("/v1/analyze", get(routes::analyze))
-        .route("/v1/jobs/{job_id}/clear", post(routes::clear))
-        .route("/v1/jobs/{job_id}/retry", post(retry_route::retry))
-        .route("/v1/purge", post(routes::purge))
-        .route("/v1/delete", post(routes::delete))
+        .route("/v1/whoami", get(routes::whoami))
+        .route(
+            "/v1/jobs/{job_id}/clear",
+            post(routes::clear).layer(needs(Role::Admin)),
+        )
+        .route(
+            "/v1/jobs/{job_id}/retry",
+            post(retry_route::retry).layer(needs(Role::Operator)),
+        )
+        .route("/v1/purge", post(routes::purge).layer(needs(Role::Admin)))
+        .route(
+            "/v1/delete",
+            post(routes::delete).layer(needs(Role::Operator)),
+        )
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::new(auth::Guard {
-                token,
+                tokens,
                 failures: auth::Failures::default(),
             }),
             auth::require_token,
@@ -387,12 +402,12 @@ fn router(state: Arc<Held>, token: Option<Token>) -> Router {
 pub async fn serve(
     listener: Listener,
     state: AppState,
-    token: Option<Token>,
+    tokens: Tokens,
     data_dir: &Path,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    announce(&listener, token.is_some(), data_dir)?;
-    serve_announced(listener, state, token, data_dir, shutdown).await
+    announce(&listener, !tokens.is_empty(), data_dir)?;
+    serve_announced(listener, state, tokens, data_dir, shutdown).await
 }
 
 /// Writes `data_dir/serve.json` for `listener`, naming this process.
@@ -418,12 +433,12 @@ fn state_file_error(data_dir: &Path, source: std::io::Error) -> ServeError {
 async fn serve_announced(
     listener: Listener,
     state: AppState,
-    token: Option<Token>,
+    tokens: Tokens,
     data_dir: &Path,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let (state, released) = Held::new(state);
-    let app = router(state, token).into_make_service_with_connect_info::<tls::Peer>();
+    let app = router(state, tokens).into_make_service_with_connect_info::<tls::Peer>();
     let served = match &listener.tls {
         None => {
             axum::serve(listener.listener, app)

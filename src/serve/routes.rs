@@ -4,7 +4,8 @@
 //! what `dlq --format json stats` prints.
 //!
 //! Errors are JSON `{"error": "...", "code": "..."}`: `bad_request` (400; the CLI exits 2),
-//! `not_found` (404; exit 3), `unauthorized` (401), `internal` (500; exit 1).
+//! `not_found` (404; exit 3), `unauthorized` (401), `forbidden` (403: the token lacks the
+//! role the route needs), `internal` (500; exit 1).
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -101,6 +102,19 @@ impl ApiError {
             message: "missing or wrong API token: send `Authorization: Bearer <token>` (the CLI \
                       sends the token of --token-file or DLQ_API_TOKEN)"
                 .into(),
+        }
+    }
+
+    /// 403: the caller's token lacks the role `needed`.
+    pub fn forbidden(needed: super::roles::Role, caller: Option<&super::roles::Caller>) -> Self {
+        let who = caller.map_or_else(
+            || "this request has no role".to_owned(),
+            |c| format!("token {:?} has the role {}", c.name, c.role),
+        );
+        ApiError {
+            status: StatusCode::FORBIDDEN,
+            code: "forbidden",
+            message: format!("this needs the {needed} role; {who}"),
         }
     }
 
@@ -256,6 +270,13 @@ fn answer(format: Format, body: Vec<u8>) -> Response {
         Format::Table | Format::Dir => "text/plain; charset=utf-8",
     };
     ([(header::CONTENT_TYPE, kind)], body).into_response()
+}
+
+/// `GET /v1/whoami`: the caller's token name and role, `{"name", "role"}`.
+pub async fn whoami(
+    axum::Extension(caller): axum::Extension<Arc<super::roles::Caller>>,
+) -> Json<super::roles::Caller> {
+    Json(caller.as_ref().clone())
 }
 
 /// `GET /healthz`: liveness, node id, backlog and parked events (never needs a token).
