@@ -3,7 +3,7 @@
 //! real nats-server when the bus is up); `--dry-run` and bad input change nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use dlq::domain::event::{Event, EventKind, RemovalReason};
+use dlq::domain::event::{Event, EventKind, RemovalReason, RemovedBy};
 use dlq_testkit::cli::{failure, Env};
 use dlq_testkit::stream::stream_ids;
 use dlq_testkit::{NatsServer, DEAD_BUS_URL};
@@ -19,6 +19,7 @@ fn deleted(events: &[Event]) -> Vec<(String, String)> {
             EventKind::ItemRemoved {
                 item_id,
                 reason: RemovalReason::Deleted,
+                ..
             } => Some((format!("{}/{item_id}", e.job_id), e.event_id.clone())),
             _ => None,
         })
@@ -50,7 +51,15 @@ async fn deletes_one_item_a_selection_and_a_filtered_set() {
     assert_eq!(env.events().await.len(), events_before);
     assert_eq!(left(&env).await.len(), 8);
 
-    let one = env.json(&["delete", "j1/item-0", "--yes", "--drain-timeout", "0s"]);
+    let one = env.json(&[
+        "delete",
+        "j1/item-0",
+        "--yes",
+        "--drain-timeout",
+        "0s",
+        "--reason",
+        "poison input",
+    ]);
     assert_eq!(one["removed"], 1);
     // A selection: a bare id held by one job, a repeated id and an unknown one (reported).
     let some = env.json(&[
@@ -79,6 +88,25 @@ async fn deletes_one_item_a_selection_and_a_filtered_set() {
     assert_eq!(filtered["removed"], 2);
 
     assert_eq!(left(&env).await, ["j1/item-3", "j1/item-4", "j2/item-0"]);
+    // Who and why: a command on the data directory itself is `local`; the reason when given.
+    let by: Vec<_> = env
+        .events()
+        .await
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::ItemRemoved { removed_by, .. } => Some(removed_by),
+            _ => None,
+        })
+        .collect();
+    let local = |reason: Option<&str>| {
+        Some(RemovedBy {
+            name: "local".into(),
+            reason: reason.map(str::to_owned),
+        })
+    };
+    assert_eq!(by.len(), 5);
+    assert_eq!(by[0], local(Some("poison input")));
+    assert!(by[1..].iter().all(|b| *b == local(None)), "{by:?}");
     let removed: Vec<String> = deleted(&env.events().await)
         .into_iter()
         .map(|(item, _)| item)

@@ -107,12 +107,13 @@ async fn rebuild_from_the_stream_equals_the_sink_after_a_mixed_workload_and_an_o
             server.restart();
         }
     }
-    dlq::sink::purge(emitter.sink(), Utc::now() - TimeDelta::days(30), None)
+    dlq::sink::purge(emitter.sink(), Utc::now() - TimeDelta::days(30), None, None)
         .await
         .unwrap();
     let clear = SinkCommand::Clear {
         job_id: "job-1".into(),
         limit: 2,
+        by: None,
     };
     emitter.submit("mixed", clear).await.unwrap();
     emitter.wake_reconciler();

@@ -77,6 +77,7 @@ map:
             EventKind::ItemRemoved {
                 item_id,
                 reason: RemovalReason::Purged,
+                ..
             } => Some(item_id),
             _ => None,
         })

@@ -577,17 +577,38 @@ fn each_token_may_do_what_its_role_allows() {
     let ops = Some("o-secret");
     let (status, body) = http(port, "POST", "/v1/jobs/j1/clear", ops, None).unwrap();
     assert_eq!(status, 403, "{body}");
-    let (status, body) = http(port, "POST", "/v1/delete", ops, delete).unwrap();
+    let with_reason = Some(r#"{"ids": ["j1/item-0"], "reason": "poison input"}"#);
+    let (status, body) = http(port, "POST", "/v1/delete", ops, with_reason).unwrap();
     assert_eq!(status, 200, "{body}");
     assert_eq!(json_of(&body)["removed"], 1);
 
-    let (status, body) = http(port, "POST", "/v1/jobs/j1/clear", Some("a-secret"), None).unwrap();
+    let clear = "/v1/jobs/j1/clear?reason=job%20retired";
+    let (status, body) = http(port, "POST", clear, Some("a-secret"), None).unwrap();
     assert_eq!(status, 200, "{body}");
     assert_eq!(json_of(&body)["removed"], 2);
     assert!(server.stop().success());
     assert!(
         !server_log_mentions_secrets(&env),
         "tokens are never logged"
+    );
+    // Each removal names the token and the reason given.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let removals: Vec<Value> = rt
+        .block_on(env.events())
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::ItemRemoved { .. }))
+        .map(|e| {
+            let json = json_of(&String::from_utf8(e.to_json().unwrap()).unwrap());
+            json!([json["item_id"], json["reason"], json["removed_by"]])
+        })
+        .collect();
+    assert_eq!(
+        removals,
+        [
+            json!(["item-0", "deleted", {"name": "ops", "reason": "poison input"}]),
+            json!(["item-1", "cleared", {"name": "boss", "reason": "job retired"}]),
+            json!(["item-2", "cleared", {"name": "boss", "reason": "job retired"}]),
+        ]
     );
 }
 

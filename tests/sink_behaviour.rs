@@ -54,7 +54,8 @@ fn dl(job: &str, id: &str) -> Command {
 
 fn clear(job: &str, limit: usize) -> Command {
     let job_id = job.to_owned();
-    Command::Clear { job_id, limit }
+    let by = None;
+    Command::Clear { job_id, limit, by }
 }
 
 fn reopen(dir: &Path, node: Option<&str>) -> Result<LocalSink, SinkError> {
@@ -227,11 +228,11 @@ async fn retention_purges_only_old_items() {
         ok(&sink, dead_letter(item(job, id, first, 2))).await;
     }
     let cutoff = now - TimeDelta::days(30);
-    assert_eq!(purge(&sink, cutoff, Some("A")).await.unwrap(), 2);
+    assert_eq!(purge(&sink, cutoff, Some("A"), None).await.unwrap(), 2);
     assert_eq!(ids_in(&sink, "A"), ["n1"]);
     assert_eq!(ids_in(&sink, "B"), ["n2", "o3"]);
-    assert_eq!(purge(&sink, cutoff, None).await.unwrap(), 1);
-    assert_eq!(purge(&sink, cutoff, None).await.unwrap(), 0);
+    assert_eq!(purge(&sink, cutoff, None, None).await.unwrap(), 1);
+    assert_eq!(purge(&sink, cutoff, None, None).await.unwrap(), 0);
     assert_eq!(ids_in(&sink, "B"), ["n2"]);
     let purged = brief(&log(&sink)[5..]).join(", ");
     let expected = "item_removed A/o1 purged, 7 item_removed A/o2 purged, 8 item_removed B/o3";
@@ -520,6 +521,7 @@ async fn decisions_see_groups_the_applier_has_not_applied_yet() {
         cutoff,
         job_id: None,
         limit: 10,
+        by: None,
     };
     assert_eq!(
         brief(&ok(&sink, purge).await),

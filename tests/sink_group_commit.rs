@@ -79,11 +79,13 @@ fn command(op: &Op) -> Command {
         Op::Clear { job: j } => Command::Clear {
             job_id: job(j),
             limit: 2,
+            by: None,
         },
         Op::Purge => Command::Purge {
             cutoff: Utc::now() - TimeDelta::days(30),
             job_id: None,
             limit: 2,
+            by: None,
         },
     }
 }

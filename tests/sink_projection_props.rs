@@ -162,17 +162,20 @@ fn command(op: &Op, now: DateTime<Utc>) -> Command {
         Op::Clear { job } => Command::Clear {
             job_id: job_id(job),
             limit: 2,
+            by: None,
         },
         Op::Purge { job } => Command::Purge {
             cutoff: now - TimeDelta::days(RETENTION_DAYS),
             job_id: job.as_ref().map(job_id),
             limit: 3,
+            by: None,
         },
         Op::Delete { items } => Command::Delete {
             items: items
                 .iter()
                 .map(|(job, item)| (job_id(job), item_id(*item)))
                 .collect(),
+            by: None,
         },
     }
 }
@@ -244,7 +247,9 @@ impl Model {
             Command::RecordEmitFailure { job_id, .. } => {
                 Some(vec![format!("emit_failed {job_id}/-")])
             }
-            Command::Clear { job_id: job, limit } => {
+            Command::Clear {
+                job_id: job, limit, ..
+            } => {
                 let list = self.jobs.entry(job.clone()).or_default();
                 let n = list.len().min(*limit);
                 Some(list.drain(..n).map(|e| removed(job, &e.id)).collect())
@@ -253,6 +258,7 @@ impl Model {
                 cutoff,
                 job_id,
                 limit,
+                ..
             } => {
                 // Oldest first failure first; ties by job, then item id.
                 let mut old = Vec::new();
@@ -270,7 +276,7 @@ impl Model {
                 }
                 Some(old.iter().map(|(_, job, id)| removed(job, id)).collect())
             }
-            Command::Delete { items } => {
+            Command::Delete { items, .. } => {
                 // Each named item that exists, once, in the order named; absent ones skipped.
                 let mut events = Vec::new();
                 for (job, id) in items {
@@ -530,6 +536,7 @@ async fn purge_cutoff_compares_whole_milliseconds_in_both_views() {
             cutoff,
             job_id,
             limit,
+            by: None,
         })
         .await
         .unwrap();

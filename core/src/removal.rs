@@ -8,6 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
+use crate::domain::event::RemovedBy;
 use crate::emitter::NodeEmitter;
 use crate::emitter::Published;
 use crate::sink::{LocalSink, SinkError};
@@ -25,14 +26,15 @@ pub struct Removal {
     pub line: String,
 }
 
-/// Removes every item of `job`, then waits up to `drain_timeout` for the events to be
+/// Removes every item of `job` (each event naming `by`), then waits up to `drain_timeout` for the events to be
 /// published. Publishing is waited for even when a chunk failed; the failure is returned after.
 pub async fn clear_job(
     emitter: &NodeEmitter,
     job: &str,
     drain_timeout: Duration,
+    by: Option<&RemovedBy>,
 ) -> Result<Removal, SinkError> {
-    let cleared = crate::sink::clear(emitter.sink(), job).await;
+    let cleared = crate::sink::clear(emitter.sink(), job, by).await;
     let published = emitter.finish_publishing(drain_timeout).await;
     let removed = cleared?;
     Ok(published_removal(
@@ -95,8 +97,9 @@ pub async fn purge_items(
     cutoff: DateTime<Utc>,
     job: Option<&str>,
     drain_timeout: Duration,
+    by: Option<&RemovedBy>,
 ) -> Result<Removal, SinkError> {
-    let purged = crate::sink::purge(emitter.sink(), cutoff, job).await;
+    let purged = crate::sink::purge(emitter.sink(), cutoff, job, by).await;
     let published = emitter.finish_publishing(drain_timeout).await;
     let removed = purged?;
     Ok(published_removal(
@@ -115,8 +118,9 @@ pub async fn delete_items(
     emitter: &NodeEmitter,
     items: &[(String, String)],
     drain_timeout: Duration,
+    by: Option<&RemovedBy>,
 ) -> Result<Removal, SinkError> {
-    let deleted = crate::sink::delete(emitter.sink(), items).await;
+    let deleted = crate::sink::delete(emitter.sink(), items, by).await;
     let published = emitter.finish_publishing(drain_timeout).await;
     let removed = deleted?;
     Ok(published_removal(

@@ -16,6 +16,7 @@ use super::open;
 use super::{Cli, CliError, Format, EXIT_OK};
 use crate::query::QueryError;
 use crate::render::removal::write_removal;
+use crate::request::reason::{removed_by, LOCAL};
 use crate::request::{params, PurgeRequest};
 use crate::serve::client::ApiClient;
 use dlq::emitter::NodeEmitter;
@@ -35,6 +36,9 @@ pub struct ClearArgs {
     /// After removing, wait up to this long for the removal events to be published.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
+    /// Why: named with who cleared on each removal event (`dlq events`, the page's audit view).
+    #[arg(long)]
+    pub reason: Option<String>,
 }
 
 /// Options of `dlq purge`.
@@ -52,6 +56,9 @@ pub struct PurgeArgs {
     /// After removing, wait up to this long for the removal events to be published.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
+    /// Why: named with who purged on each removal event (`dlq events`, the page's audit view).
+    #[arg(long)]
+    pub reason: Option<String>,
 }
 
 /// Asks on the terminal, or refuses (exit 2) without `--yes` when there is none. Nothing has
@@ -108,6 +115,7 @@ fn clear_question(job: &str, n: u64) -> Option<String> {
 /// Removes every item of a job.
 pub async fn run_clear(cli: &Cli, args: &ClearArgs) -> Result<u8, CliError> {
     let job = args.job_id.clone();
+    let by = removed_by(LOCAL, args.reason.as_deref())?;
     let local = match forward::target(cli).await? {
         Target::Api(api) => return forward_clear(cli, args, &api).await,
         Target::Local(local) => local,
@@ -122,7 +130,7 @@ pub async fn run_clear(cli: &Cli, args: &ClearArgs) -> Result<u8, CliError> {
     let Some((_, emitter)) = prepared else {
         return Err(QueryError::JobNotFound(job).into());
     };
-    let removal = clear_job(&emitter, &job, args.drain_timeout).await;
+    let removal = clear_job(&emitter, &job, args.drain_timeout, Some(&by)).await;
     emitter.shutdown().await?;
     print_removal(cli.format, &removal?)
 }
@@ -140,13 +148,19 @@ async fn forward_clear(cli: &Cli, args: &ClearArgs, api: &ApiClient) -> Result<u
         }
     }
     forward::print(
-        api.post(&params::clear_path(job, args.drain_timeout, cli.format))
-            .await?,
+        api.post(&params::clear_path(
+            job,
+            args.drain_timeout,
+            args.reason.as_deref(),
+            cli.format,
+        ))
+        .await?,
     )
 }
 
 /// Removes the items first failed more than N days ago.
 pub async fn run_purge(cli: &Cli, args: &PurgeArgs) -> Result<u8, CliError> {
+    let by = removed_by(LOCAL, args.reason.as_deref())?;
     let local = match forward::target(cli).await? {
         Target::Api(api) => return forward_purge(cli, args, &api).await,
         Target::Local(local) => local,
@@ -164,7 +178,7 @@ pub async fn run_purge(cli: &Cli, args: &PurgeArgs) -> Result<u8, CliError> {
         // Nothing to remove: no question, no bus, nothing changed.
         return print_removal(cli.format, &nothing_to_purge(job, cutoff));
     };
-    let removal = purge_items(&emitter, cutoff, job, args.drain_timeout).await;
+    let removal = purge_items(&emitter, cutoff, job, args.drain_timeout, Some(&by)).await;
     emitter.shutdown().await?;
     print_removal(cli.format, &removal?)
 }
@@ -184,6 +198,7 @@ async fn forward_purge(cli: &Cli, args: &PurgeArgs, api: &ApiClient) -> Result<u
         job_id: args.job_id.clone(),
         drain_timeout: Some(args.drain_timeout),
         dry_run,
+        reason: args.reason.clone(),
     };
     if !args.yes {
         let dry = api

@@ -8,6 +8,7 @@ use super::admin::{confirm, prepare, print_removal};
 use super::forward::{self, Target};
 use super::{Cli, CliError, Format};
 use crate::query::delete::{select, Selected};
+use crate::request::reason::{removed_by, LOCAL};
 use crate::request::{params, DeleteRequest};
 use crate::serve::client::ApiClient;
 use dlq::removal::{delete_items, nothing_to_delete, DEFAULT_DRAIN};
@@ -31,6 +32,7 @@ fn delete_question(n: u64) -> Option<String> {
 pub async fn run_delete(cli: &Cli, args: &DeleteArgs) -> Result<u8, CliError> {
     // A malformed request changes nothing and opens nothing.
     let target = args.request.target()?;
+    let by = removed_by(LOCAL, args.request.reason.as_deref())?;
     let local = match forward::target(cli).await? {
         Target::Api(api) => return forward_delete(cli, args, &api).await,
         Target::Local(local) => local,
@@ -62,7 +64,7 @@ pub async fn run_delete(cli: &Cli, args: &DeleteArgs) -> Result<u8, CliError> {
         return print_removal(cli.format, &chosen.answer(nothing_to_delete()));
     };
     let drain = args.request.drain_timeout.unwrap_or(DEFAULT_DRAIN);
-    let removal = delete_items(&emitter, &chosen.items, drain).await;
+    let removal = delete_items(&emitter, &chosen.items, drain, Some(&by)).await;
     emitter.shutdown().await?;
     print_removal(cli.format, &chosen.answer(removal?))
 }

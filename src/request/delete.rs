@@ -50,6 +50,10 @@ pub struct DeleteRequest {
     #[cfg_attr(feature = "cli", arg(long, value_parser = humantime::parse_duration))]
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Option<Duration>,
+    /// Why: named with who deleted on each removal event (`dlq events`, the page's audit view).
+    #[cfg_attr(feature = "cli", arg(long))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl DeleteRequest {

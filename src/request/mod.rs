@@ -15,6 +15,7 @@ pub mod delete;
 pub mod list;
 pub mod params;
 pub mod purge;
+pub mod reason;
 #[cfg(feature = "runner")]
 pub mod retry;
 

@@ -190,14 +190,20 @@ pub fn report_path(route: &str, job_id: Option<&str>, format: Format) -> String 
 }
 
 /// `POST /v1/jobs/{job_id}/clear`.
-pub fn clear_path(job_id: &str, drain_timeout: Duration, format: Format) -> String {
-    let pairs = [
-        (
-            "drain_timeout",
-            humantime::format_duration(drain_timeout).to_string(),
-        ),
-        ("format", format_name(format)),
-    ];
+pub fn clear_path(
+    job_id: &str,
+    drain_timeout: Duration,
+    reason: Option<&str>,
+    format: Format,
+) -> String {
+    let mut pairs = vec![(
+        "drain_timeout",
+        humantime::format_duration(drain_timeout).to_string(),
+    )];
+    if let Some(reason) = reason {
+        pairs.push(("reason", reason.to_owned()));
+    }
+    pairs.push(("format", format_name(format)));
     format!("/v1/jobs/{}/clear?{}", encode(job_id), query(&pairs))
 }
 
@@ -324,8 +330,12 @@ mod tests {
             "/v1/analyze?format=json"
         );
         assert_eq!(
-            clear_path("j", Duration::from_millis(1500), Format::Json),
+            clear_path("j", Duration::from_millis(1500), None, Format::Json),
             "/v1/jobs/j/clear?drain_timeout=1s%20500ms&format=json"
+        );
+        assert_eq!(
+            clear_path("j", Duration::from_secs(5), Some("bad run"), Format::Json),
+            "/v1/jobs/j/clear?drain_timeout=5s&reason=bad%20run&format=json"
         );
         assert_eq!(purge_path(Format::Table), "/v1/purge?format=table");
         assert_eq!(

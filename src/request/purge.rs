@@ -23,6 +23,9 @@ pub struct PurgeRequest {
     /// Only count what would be removed.
     #[serde(default)]
     pub dry_run: bool,
+    /// Why, named with the caller on each removal event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[cfg(test)]
@@ -36,6 +39,7 @@ mod tests {
             job_id: Some("J".into()),
             drain_timeout: Some(Duration::from_secs(5)),
             dry_run: false,
+            reason: None,
         }
     }
 
@@ -46,6 +50,7 @@ mod tests {
             job_id: None,
             drain_timeout: Some(Duration::from_millis(1500)),
             dry_run: true,
+            reason: Some("old".into()),
         };
         for request in [sample(), odd] {
             let sent = serde_json::to_vec(&request).unwrap();

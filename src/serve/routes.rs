@@ -27,6 +27,7 @@ use crate::render::removal::write_removal;
 use crate::render::report::{check_report_format, write_analysis, write_stats};
 use crate::render::Format;
 use crate::request::params::{list_args, Params};
+use crate::request::reason::removed_by;
 use crate::request::{DeleteRequest, PurgeRequest, RequestError};
 use dlq::emitter::NodeEmitter;
 use dlq::removal::{self, DEFAULT_DRAIN};
@@ -75,6 +76,9 @@ impl Deref for Held {
 
 /// The shared state as handlers receive it.
 pub type Shared = State<Arc<Held>>;
+
+/// The caller the token middleware let in ([`super::roles`]).
+pub type Called = axum::Extension<Arc<super::roles::Caller>>;
 
 /// An error answer.
 #[derive(Debug)]
@@ -411,12 +415,14 @@ pub async fn analyze(State(state): Shared, pairs: Pairs) -> Answer {
 /// `POST /v1/jobs/{job_id}/clear[?drain_timeout=5s]`: `dlq clear JOB --yes`.
 pub async fn clear(
     State(state): Shared,
+    caller: Called,
     path: Result<Path<String>, PathRejection>,
     pairs: Pairs,
 ) -> Answer {
     let Path(job) = path?;
     let mut params = Params::new(pairs?.0);
     let drain = params.duration("drain_timeout")?.unwrap_or(DEFAULT_DRAIN);
+    let by = removed_by(&caller.name, params.take("reason")?.as_deref())?;
     let format = params.format()?;
     params.finish("/v1/jobs/{job_id}/clear")?;
     let counted = job.clone();
@@ -424,13 +430,14 @@ pub async fn clear(
     if n == 0 {
         return Err(QueryError::JobNotFound(job).into());
     }
-    let removal = removal::clear_job(&state.emitter, &job, drain).await?;
+    let removal = removal::clear_job(&state.emitter, &job, drain, Some(&by)).await?;
     rendered(format, |out| Ok(write_removal(out, format, &removal)?))
 }
 
 /// `POST /v1/purge`: `dlq purge --older-than-days N [--job-id J] --yes`.
 pub async fn purge(
     State(state): Shared,
+    caller: Called,
     pairs: Pairs,
     body: Result<Json<PurgeRequest>, JsonRejection>,
 ) -> Answer {
@@ -438,6 +445,7 @@ pub async fn purge(
     let format = params.format()?;
     params.finish("/v1/purge")?;
     let Json(body) = body?;
+    let by = removed_by(&caller.name, body.reason.as_deref())?;
     let cutoff = removal::purge_cutoff(body.older_than_days);
     let job = body.job_id.clone();
     let n = blocking(&state, move |sink| {
@@ -451,7 +459,7 @@ pub async fn purge(
         removal::nothing_to_purge(job, cutoff)
     } else {
         let drain = body.drain_timeout.unwrap_or(DEFAULT_DRAIN);
-        removal::purge_items(&state.emitter, cutoff, job, drain).await?
+        removal::purge_items(&state.emitter, cutoff, job, drain, Some(&by)).await?
     };
     rendered(format, |out| Ok(write_removal(out, format, &removal)?))
 }
@@ -459,6 +467,7 @@ pub async fn purge(
 /// `POST /v1/delete`: `dlq delete (JOB/ITEM... | FILTER | --all) [--dry-run] --yes`.
 pub async fn delete(
     State(state): Shared,
+    caller: Called,
     pairs: Pairs,
     body: Result<Json<DeleteRequest>, JsonRejection>,
 ) -> Answer {
@@ -467,6 +476,7 @@ pub async fn delete(
     params.finish("/v1/delete")?;
     let Json(body) = body?;
     let target = body.target()?;
+    let by = removed_by(&caller.name, body.reason.as_deref())?;
     let chosen = blocking(&state, move |sink| {
         let chosen = select(sink, &target)?;
         chosen.check_found()?;
@@ -479,7 +489,8 @@ pub async fn delete(
         chosen.answer(removal::nothing_to_delete())
     } else {
         let drain = body.drain_timeout.unwrap_or(DEFAULT_DRAIN);
-        chosen.answer(removal::delete_items(&state.emitter, &chosen.items, drain).await?)
+        let removed = removal::delete_items(&state.emitter, &chosen.items, drain, Some(&by));
+        chosen.answer(removed.await?)
     };
     rendered(format, |out| Ok(write_removal(out, format, &removal)?))
 }

@@ -154,6 +154,7 @@ pub async fn apply(world: &mut World, op: &Op) -> Result<String, Fatal> {
             let command = Command::Clear {
                 job_id: job.clone(),
                 limit: usize::from(*limit),
+                by: None,
             };
             let result = world.emitter().submit("sim", command).await;
             // Which items a clear takes is the sink's choice: take its answer for the job's

@@ -8,7 +8,7 @@
 use chrono::{DateTime, Utc};
 use thiserror::Error;
 
-use crate::domain::event::{EventKind, RemovalReason};
+use crate::domain::event::{EventKind, RemovalReason, RemovedBy};
 use crate::domain::model::DeadLetteredItem;
 use crate::domain::projection::{renumber, StateView};
 
@@ -64,6 +64,8 @@ pub enum Command {
         job_id: String,
         /// Most items removed by this command.
         limit: usize,
+        /// The operator who asked, named on each event.
+        by: Option<RemovedBy>,
     },
     /// Remove up to `limit` items first failed before `cutoff`.
     Purge {
@@ -73,11 +75,15 @@ pub enum Command {
         job_id: Option<String>,
         /// Most items removed by this command.
         limit: usize,
+        /// The operator who asked (none for retention), named on each event.
+        by: Option<RemovedBy>,
     },
     /// Remove the named items that exist (an operator's delete); absent ones are skipped.
     Delete {
         /// `(job_id, item_id)` of each item.
         items: Vec<(String, String)>,
+        /// The operator who asked, named on each event.
+        by: Option<RemovedBy>,
     },
 }
 
@@ -196,6 +202,7 @@ fn dead_letter<V: StateView>(
             kind: EventKind::ItemRemoved {
                 item_id,
                 reason: RemovalReason::Evicted,
+                removed_by: None,
             },
         });
     }
@@ -237,6 +244,7 @@ fn decide_ref<V: StateView>(
             let kind = EventKind::ItemRemoved {
                 item_id: item_id.clone(),
                 reason: *reason,
+                removed_by: None,
             };
             Ok(vec![draft(job_id, "", kind)])
         }
@@ -277,7 +285,7 @@ fn decide_ref<V: StateView>(
             };
             Ok(vec![draft(job_id, topic, kind)])
         }
-        Command::Clear { job_id, limit } => {
+        Command::Clear { job_id, limit, by } => {
             let ids = view
                 .oldest_in_job(job_id, *limit)
                 .map_err(DecideError::State)?;
@@ -285,7 +293,13 @@ fn decide_ref<V: StateView>(
                 .into_iter()
                 .map(|item_id| {
                     let reason = RemovalReason::Cleared;
-                    draft(job_id, "", EventKind::ItemRemoved { item_id, reason })
+                    let removed_by = by.clone();
+                    let kind = EventKind::ItemRemoved {
+                        item_id,
+                        reason,
+                        removed_by,
+                    };
+                    draft(job_id, "", kind)
                 })
                 .collect())
         }
@@ -293,6 +307,7 @@ fn decide_ref<V: StateView>(
             cutoff,
             job_id,
             limit,
+            by,
         } => {
             let hits = view
                 .first_failed_before(*cutoff, job_id.as_deref(), *limit)
@@ -301,11 +316,17 @@ fn decide_ref<V: StateView>(
                 .into_iter()
                 .map(|(job, item_id)| {
                     let reason = RemovalReason::Purged;
-                    draft(&job, "", EventKind::ItemRemoved { item_id, reason })
+                    let removed_by = by.clone();
+                    let kind = EventKind::ItemRemoved {
+                        item_id,
+                        reason,
+                        removed_by,
+                    };
+                    draft(&job, "", kind)
                 })
                 .collect())
         }
-        Command::Delete { items } => {
+        Command::Delete { items, by } => {
             let mut drafts = Vec::new();
             let mut seen = std::collections::HashSet::new();
             for (job_id, item_id) in items {
@@ -320,6 +341,7 @@ fn decide_ref<V: StateView>(
                     let kind = EventKind::ItemRemoved {
                         item_id: item_id.clone(),
                         reason: RemovalReason::Deleted,
+                        removed_by: by.clone(),
                     };
                     drafts.push(draft(job_id, "", kind));
                 }

@@ -50,7 +50,7 @@ pub(super) async fn retention_task<S: Sink>(
 ) {
     loop {
         if let Some(cutoff) = config.cutoff(Utc::now()) {
-            match crate::sink::purge(&*sink, cutoff, None).await {
+            match crate::sink::purge(&*sink, cutoff, None, None).await {
                 Ok(0) => {}
                 Ok(removed) => {
                     debug!(removed, "retention purged expired items");

@@ -219,6 +219,7 @@ async fn a_command_with_several_events_spends_the_retry_budget_once() {
     let clear = Command::Clear {
         job_id: "j".into(),
         limit: 10,
+        by: None,
     };
     let receipt = emitter.submit("t", clear).await.unwrap();
     assert_eq!(receipt.event_ids.len(), 2);

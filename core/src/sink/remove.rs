@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::{Sink, SinkError};
 use crate::domain::command::Command;
+use crate::domain::event::RemovedBy;
 
 /// Items removed per command, so one huge removal never becomes one huge batch.
 pub const REMOVE_CHUNK: usize = 1000;
@@ -27,26 +28,33 @@ pub async fn remove_in_chunks<S: Sink>(
 }
 
 /// Removes every item first failed before `cutoff` (optionally of one job), each removal an
-/// `item_removed` event with reason `purged`. Returns how many were removed.
+/// `item_removed` event with reason `purged` naming `by`. Returns how many were removed.
 pub async fn purge<S: Sink>(
     sink: &S,
     cutoff: DateTime<Utc>,
     job_id: Option<&str>,
+    by: Option<&RemovedBy>,
 ) -> Result<u64, SinkError> {
     remove_in_chunks(sink, |limit| Command::Purge {
         cutoff,
         job_id: job_id.map(str::to_owned),
         limit,
+        by: by.cloned(),
     })
     .await
 }
 
-/// Removes every item of `job_id`, each removal an `item_removed` event with reason `cleared`.
-/// Returns how many were removed.
-pub async fn clear<S: Sink>(sink: &S, job_id: &str) -> Result<u64, SinkError> {
+/// Removes every item of `job_id`, each removal an `item_removed` event with reason `cleared`
+/// naming `by`. Returns how many were removed.
+pub async fn clear<S: Sink>(
+    sink: &S,
+    job_id: &str,
+    by: Option<&RemovedBy>,
+) -> Result<u64, SinkError> {
     remove_in_chunks(sink, |limit| Command::Clear {
         job_id: job_id.to_owned(),
         limit,
+        by: by.cloned(),
     })
     .await
 }
@@ -55,11 +63,16 @@ pub async fn clear<S: Sink>(sink: &S, job_id: &str) -> Result<u64, SinkError> {
 /// removal an `item_removed` event with reason `deleted`; absent or repeated ids are skipped.
 /// Returns how many were removed. A failed chunk stops the removal: what earlier chunks removed
 /// stays removed.
-pub async fn delete<S: Sink>(sink: &S, items: &[(String, String)]) -> Result<u64, SinkError> {
+pub async fn delete<S: Sink>(
+    sink: &S,
+    items: &[(String, String)],
+    by: Option<&RemovedBy>,
+) -> Result<u64, SinkError> {
     let mut removed = 0;
     for chunk in items.chunks(REMOVE_CHUNK) {
         let items = chunk.to_vec();
-        removed += sink.append(Command::Delete { items }).await?.len() as u64;
+        let by = by.cloned();
+        removed += sink.append(Command::Delete { items, by }).await?.len() as u64;
     }
     Ok(removed)
 }
@@ -88,7 +101,11 @@ mod tests {
                 .map(|n| ("j".to_owned(), (*n).to_owned()))
                 .collect()
         };
-        let removed = delete(&sink, &ids(&["a", "c", "a", "missing"]))
+        let by = RemovedBy {
+            name: "ops".into(),
+            reason: Some("bad input".into()),
+        };
+        let removed = delete(&sink, &ids(&["a", "c", "a", "missing"]), Some(&by))
             .await
             .unwrap();
         assert_eq!(removed, 2);
@@ -96,19 +113,23 @@ mod tests {
             .log()
             .into_iter()
             .filter_map(|event| match event.kind {
-                EventKind::ItemRemoved { item_id, reason } => Some((item_id, reason)),
+                EventKind::ItemRemoved {
+                    item_id,
+                    reason,
+                    removed_by,
+                } => Some((item_id, reason, removed_by)),
                 _ => None,
             })
             .collect();
         assert_eq!(
             removals,
             vec![
-                ("a".to_owned(), RemovalReason::Deleted),
-                ("c".to_owned(), RemovalReason::Deleted)
+                ("a".to_owned(), RemovalReason::Deleted, Some(by.clone())),
+                ("c".to_owned(), RemovalReason::Deleted, Some(by.clone()))
             ]
         );
         assert_eq!(
-            delete(&sink, &ids(&["a"])).await.unwrap(),
+            delete(&sink, &ids(&["a"]), None).await.unwrap(),
             0,
             "already gone"
         );

@@ -49,6 +49,7 @@ fn removed(epoch: Option<&str>, seq: u64, id: &str) -> Event {
         EventKind::ItemRemoved {
             item_id: id.into(),
             reason,
+            removed_by: None,
         },
     )
 }

@@ -33,7 +33,14 @@ fn added(seq: u64, id: &str) -> Event {
 fn removed(seq: u64, id: &str) -> Event {
     let reason = RemovalReason::Resolved;
     let item_id = id.into();
-    event(seq, EventKind::ItemRemoved { item_id, reason })
+    event(
+        seq,
+        EventKind::ItemRemoved {
+            item_id,
+            reason,
+            removed_by: None,
+        },
+    )
 }
 
 fn flagged(seq: u64, id: &str) -> Event {

@@ -35,6 +35,7 @@ fn removed(epoch: &str, seq: u64, prev: Option<(&str, u64)>, id: &str) -> Event 
     let kind = EventKind::ItemRemoved {
         item_id: id.into(),
         reason: RemovalReason::Resolved,
+        removed_by: None,
     };
     event(epoch, seq, prev, kind)
 }

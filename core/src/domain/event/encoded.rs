@@ -102,6 +102,7 @@ mod tests {
             kind: EventKind::ItemRemoved {
                 item_id: "i".into(),
                 reason: RemovalReason::Purged,
+                removed_by: None,
             },
         };
         let encoded = EncodedEvent::encode(&event).unwrap();

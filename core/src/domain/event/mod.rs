@@ -104,6 +104,10 @@ pub enum EventKind {
         item_id: String,
         /// Why it was removed.
         reason: RemovalReason,
+        /// Who removed it and why, when an operator did (clear, purge, delete); absent in
+        /// events written before it existed and in removals no operator asked for.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        removed_by: Option<RemovedBy>,
     },
     /// An operator or policy changed an item's flags.
     FlagsUpdated {
@@ -148,6 +152,17 @@ pub enum EventKind {
         /// Why the entry is unreadable.
         lost_reason: String,
     },
+}
+
+/// The operator behind a removal: the API token's name (`local` for a CLI command run on the
+/// data directory itself) and the reason they gave, if any.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RemovedBy {
+    /// The API token's name, or `local`.
+    pub name: String,
+    /// Why, in the operator's words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Why an item left the queue.
@@ -304,6 +319,7 @@ mod tests {
             kind: EventKind::ItemRemoved {
                 item_id: "item-1".into(),
                 reason: RemovalReason::Resolved,
+                removed_by: None,
             },
         };
         let json: serde_json::Value = serde_json::from_slice(&event.to_json().unwrap()).unwrap();

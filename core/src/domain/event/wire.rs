@@ -9,7 +9,7 @@
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::{Event, EventKind, RemovalReason};
+use super::{Event, EventKind, RemovalReason, RemovedBy};
 use crate::domain::model::{DeadLetteredItem, FailureDetail, WorktreeArtifacts};
 
 /// The `kind` tag.
@@ -69,6 +69,8 @@ pub(super) struct WireEvent {
     manual_review_required: Option<bool>,
     worktree_artifacts: Option<WorktreeArtifacts>,
     reason: Option<RemovalReason>,
+    #[serde(default)]
+    removed_by: Option<RemovedBy>,
     failed_event_id: Option<String>,
     error: Option<String>,
     held_event_id: Option<String>,
@@ -109,6 +111,7 @@ impl TryFrom<WireEvent> for Event {
             Tag::ItemRemoved => EventKind::ItemRemoved {
                 item_id: need(w.item_id, "item_id")?,
                 reason: need(w.reason, "reason")?,
+                removed_by: w.removed_by,
             },
             Tag::FlagsUpdated => EventKind::FlagsUpdated {
                 item_id: need(w.item_id, "item_id")?,
@@ -210,6 +213,7 @@ mod tests {
             EventKind::ItemRemoved {
                 item_id: "i1".into(),
                 reason: RemovalReason::Evicted,
+                removed_by: None,
             },
             EventKind::FlagsUpdated {
                 item_id: "i1".into(),
@@ -255,6 +259,7 @@ mod tests {
         let event = envelope(EventKind::ItemRemoved {
             item_id: "i1".into(),
             reason: RemovalReason::Deleted,
+            removed_by: None,
         });
         let json = event.to_json().unwrap();
         assert!(
@@ -262,7 +267,33 @@ mod tests {
             "{}",
             String::from_utf8_lossy(&json)
         );
+        assert!(
+            !String::from_utf8_lossy(&json).contains("removed_by"),
+            "absent, as older readers expect"
+        );
         assert_eq!(Event::from_json(&json).unwrap(), event);
+    }
+
+    #[test]
+    fn who_removed_an_item_and_why_is_written_and_read() {
+        let by = RemovedBy {
+            name: "ops".into(),
+            reason: Some("bad batch".into()),
+        };
+        let event = envelope(EventKind::ItemRemoved {
+            item_id: "i1".into(),
+            reason: RemovalReason::Cleared,
+            removed_by: Some(by.clone()),
+        });
+        let json: serde_json::Value = serde_json::from_slice(&event.to_json().unwrap()).unwrap();
+        assert_eq!(
+            json["removed_by"],
+            serde_json::json!({"name": "ops", "reason": "bad batch"})
+        );
+        assert_eq!(
+            Event::from_json(json.to_string().as_bytes()).unwrap(),
+            event
+        );
     }
 
     #[test]
