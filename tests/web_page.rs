@@ -583,3 +583,118 @@ async fn delete_an_item_a_selection_and_the_filtered_set_from_the_page() {
         .count();
     assert_eq!(deleted, 4);
 }
+
+/// Whether the page has an element matching `css` (it renders each view at once, so once a
+/// view's title is there its buttons are too, or never).
+async fn present(browser: &Browser, css: &str) -> bool {
+    let found = browser
+        .client
+        .execute(
+            "return document.querySelector(arguments[0]) !== null;",
+            vec![json!(css)],
+        )
+        .await
+        .unwrap();
+    found == json!(true)
+}
+
+/// A read-only token sees no retry, delete, clear or purge button (and the page names its
+/// role); an operator token deletes an item, and the audit view names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_what_the_role_allows_and_the_audit_names_who() {
+    let env = dlq_testkit::cli::Env::new(DLQ, dlq_testkit::DEAD_BUS_URL);
+    env.demo("j1", 3);
+    let tokens = env.path("tokens");
+    std::fs::write(
+        &tokens,
+        "viewer view-token-0123\nops operator ops-token-0123\n",
+    )
+    .unwrap();
+    let server = Serve::start_with(&env, TOKEN, &["--tokens-file", tokens.to_str().unwrap()]);
+    let page = format!("http://127.0.0.1:{}/", server.port);
+    let browser = Browser::start().await;
+    browser.client.goto(&page).await.unwrap();
+    type_into(&browser, "#token-input", "view-token-0123").await;
+    click(&browser, "#token-submit").await;
+    browser.text_until("#items-total", |t| t == "3").await;
+    browser
+        .text_until("#whoami-role", |t| t == "read-only")
+        .await;
+
+    browser
+        .client
+        .goto(&format!("{page}#/item/j1/item-0"))
+        .await
+        .unwrap();
+    browser
+        .text_until("#item-title", |t| t.contains("item-0"))
+        .await;
+    for button in ["#delete-one", "#retry-one"] {
+        assert!(
+            !present(&browser, button).await,
+            "{button} shown to read-only"
+        );
+    }
+    browser
+        .client
+        .goto(&format!("{page}#/items?job_id=j1"))
+        .await
+        .unwrap();
+    browser
+        .text_until("#matched", |t| t.starts_with("3 matching"))
+        .await;
+    for button in ["#delete-selected", "#delete-matching", "#retry-selected"] {
+        assert!(
+            !present(&browser, button).await,
+            "{button} shown to read-only"
+        );
+    }
+    browser
+        .client
+        .goto(&format!("{page}#/actions"))
+        .await
+        .unwrap();
+    browser
+        .text_until("#actions-need-admin", |t| t.contains("admin"))
+        .await;
+    for button in ["#clear-start", "#purge-start"] {
+        assert!(
+            !present(&browser, button).await,
+            "{button} shown to read-only"
+        );
+    }
+
+    // The operator deletes one item; the audit view names it.
+    click(&browser, "#forget-token").await;
+    type_into(&browser, "#token-input", "ops-token-0123").await;
+    click(&browser, "#token-submit").await;
+    browser
+        .text_until("#whoami-role", |t| t == "operator")
+        .await;
+    browser
+        .client
+        .goto(&format!("{page}#/item/j1/item-0"))
+        .await
+        .unwrap();
+    click(&browser, "#delete-one").await;
+    browser
+        .text_until("#confirm-text", |t| t.contains("Delete 1 items"))
+        .await;
+    click(&browser, "#confirm-delete").await;
+    browser
+        .text_until("#delete-outcome", |t| t == "1 items deleted")
+        .await;
+    browser
+        .client
+        .goto(&format!("{page}#/audit"))
+        .await
+        .unwrap();
+    let row = browser
+        .text_until("#audit-table tbody", |t| t.contains("ops"))
+        .await;
+    assert!(row.contains("deleted") && row.contains("j1"), "{row}");
+    assert_eq!(browser.text_until(".audit-who", |_| true).await, "ops");
+    assert_eq!(browser.text_until(".audit-items", |_| true).await, "1");
+    browser.close().await;
+    drop(server);
+}

@@ -18,6 +18,7 @@
 //! | `GET /healthz` | status, node id, bus connection, backlog |
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /v1/whoami` | the caller's token name and role |
+//! | `GET /v1/audit?limit=&offset=` | the operators' removals, newest first ([`audit_route`]) |
 //! | `GET /v1/items?job_id=&eligible=&error_type=&signature=&since=&until=&limit=&offset=&after=&filter=` | `dlq list` |
 //! | `GET /v1/items/{job_id}/{item_id}`, `GET /v1/items/{item_id}` | `dlq inspect` |
 //! | `GET /v1/items/{job_id}/{item_id}/events` | the item's lines of `dlq events JOB` |
@@ -36,6 +37,7 @@
 //! [`RetryRequest`]: crate::request::RetryRequest
 //! [`PurgeRequest`]: crate::request::PurgeRequest
 
+mod audit_route;
 mod auth;
 pub mod client;
 mod embedded;
@@ -366,6 +368,7 @@ fn router(state: Arc<Held>, tokens: Tokens) -> Router {
         .route("/v1/stats", get(routes::stats))
         .route("/v1/analyze", get(routes::analyze))
         .route("/v1/whoami", get(routes::whoami))
+        .route("/v1/audit", get(audit_route::audit))
         .route(
             "/v1/jobs/{job_id}/clear",
             post(routes::clear).layer(needs(Role::Admin)),

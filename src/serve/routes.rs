@@ -244,7 +244,7 @@ pub(crate) type Pairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
 /// Runs `f` on the sink on a blocking thread (queries scan the whole queue). The thread holds
 /// the shared state, not only the emitter: a query whose client went away runs on to its end,
 /// and `serve` waits for it.
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     state: &Arc<Held>,
     f: impl FnOnce(&LocalSink) -> Result<T, RequestError> + Send + 'static,
 ) -> Result<T, ApiError> {

@@ -39,6 +39,11 @@ impl Serve {
     /// Starts `dlq serve --token-file` (holding `token`) on `env`'s data directory and waits
     /// for `/healthz`. Its stderr goes to `serve.log` in the work directory.
     pub fn start(env: &Env, token: &str) -> Serve {
+        Serve::start_with(env, token, &[])
+    }
+
+    /// [`Serve::start`] with more arguments of `dlq serve` (e.g. `--tokens-file FILE`).
+    pub fn start_with(env: &Env, token: &str, extra: &[&str]) -> Serve {
         let port = free_port(0);
         let token_file = env.path("token");
         std::fs::write(&token_file, token).unwrap();
@@ -51,6 +56,7 @@ impl Serve {
             "--token-file",
             token_file.to_str().unwrap(),
         ]);
+        cmd.args(extra);
         cmd.stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
         let server = Serve {

@@ -38,6 +38,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("retry.js", JS, include_str!("assets/retry.js")),
     ("delete.js", JS, include_str!("assets/delete.js")),
     ("actions.js", JS, include_str!("assets/actions.js")),
+    ("audit.js", JS, include_str!("assets/audit.js")),
     ("icon.svg", "image/svg+xml", include_str!("assets/icon.svg")),
 ];
 

@@ -1,7 +1,7 @@
 // Actions on whole jobs and on age: clear a job, purge items older than N days. Both count
 // first and ask to confirm with that count.
 import { el, replace, note } from "./dom.js";
-import { call } from "./api.js";
+import { call, may } from "./api.js";
 
 export async function actions(root, _route, { fail }) {
   const stats = await call("/v1/stats");
@@ -42,6 +42,11 @@ export async function actions(root, _route, { fail }) {
       replace(out, note("error", err.message));
     }
   };
+  if (!may("admin")) {
+    replace(root, el("h1", {}, "Actions"),
+      note("info", el("span", { id: "actions-need-admin" }, "Clearing a job and purging old items need the admin role.")));
+    return null;
+  }
   replace(root, el("h1", {}, "Actions"),
     el("p", { class: "muted" }, "Retries act on items: use the items page (selected rows or everything matching a filter) or an item's page."),
     el("section", { class: "card" }, el("h2", {}, "Clear a job"),

@@ -10,6 +10,23 @@ export function token() {
 export function setToken(value) {
   if (value) sessionStorage.setItem(KEY, value);
   else sessionStorage.removeItem(KEY);
+  caller = null;
+}
+
+// Who this tab's token is ({name, role}, from GET /v1/whoami), asked once per token.
+let caller = null;
+const RANKS = { "read-only": 0, operator: 1, admin: 2 };
+
+/** Asks the server who the token is (a 401 raises, as any call does); answers {name, role}. */
+export async function whoami() {
+  if (!caller) caller = await call("/v1/whoami");
+  return caller;
+}
+
+/** Whether the token has `role` (or more): the page shows only the buttons it may use; the
+ *  server refuses the rest anyway (403). */
+export function may(role) {
+  return !!caller && RANKS[caller.role] >= RANKS[role];
 }
 
 /** Raised for an answer that is not 2xx: `status`, `code` and the server's message. */

@@ -1,10 +1,11 @@
 // The page's entry: hash routing, the token form and the navigation.
 import { el, replace, note } from "./dom.js";
-import { ApiError, setToken, token } from "./api.js";
+import { ApiError, setToken, token, whoami } from "./api.js";
 import { overview } from "./overview.js";
 import { items } from "./items.js";
 import { detail } from "./detail.js";
 import { actions } from "./actions.js";
+import { audit } from "./audit.js";
 
 const main = () => document.getElementById("main");
 let cleanup = null;
@@ -17,7 +18,7 @@ function route() {
   return { name: parts[0] || "overview", parts: parts.slice(1), params: new URLSearchParams(q || "") };
 }
 
-const views = { overview, items, item: detail, actions };
+const views = { overview, items, item: detail, actions, audit };
 
 async function show() {
   if (cleanup) cleanup();
@@ -35,6 +36,10 @@ async function show() {
     return;
   }
   try {
+    // The role decides which buttons the views show.
+    const me = await whoami();
+    replace(document.getElementById("whoami"), el("span", { id: "whoami-name" }, me.name), " · ",
+      el("span", { id: "whoami-role" }, me.role));
     cleanup = await view(root, r, { fail });
   } catch (err) {
     fail(err);
@@ -45,6 +50,7 @@ async function show() {
 function fail(err) {
   const root = main();
   if (err instanceof ApiError && err.status === 401) {
+    replace(document.getElementById("whoami"));
     if (cleanup) cleanup();
     cleanup = null;
     replace(root, tokenForm(token() ? "The API refused this token." : "This server needs its API token."));

@@ -1,6 +1,6 @@
 // One item: its data, every failure in full, its worktree artifacts and its job events.
 import { el, replace, table, text, note } from "./dom.js";
-import { call } from "./api.js";
+import { call, may } from "./api.js";
 import { planFor, retryControls } from "./retry.js";
 import { deleteControls, idsBody } from "./delete.js";
 
@@ -20,13 +20,14 @@ export async function detail(root, route, { fail }) {
     ["eligible for retry", item.reprocess_eligible ? "yes" : "no"],
     ["manual review", item.manual_review_required ? "required" : "no"],
   ];
+  const operator = may("operator");
   replace(root,
     el("p", {}, el("a", { href: "#/items?job_id=" + encodeURIComponent(item.job_id) }, "← items of this job")),
     el("h1", { id: "item-title" }, "Item ", el("span", { class: "mono" }, item.item_id)),
     el("dl", { class: "facts", id: "item-facts" }, facts.map(([k, v]) => [el("dt", {}, k), el("dd", {}, text(v))])),
-    el("section", { class: "card" }, el("h2", {}, "Retry this item"),
+    operator && el("section", { class: "card" }, el("h2", {}, "Retry this item"),
       retryControls("Retry", "retry-one", () => planFor([{ job_id: item.job_id, item_id: item.item_id }]), { fail })),
-    el("section", { class: "card" }, el("h2", {}, "Delete this item"),
+    operator && el("section", { class: "card" }, el("h2", {}, "Delete this item"),
       deleteControls("Delete…", "delete-one", () => idsBody([item]), { fail,
         after: () => el("a", { id: "back-after-delete", href: "#/items?job_id=" + encodeURIComponent(item.job_id) }, "← items of this job") })),
     el("section", {}, el("h2", {}, "Data"),

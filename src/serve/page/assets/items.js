@@ -2,7 +2,7 @@
 // and the actions on the filtered set (retry or delete selected / all matching, export). The list
 // refreshes itself as the overview does.
 import { el, replace, note, pageLink, age } from "./dom.js";
-import { call, query, ApiError } from "./api.js";
+import { call, query, ApiError, may } from "./api.js";
 import { retryPanel } from "./retry.js";
 import { deletePanel } from "./delete.js";
 import { REFRESH_MS } from "./overview.js";
@@ -56,8 +56,9 @@ export async function items(root, route, { fail }) {
   draw(page);
 
   const selected = () => boxes.filter((b) => b.checked).map((b) => ({ job_id: b.dataset.job, item_id: b.dataset.item }));
-  replace(actionBox, retryPanel({ filters, jobs, selected, matched: page.matched, fail }),
-    deletePanel({ filters, selected, fail }), exportPanel(filters, fail));
+  const operator = may("operator");
+  replace(actionBox, operator ? retryPanel({ filters, jobs, selected, matched: page.matched, fail }) : null,
+    operator ? deletePanel({ filters, selected, fail }) : null, exportPanel(filters, fail));
 
   // Refresh the same page of the same filter, keeping the scroll position and the checked
   // rows; not while the operator is editing the filters (their text stays as typed).
