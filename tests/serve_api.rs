@@ -586,6 +586,26 @@ fn each_token_may_do_what_its_role_allows() {
     let (status, body) = http(port, "POST", clear, Some("a-secret"), None).unwrap();
     assert_eq!(status, 200, "{body}");
     assert_eq!(json_of(&body)["removed"], 2);
+    // The audit, readable with a read-only token: newest first, one row per action.
+    let (status, body) = http(port, "GET", "/v1/audit", viewer, None).unwrap();
+    assert_eq!(status, 200, "{body}");
+    let audit = json_of(&body);
+    assert_eq!(audit["total"], 2);
+    let rows: Vec<Value> = audit["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| json!([a["who"], a["what"], a["job_id"], a["reason"], a["items"]]))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            json!(["boss", "cleared", "j1", "job retired", 2]),
+            json!(["ops", "deleted", "j1", "poison input", 1]),
+        ]
+    );
+    let (_, body) = http(port, "GET", "/v1/audit?limit=1&offset=1", viewer, None).unwrap();
+    assert_eq!(json_of(&body)["actions"][0]["who"], "ops");
     assert!(server.stop().success());
     assert!(
         !server_log_mentions_secrets(&env),
