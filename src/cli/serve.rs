@@ -46,6 +46,12 @@ pub async fn run_serve(cli: &Cli, args: &ServeArgs) -> Result<u8, CliError> {
     let mut tokens = Tokens::from(token.as_deref().map(Token::new));
     if let Some(file) = &args.tokens_file {
         tokens.load(file)?;
+        // Names and roles only: a token itself is never printed or logged.
+        let names: Vec<String> = tokens
+            .names()
+            .map(|(name, role)| format!("{name} ({role})"))
+            .collect();
+        tracing::info!(tokens = %names.join(", "), "API tokens");
     }
     let token = (!tokens.is_empty()).then_some(());
     let tls_files = args.tls_cert.as_deref().zip(args.tls_key.as_deref());

@@ -503,7 +503,7 @@ pub async fn no_route() -> ApiError {
         message: "no such route: see GET /v1/items, /v1/items/{item_id}, \
                   /v1/items/{job_id}/{item_id}, /v1/items/{job_id}/{item_id}/events, /v1/stats, /v1/analyze, \
                   POST /v1/jobs/{job_id}/clear, /v1/jobs/{job_id}/retry, /v1/purge, /v1/delete, \
-                  GET /healthz, /metrics"
+                  GET /v1/whoami, /v1/audit, /healthz, /metrics"
             .into(),
     }
 }
