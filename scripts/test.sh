@@ -47,6 +47,9 @@ if [ -n "$front" ]; then
   echo "$front" >&2
   false
 fi
+# The two libraries' documentation builds with every link resolving to a public item.
+announce "cargo doc -p dlq -p dlq-ops (no broken or private links)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p dlq -p dlq-ops
 
 # Test output is also kept in a log so the totals can be summed for the closing line, which is
 # printed whether the tests passed or not.

@@ -3,36 +3,36 @@
 //! sled lets one process open a database. `dlq serve` is that process for operators: it holds
 //! the data directory with an emitter (so its reconciler keeps publishing), serves `/metrics`,
 //! `/healthz` and a JSON API mirroring the read, removal and retry commands, and announces
-//! itself in `<data_dir>/serve.json` ([`discovery`]). CLI commands that find the directory held
+//! itself in `<data_dir>/serve.json` (`discovery`). CLI commands that find the directory held
 //! by it send their request there ([`client`]) and print the answer, rendered by the server
 //! with the CLI's own output code. A program that embeds the emitter (a scheduler) serves the
 //! same API and page on its own emitter with [`serve_emitter`], announced the same way.
 //!
-//! Routes (listed in [`router`], handled in [`routes`] and [`retry_route`]; all but `/healthz`
-//! and the page need a bearer token when one is set, [`auth`]; retry and delete need the
-//! `operator` role, clear and purge `admin`, [`roles`]):
+//! Routes (listed in `router`, handled in `routes` and `retry_route`; all but `/healthz`
+//! and the page need a bearer token when one is set, `auth`; retry and delete need the
+//! `operator` role, clear and purge `admin`, `roles`):
 //!
 //! | route | command |
 //! | --- | --- |
-//! | `GET /`, `GET /ui/{file}` | the operators' web page ([`page`]; no token: it holds no data) |
+//! | `GET /`, `GET /ui/{file}` | the operators' web page (`page`; no token: it holds no data) |
 //! | `GET /healthz` | status, node id, bus connection, backlog |
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /v1/whoami` | the caller's token name and role |
-//! | `GET /v1/audit?limit=&offset=` | the operators' removals, newest first ([`audit_route`]) |
+//! | `GET /v1/audit?limit=&offset=` | the operators' removals, newest first (`audit_route`) |
 //! | `GET /v1/items?job_id=&eligible=&error_type=&signature=&since=&until=&limit=&offset=&after=&filter=` | `dlq list` |
 //! | `GET /v1/items/{job_id}/{item_id}`, `GET /v1/items/{item_id}` | `dlq inspect` |
 //! | `GET /v1/items/{job_id}/{item_id}/events` | the item's lines of `dlq events JOB` |
 //! | `GET /v1/stats?job_id=`, `GET /v1/analyze?job_id=` | `dlq stats`, `dlq analyze` |
 //! | `POST /v1/jobs/{job_id}/clear?drain_timeout=` | `dlq clear --yes` |
-//! | `POST /v1/jobs/{job_id}/retry` `{"parallel", "max_retries", "filter", "force", "rate", "dry_run", "workflow"}` (all optional: `{}`; [`RetryRequest`]) | `dlq retry JOB` ([`retry_route`]; answers when the retry finished) |
+//! | `POST /v1/jobs/{job_id}/retry` `{"parallel", "max_retries", "filter", "force", "rate", "dry_run", "workflow"}` (all optional: `{}`; [`RetryRequest`]) | `dlq retry JOB` (`retry_route`; answers when the retry finished) |
 //! | `POST /v1/purge` `{"older_than_days", "job_id", "drain_timeout", "dry_run"}` ([`PurgeRequest`]) | `dlq purge --yes` |
 //!
 //! Every route takes `format=table|json|jsonl|csv` (default json), as
 //! [`crate::request::params`] describes; the bodies and query strings are defined once in
 //! [`crate::request`], for the server and the forwarding CLI alike.
 //! The server listens on one address, loopback unless `--allow-remote`, which needs a token and
-//! TLS ([`tls`]; or `--insecure`, plain HTTP). Request bodies and query strings are bounded
-//! ([`limits`]); failed authentications are rate-limited per client address ([`auth`]).
+//! TLS (`tls`; or `--insecure`, plain HTTP). Request bodies and query strings are bounded
+//! (`limits`); failed authentications are rate-limited per client address (`auth`).
 //!
 //! [`RetryRequest`]: crate::request::RetryRequest
 //! [`PurgeRequest`]: crate::request::PurgeRequest

@@ -28,7 +28,7 @@ pub struct Chain {
 }
 
 /// Per-node progress: the chain without an epoch and one chain per epoch. A durable store
-/// saves each chain on its own ([`super::store`]), so a node restarted many times does not
+/// saves each chain on its own (`super::store`), so a node restarted many times does not
 /// rewrite all its epochs on every save.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeCursor {
@@ -138,7 +138,7 @@ impl NodeCursor {
         stands_in
     }
 
-    /// Keeps `event` until [`NodeCursor::take_ready`] finds it ready.
+    /// Keeps `event` until `NodeCursor::take_ready` finds it ready.
     pub fn buffer(&mut self, event: Event) {
         let epoch = event.epoch.clone();
         let chain = self.chain_mut(epoch.clone());

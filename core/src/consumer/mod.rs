@@ -1,9 +1,9 @@
 //! Consumers: rebuild the dead-letter state from the event stream alone.
 //!
-//! [`fold`] is the pure part (arrival order and duplicates do not matter); a message that is not
-//! a dlq event is counted in [`FOREIGN`] and skipped, never fatal; [`stream`] reads the
-//! JetStream stream from the start into a fold; [`verify`] compares a fold's projection with an
-//! emitter's sink; [`repair`] re-publishes what a stream lost; [`durable`] keeps a consumer's state in its own [`store`], checkpointed by
+//! `fold` is the pure part (arrival order and duplicates do not matter); a message that is not
+//! a dlq event is counted in [`FOREIGN`] and skipped, never fatal; `stream` reads the
+//! JetStream stream from the start into a fold; `verify` compares a fold's projection with an
+//! emitter's sink; [`repair`] re-publishes what a stream lost; `durable` keeps a consumer's state in its own `store`, checkpointed by
 //! stream sequence.
 
 mod cursor;

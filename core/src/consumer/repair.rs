@@ -116,7 +116,7 @@ pub struct RepublishError {
     pub source: BusError,
 }
 
-/// Publishes each event under [`republish_id`] with `stamp`, one at a time, each acknowledged
+/// Publishes each event under `republish_id` with `stamp`, one at a time, each acknowledged
 /// before the next; returns how many the stream stored as new (not as duplicates).
 pub async fn republish(
     bus: &NatsBus,

@@ -24,7 +24,7 @@ pub struct StoredItem {
     /// The last event applied to the item.
     pub last_event_id: String,
     /// Volatile events applied to the item: dead-letters published when their node's sink
-    /// could not store them ([`Event::volatile_id`]). Always empty in a sink's own projection
+    /// could not store them (`Event::volatile_id`). Always empty in a sink's own projection
     /// (it never stores one); a consumer's item that holds one differs from the sink's by
     /// design, and `verify` reports it apart ("published, not stored on this node"), whatever
     /// stored events were applied before or after it.

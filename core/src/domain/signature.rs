@@ -102,7 +102,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
 /// The message is lowercased, then paths, UUIDs, timestamps, hex ids, durations and numbers are
 /// replaced by `<path>`, `<uuid>`, `<ts>`, `<hex>`, `<dur>` and `<n>` (in that order, see the
 /// rule list in the source), whitespace runs collapse to one space, and the result is trimmed and
-/// cut to [`MAX_NORMALIZED_CHARS`] characters (on a `char` boundary). `normalize` is idempotent.
+/// cut to `MAX_NORMALIZED_CHARS` characters (on a `char` boundary). `normalize` is idempotent.
 ///
 /// ```
 /// # use dlq::domain::signature::normalize;
@@ -218,7 +218,7 @@ pub fn reprocess_eligible(error_type: &ErrorType) -> bool {
 ///
 /// True for every type that is not [`reprocess_eligible`] (the runner spec asks for review of
 /// permission errors; the other persistent-state failures need the same hands-on fix), and for
-/// any item that has failed [`MANUAL_REVIEW_AFTER_FAILURES`] times or more, since a "transient"
+/// any item that has failed `MANUAL_REVIEW_AFTER_FAILURES` times or more, since a "transient"
 /// failure that keeps recurring is not transient.
 #[must_use]
 pub fn manual_review_required(error_type: &ErrorType, failure_count: u32) -> bool {

@@ -2,12 +2,12 @@
 //!
 //! chrono's serde decoder parses every timestamp with its general RFC 3339 parser (about 1,900
 //! instructions each); an event carries four or more. What dlq writes is always the same shape,
-//! `2026-11-21T21:14:10.123456789Z` (0 to 9 fraction digits, UTC), which [`parse_utc`] reads
+//! `2026-11-21T21:14:10.123456789Z` (0 to 9 fraction digits, UTC), which `parse_utc` reads
 //! directly. Anything else (an offset, a leap second, a lowercase `t`) goes to chrono's parser,
 //! so the accepted inputs and their values are exactly chrono's.
 //!
 //! Encoding: chrono's serde encoder formats through `fmt::Display`, which serde_json escapes one
-//! `char` at a time. [`write_utc`] writes the same bytes (years 0 to 9999, 0, 3, 6 or 9
+//! `char` at a time. `write_utc` writes the same bytes (years 0 to 9999, 0, 3, 6 or 9
 //! fraction digits as chrono's `AutoSi` picks them, `Z`) from a stack buffer, and hands any
 //! other instant (a leap second, a year outside 0..=9999) to chrono's encoder.
 

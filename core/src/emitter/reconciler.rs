@@ -10,13 +10,13 @@
 //! process resumes where the last one stopped.
 //!
 //! Two failures are not worth waiting for: the bus refusing an event for good
-//! ([`crate::bus::BusError::is_permanent`], e.g. larger than the server's `max_payload`) and a
+//! (`crate::bus::BusError::is_permanent`, e.g. larger than the server's `max_payload`) and a
 //! log entry that cannot be read ([`SinkError::Unreadable`]). Retrying either would stop every
 //! pass at the same event and every later event behind it, so the reconciler **parks** it
 //! ([`Sink::park`]: still stored, listed by `dlq status`, retried by
 //! `dlq reconcile --retry-parked`), counts `dlq_parked_total{reason}`, logs it and goes on.
 //! Before parking it publishes a stand-in at the event's place in its chain
-//! ([`super::stand_in`]), so no consumer waits for it: a stub (id, item, reason, size) for an
+//! (`super::stand_in`), so no consumer waits for it: a stub (id, item, reason, size) for an
 //! event refused for good, whose full event follows once the bus takes it; a loss marker
 //! (counted, `dlq_loss_markers_total`) for an entry that cannot be read.
 

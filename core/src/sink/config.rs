@@ -28,7 +28,7 @@ pub struct SinkConfig {
     /// Most items per job before FIFO eviction (default 10,000).
     pub capacity_per_job: u64,
     /// Largest accepted event, in bytes (default 512 KiB, under NATS's 1 MiB payload limit;
-    /// at most [`MAX_VALUE_BYTES`]).
+    /// at most `MAX_VALUE_BYTES`).
     pub max_event_bytes: usize,
     /// Most requests the writer commits in one group.
     pub max_group: usize,

@@ -7,8 +7,8 @@
 //!
 //! # Variables
 //! - `item`: the work item's data (the JSON object read from the job's input). It is the only
-//!   variable of [`Filter::matches_data`].
-//! - [`Filter::matches_item`] adds the dead-letter fields of [`DeadLetteredItem`]: `item_id`,
+//!   variable of `Filter::matches_data`.
+//! - `Filter::matches_item` adds the dead-letter fields of [`DeadLetteredItem`]: `item_id`,
 //!   `job_id`, `error_type` (variant name of the last failure, e.g. `"Timeout"`; `"Unknown"` when
 //!   the history is empty), `error_message` (last failure's message; `""` when none),
 //!   `failure_count` (int), `reprocess_eligible`, `manual_review_required` (bools),

@@ -83,11 +83,11 @@ pub struct Fold {
     /// Ids of applied events that the sink never stored (`seq == 0`).
     pub volatile_seen: HashSet<String>,
     /// Items held back on their node (a stub took the place of an event too large for the
-    /// bus), with their later events; see [`held`].
+    /// bus), with their later events; see `held`.
     pub held: HeldItems,
     /// Counters.
     pub stats: FoldStats,
-    /// What changed since [`Fold::take_touched`] was last called (for incremental persistence).
+    /// What changed since `Fold::take_touched` was last called (for incremental persistence).
     pub touched: Touched,
     /// Do not record [`Fold::touched`] (nothing persists this fold).
     untracked: bool,
@@ -132,7 +132,7 @@ impl Touched {
 
 impl Fold {
     /// A fold that does not record what changed: for a rebuild kept only in memory, where
-    /// nobody calls [`Fold::take_touched`].
+    /// nobody calls `Fold::take_touched`.
     pub fn untracked() -> Self {
         Fold {
             untracked: true,

@@ -30,7 +30,7 @@ pub use encoded::EncodedEvent;
 #[serde(try_from = "wire::WireEvent")]
 pub struct Event {
     /// `"{node_id}:{epoch}:{seq}"` for stored events (`"{node_id}:{seq}"` for those written
-    /// before epochs); see [`Event::volatile_id`] for the others.
+    /// before epochs); see `Event::volatile_id` for the others.
     pub event_id: String,
     /// The node (emitter process) that wrote the event.
     pub node_id: String,
@@ -270,7 +270,7 @@ impl Event {
         }
     }
 
-    /// Whether `event_id` has the form of [`Event::volatile_id`]: an event the sink of its
+    /// Whether `event_id` has the form of `Event::volatile_id`: an event the sink of its
     /// node failed to store.
     pub fn is_volatile_id(event_id: &str) -> bool {
         event_id

@@ -6,7 +6,7 @@
 //! such event and has marked it published, so the reconciler never sends it again.
 //!
 //! So every durable event the bus acknowledges (on the emit path or by the reconciler) is
-//! remembered ([`tracked`]: per second, the log sequences as ranges and the span of stream
+//! remembered (`tracked`: per second, the log sequences as ranges and the span of stream
 //! sequences their PubAcks named, a few dozen bytes however many events). Every `interval` a
 //! pass reads the `Nats-Msg-Id` of every message the stream holds over the tracked span, in
 //! bulk ([`Bus::scan_ids`]: headers only, thousands per request), and compares this node's ids

@@ -125,7 +125,7 @@ impl LocalSink {
     }
 
     /// Every stored event from `from` on, in sequence order (the log keeps done segments for
-    /// its retention, see [`SinkConfig::log_retention`]).
+    /// its retention, see `SinkConfig::log_retention`).
     pub fn events_from(&self, from: u64) -> impl Iterator<Item = Result<Event, SinkError>> + '_ {
         self.inner.log.records(from).map(|record| {
             let record = record?;

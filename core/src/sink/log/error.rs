@@ -17,7 +17,7 @@ pub enum LogError {
         index: usize,
         /// Its size.
         len: usize,
-        /// The limit ([`super::frame::MAX_PAYLOAD`]).
+        /// The limit (`super::frame::MAX_PAYLOAD`).
         max: usize,
     },
     /// Creating a segment failed.

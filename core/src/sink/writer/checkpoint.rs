@@ -43,7 +43,7 @@ pub enum CheckpointError {
     /// The thread running a tick's flush panicked.
     #[error("the thread flushing sled panicked")]
     Panicked,
-    /// A test injected the failure ([`Faults`]).
+    /// A test injected the failure (`Faults`).
     #[error("injected flush fault")]
     Injected,
 }
