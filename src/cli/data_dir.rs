@@ -46,9 +46,11 @@ impl Command {
             | Command::Resume(_)
             | Command::Events(_)
             | Command::Jobs => Needs,
-            Command::Consume(_) | Command::Stream(_) | Command::Completions(_) | Command::Man => {
-                Ignores
-            }
+            Command::Consume(_)
+            | Command::Console(_)
+            | Command::Stream(_)
+            | Command::Completions(_)
+            | Command::Man => Ignores,
         }
     }
 }

@@ -3,6 +3,7 @@
 pub(crate) mod admin;
 mod bus_flags;
 mod closed_pipe;
+mod console;
 mod consume;
 mod data_dir;
 mod delete;
@@ -234,6 +235,10 @@ pub enum Command {
     /// clear, purge, retry as JSON; the web page; /metrics; /healthz) on a loopback address
     /// until SIGINT/SIGTERM.
     Serve(serve::ServeArgs),
+    /// The fleet console: follow the NATS stream with a durable consumer and serve the page and
+    /// read API for every node (node as a column and a filter); deletes go to the owning node
+    /// on its control subject. Until SIGINT/SIGTERM.
+    Console(console::ConsoleArgs),
     /// Print shell completions: `dlq completions bash|zsh|fish`.
     Completions(shell::CompletionsArgs),
     /// Print the man page (roff): `dlq man > dlq.1`.
@@ -289,6 +294,7 @@ async fn dispatch(cli: &Cli) -> Result<u8, CliError> {
         Command::Events(args) => run::run_events(cli, args).await,
         Command::Jobs => run::run_jobs(cli).await,
         Command::Serve(args) => serve::run_serve(cli, args).await,
+        Command::Console(args) => console::run_console(cli, args).await,
         Command::Generate(args) => generate::run(cli, args).await,
         Command::Completions(args) => shell::completions(args),
         Command::Man => shell::man(),

@@ -110,6 +110,7 @@ async fn open_with_api(cli: &Cli) -> Result<(NodeEmitter, JobApi, Config), CliEr
         emitter: emitter.clone(),
         metrics,
         run: server_run_options(cli, &config),
+        control_prefix: Some(crate::serve::control::DEFAULT_PREFIX.to_owned()),
     };
     let data_dir = cli.data_dir.clone();
     let stopped = stop.clone();

@@ -38,6 +38,13 @@ pub struct ServeArgs {
     /// --token-file, whose token is the admin named `default`.
     #[arg(long, env = "DLQ_API_TOKENS_FILE", value_name = "FILE")]
     pub tokens_file: Option<PathBuf>,
+    /// Answer a fleet console (`dlq console`) on the NATS subject PREFIX.<node id>: its deletes
+    /// (and redrives) of this node's items run here, as `console:<name>`.
+    #[arg(long, env = "DLQ_CONTROL_PREFIX", default_value = crate::serve::control::DEFAULT_PREFIX, value_name = "PREFIX")]
+    pub control_prefix: String,
+    /// Do not answer a fleet console on the control subject.
+    #[arg(long)]
+    pub no_control: bool,
 }
 
 /// Runs the server until a signal asks it to stop.
@@ -96,6 +103,7 @@ pub async fn run_serve(cli: &Cli, args: &ServeArgs) -> Result<u8, CliError> {
         emitter: emitter.clone(),
         metrics,
         run: super::run::server_run_options(cli, &config),
+        control_prefix: (!args.no_control).then(|| args.control_prefix.clone()),
     };
     let served = crate::serve::serve(listener, state, tokens, &cli.data_dir, stop_signal()).await;
     // `serve` returned once no connection or query held the state; the shutdown waits for the

@@ -61,6 +61,10 @@ pub struct ServeOptions {
     /// The Prometheus recorder `/metrics` renders. `None` installs dlq's own as the process's
     /// global recorder; a program that installed its own recorder passes its handle here.
     pub metrics: Option<PrometheusHandle>,
+    /// The prefix of the NATS subject this node answers a fleet console on
+    /// (`<prefix>.<node_id>`, [`super::control`]); `None` answers none. Default
+    /// [`DEFAULT_PREFIX`](super::control::DEFAULT_PREFIX).
+    pub control_prefix: Option<String>,
 }
 
 impl Default for ServeOptions {
@@ -72,6 +76,7 @@ impl Default for ServeOptions {
             allow_remote: false,
             insecure: false,
             metrics: None,
+            control_prefix: Some(super::control::DEFAULT_PREFIX.to_owned()),
         }
     }
 }
@@ -117,6 +122,7 @@ pub async fn serve_emitter(
         emitter: emitter.clone(),
         metrics,
         run: RunOptions::new(&data_dir),
+        control_prefix: options.control_prefix,
     };
     announce(&listener, options.token.is_some(), &data_dir)?;
     let stop = CancellationToken::new();

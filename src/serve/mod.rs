@@ -40,6 +40,8 @@
 mod audit_route;
 mod auth;
 pub mod client;
+pub mod console;
+pub mod control;
 mod embedded;
 mod events_route;
 mod limits;
@@ -440,8 +442,20 @@ async fn serve_announced(
     data_dir: &Path,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    let control = state.control_prefix.as_deref().map(|prefix| {
+        let node = dlq::sink::Sink::node_id(state.emitter.sink());
+        (
+            state.emitter.bus().client().clone(),
+            control::subject(prefix, node),
+        )
+    });
     let (state, released) = Held::new(state);
-    let app = router(state, tokens).into_make_service_with_connect_info::<tls::Peer>();
+    let app = router(state, tokens);
+    let stop_control = tokio_util::sync::CancellationToken::new();
+    let control = control.map(|(client, subject)| {
+        control::spawn(client, subject, app.clone(), stop_control.clone())
+    });
+    let app = app.into_make_service_with_connect_info::<tls::Peer>();
     let served = match &listener.tls {
         None => {
             axum::serve(listener.listener, app)
@@ -454,6 +468,10 @@ async fn serve_announced(
         }
     };
     let removed = ServeFile::remove(data_dir);
+    stop_control.cancel();
+    if let Some(task) = control {
+        let _ = task.await;
+    }
     // axum returns once every connection task let go of its close signal, a moment before the
     // task drops its copy of the router; and a query whose client went away runs on to its end
     // on its blocking thread. Wait for both to drop the state.

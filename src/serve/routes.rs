@@ -42,6 +42,9 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     /// How `POST /v1/jobs/{job_id}/retry` runs agents (data directory, agent command, topic).
     pub run: crate::runner::RunOptions,
+    /// The control subjects' prefix this node answers consoles on (`<prefix>.<node_id>`,
+    /// [`super::control`]); `None` answers none.
+    pub control_prefix: Option<String>,
 }
 
 /// [`AppState`] as the router shares it with every connection and query. Its channel closes
@@ -94,6 +97,15 @@ impl ApiError {
         ApiError {
             status: StatusCode::BAD_REQUEST,
             code: "bad_request",
+            message: message.into(),
+        }
+    }
+
+    /// 404 with `message`.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            code: "not_found",
             message: message.into(),
         }
     }

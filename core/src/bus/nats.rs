@@ -206,6 +206,13 @@ impl NatsBus {
                             keep_first_refusal(&refusal, "the server refused the credentials (authorization violation): check --user/--password, --nkey or --creds".into());
                         }
                         Event::ServerError(ServerError::Other(message))
+                            if is_control_denial(message) =>
+                        {
+                            // The control subject a console acts through: publishing is not
+                            // affected, only consoles cannot reach this node.
+                            warn!("the server denied this node's control subject ({message}): a fleet console cannot act on this node; grant the node's user subscribe on its own dlq.control.<node> (deploy/nats-permissions.conf)");
+                        }
+                        Event::ServerError(ServerError::Other(message))
                             if message.to_ascii_lowercase().contains("permissions violation") =>
                         {
                             let line = format!("the server denied a permission ({message}): grant this user publish on that subject (the permissions of each role: deploy/nats-permissions.conf, \"Least privilege\" in docs/operations.md; an emitter needs {subject} and $JS.API.STREAM.INFO.<stream>)");
@@ -459,6 +466,14 @@ impl NatsBus {
             duplicate: false,
         })
     }
+}
+
+/// Whether a server error denies a subscription other than the replies' inbox: the control
+/// subject of `dlq-ops` (the only other subject a node's client subscribes to). It does not
+/// stop publishing, so it is no refusal of the bus.
+fn is_control_denial(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    lower.contains("permissions violation for subscription") && !lower.contains("_inbox")
 }
 
 fn set_refusal(refusal: &Refusal, value: Option<String>) {

@@ -71,16 +71,44 @@ pub struct DurableRun {
     pub accepted: Vec<AcceptedGap>,
 }
 
+/// Where a durable consumer stands after a batch, as [`run_durable_observed`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// The stream sequence applied and saved up to.
+    pub checkpoint: u64,
+    /// The stream's last sequence when the batch was read.
+    pub last_sequence: u64,
+}
+
+impl Progress {
+    /// Stream messages not yet applied.
+    pub fn lag(&self) -> u64 {
+        self.last_sequence.saturating_sub(self.checkpoint)
+    }
+}
+
 /// Runs a durable consumer until caught up (or until `shutdown`, with `follow`).
 pub async fn run_durable(
     config: &DurableConfig,
     store: &ConsumerStore,
     shutdown: CancellationToken,
 ) -> Result<DurableRun, ConsumeError> {
+    run_durable_observed(config, store, shutdown, &mut |_, _| {}).await
+}
+
+/// [`run_durable`], calling `observe` with the fold and the progress after every batch (and
+/// once after loading the store, before the first): how a fleet console serves the projection
+/// while the consumer follows the stream.
+pub async fn run_durable_observed(
+    config: &DurableConfig,
+    store: &ConsumerStore,
+    shutdown: CancellationToken,
+    observe: &mut (dyn FnMut(&Fold, Progress) + Send),
+) -> Result<DurableRun, ConsumeError> {
     let (client, denials) = crate::bus::connect_watched(&config.bus, Duration::from_secs(5))
         .await
         .map_err(ReadError::from)?;
-    run(config, store, shutdown, client, &denials)
+    run(config, store, shutdown, client, &denials, observe)
         .await
         .map_err(|err| match err {
             ConsumeError::Read(read) => ConsumeError::Read(explain(read, &denials)),
@@ -94,6 +122,7 @@ async fn run(
     shutdown: CancellationToken,
     client: async_nats::Client,
     denials: &Denials,
+    observe: &mut (dyn FnMut(&Fold, Progress) + Send),
 ) -> Result<DurableRun, ConsumeError> {
     let stream_error = |reason: String| ReadError::Stream {
         stream: config.stream.clone(),
@@ -138,6 +167,13 @@ async fn run(
         .await
         .map_err(|e| stream_error(e.to_string()).caused_by(e))?;
     info!(name = %config.name, checkpoint, "consumer resuming");
+    observe(
+        &fold,
+        Progress {
+            checkpoint,
+            last_sequence: checkpoint,
+        },
+    );
     let mut messages = 0u64;
     let mut caught_up = false;
     let mut writing: Option<JoinHandle<Result<(), StoreError>>> = None;
@@ -203,6 +239,13 @@ async fn run(
                 .state
                 .last_sequence;
             metrics::gauge!(LAG).set(last.saturating_sub(checkpoint) as f64);
+            observe(
+                &fold,
+                Progress {
+                    checkpoint,
+                    last_sequence: last,
+                },
+            );
             caught_up = checkpoint >= last;
             if !config.follow && caught_up {
                 return Ok(());

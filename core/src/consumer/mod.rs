@@ -18,8 +18,8 @@ mod stream;
 mod verify;
 
 pub use durable::{
-    run_durable, ConsumeError, DurableConfig, DurableRun, ABSENT, APPLIED, DUPLICATES, LAG,
-    OLDEST_WAITING_AGE, READ_BY_SEQUENCE, WAITING,
+    run_durable, run_durable_observed, ConsumeError, DurableConfig, DurableRun, Progress, ABSENT,
+    APPLIED, DUPLICATES, LAG, OLDEST_WAITING_AGE, READ_BY_SEQUENCE, WAITING,
 };
 pub use fold::{
     AcceptedGap, Chain, Fold, FoldStats, HeldItem, HeldItems, NodeCursor, Offer,

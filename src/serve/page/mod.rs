@@ -7,15 +7,11 @@
 //! connections from the server itself only (no inline script or style, no external asset, no
 //! framing), `X-Content-Type-Options: nosniff` and `Referrer-Policy: no-referrer`.
 
-use std::sync::Arc;
-
 use axum::extract::Path;
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-
-use super::routes::Held;
 
 /// The policy of every page answer: only this server's scripts, styles and API.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
@@ -47,7 +43,7 @@ const JS: &str = "text/javascript; charset=utf-8";
 const INDEX: &str = include_str!("assets/index.html");
 
 /// The page's routes: `GET /` and `GET /ui/{file}`, outside the token check.
-pub fn router() -> Router<Arc<Held>> {
+pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
         .route("/", get(index))
         .route("/ui/{file}", get(asset))

@@ -1,0 +1,163 @@
+//! Actions from the console: the items a request names or selects, grouped by the node that
+//! owns them, each group sent to its node on the control subject, the answers merged.
+//!
+//! The console never changes its own projection: a node that deleted its items writes
+//! `item_removed` events, and they come back through the stream.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use super::control_client::{ControlClient, ACTION_TIMEOUT};
+use super::view::ConsoleView;
+use crate::query::delete::DeleteTarget;
+use crate::query::QueryError;
+use crate::request::list::ListQuery;
+use crate::request::{DeleteRequest, RequestError};
+use crate::serve::control::{By, ControlRequest};
+
+/// The items of a delete, by owning node, and the ids that name no item.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Grouped {
+    /// `JOB/ITEM` ids per node.
+    pub by_node: BTreeMap<String, Vec<String>>,
+    /// Ids given that name no item in the console's view.
+    pub unknown: Vec<String>,
+}
+
+/// Groups what `request` names or selects in `view` by node; pure.
+pub fn group(view: &ConsoleView, request: &DeleteRequest) -> Result<Grouped, RequestError> {
+    let mut grouped = Grouped::default();
+    let mut add = |node: &str, job: &str, item: &str| {
+        let id = format!("{job}/{item}");
+        let ids = grouped.by_node.entry(node.to_owned()).or_default();
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    };
+    match request.target()? {
+        DeleteTarget::Ids(ids) => {
+            for id in ids {
+                let found = match &id.job_id {
+                    Some(job) => view.find(job, &id.item_id).into_iter().collect(),
+                    None => view.find_any(&id.item_id),
+                };
+                match found.as_slice() {
+                    [] => grouped.unknown.push(id.text.clone()),
+                    [(item, node)] => add(node, &item.job_id, &item.item_id),
+                    _ => return Err(RequestError::Usage(format!(
+                        "item '{}' is in several jobs: name it as JOB/ITEM; nothing was changed",
+                        id.item_id
+                    ))),
+                }
+            }
+        }
+        DeleteTarget::Filter { criteria, expr } => {
+            let query = ListQuery {
+                request: crate::query::list::ListRequest {
+                    filter: criteria,
+                    limit: 1,
+                    offset: 0,
+                    after: None,
+                    count: false,
+                },
+                expr,
+            };
+            for found in view.select(&query, None) {
+                let (item, node) = found.map_err(RequestError::from)?;
+                add(node, &item.job_id, &item.item_id);
+            }
+        }
+    }
+    if grouped.by_node.is_empty() && !grouped.unknown.is_empty() {
+        return Err(QueryError::ItemNotFound {
+            item_id: grouped.unknown.join("', '"),
+            job_id: None,
+        }
+        .into());
+    }
+    Ok(grouped)
+}
+
+/// The merged answer of a delete: the HTTP status and the JSON body.
+pub struct Merged {
+    /// 200 when every node deleted its items, 502 when some node did not.
+    pub status: u16,
+    /// `{"removed", "nodes": {node: answer}, "unknown", "error"?}`.
+    pub body: Value,
+}
+
+/// Sends each node its part of `request` (as `operator`, with `reason`), or only counts with
+/// `dry_run`; merges the answers.
+pub async fn delete(
+    control: &ControlClient,
+    grouped: Grouped,
+    request: &DeleteRequest,
+    operator: &str,
+) -> Merged {
+    let mut nodes = serde_json::Map::new();
+    let mut removed = 0u64;
+    let mut failed = Vec::new();
+    if request.dry_run {
+        for (node, ids) in &grouped.by_node {
+            removed += ids.len() as u64;
+            nodes.insert(
+                node.clone(),
+                json!({ "would_remove": ids.len(), "items": ids }),
+            );
+        }
+        return Merged {
+            status: 200,
+            body: json!({ "would_remove": removed, "nodes": nodes, "unknown": grouped.unknown }),
+        };
+    }
+    let sends = grouped.by_node.iter().map(|(node, ids)| {
+        let part = DeleteRequest {
+            ids: ids.clone(),
+            drain_timeout: request.drain_timeout,
+            reason: request.reason.clone(),
+            ..DeleteRequest::default()
+        };
+        let envelope = ControlRequest {
+            method: "POST".into(),
+            path: "/v1/delete".into(),
+            body: serde_json::to_value(&part).ok(),
+            by: By {
+                name: operator.to_owned(),
+                reason: request.reason.clone(),
+            },
+        };
+        async move {
+            (
+                node.clone(),
+                control.send(node, &envelope, ACTION_TIMEOUT).await,
+            )
+        }
+    });
+    for (node, answer) in futures::future::join_all(sends).await {
+        match answer {
+            Ok(reply) if reply.status == 200 => {
+                removed += reply.body["removed"].as_u64().unwrap_or(0);
+                nodes.insert(node, reply.body);
+            }
+            Ok(reply) => {
+                let message = reply.body["error"]
+                    .as_str()
+                    .map_or_else(|| reply.body.to_string(), str::to_owned);
+                failed.push(format!("node {node}: {message}"));
+                nodes.insert(node, json!({ "status": reply.status, "error": message }));
+            }
+            Err(err) => {
+                failed.push(err.to_string());
+                nodes.insert(node, json!({ "error": err.to_string() }));
+            }
+        }
+    }
+    let mut body = json!({ "removed": removed, "nodes": nodes, "unknown": grouped.unknown });
+    if failed.is_empty() {
+        return Merged { status: 200, body };
+    }
+    body["error"] = json!(failed.join("; "));
+    body["code"] = json!("node_unavailable");
+    Merged { status: 502, body }
+}
