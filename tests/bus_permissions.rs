@@ -43,7 +43,7 @@ fn server(snippet: &str) -> NatsServer {
         1,
     );
     NatsServer::start_with_config(&format!(
-        "DLQ_EMITTER_PASSWORD: \"{}\"\nDLQ_CONSUMER_PASSWORD: \"{}\"\nDLQ_OPERATOR_PASSWORD: \"{}\"\n{snippet}",
+        "DLQ_EMITTER_PASSWORD: \"{}\"\nDLQ_CONSUMER_PASSWORD: \"{}\"\nDLQ_OPERATOR_PASSWORD: \"{}\"\nDLQ_CONSOLE_PASSWORD: \"console-pw\"\nDLQ_NODE_A_PASSWORD: \"node-a-pw\"\n{snippet}",
         EMITTER.1, CONSUMER.1, OPERATOR.1
     ))
 }

@@ -82,8 +82,8 @@ case "$SECURITY" in
   *) die "DLQ_CLUSTER_SECURITY must be tls or none, not '$SECURITY'" ;;
 esac
 # The users of deploy/nats-permissions.conf and the variables that hold their passwords there.
-USERS=(dlq-emitter dlq-consumer dlq-operator)
-PASSWORD_VARS=(DLQ_EMITTER_PASSWORD DLQ_CONSUMER_PASSWORD DLQ_OPERATOR_PASSWORD)
+USERS=(dlq-emitter dlq-consumer dlq-operator dlq-console dlq-node-a)
+PASSWORD_VARS=(DLQ_EMITTER_PASSWORD DLQ_CONSUMER_PASSWORD DLQ_OPERATOR_PASSWORD DLQ_CONSOLE_PASSWORD DLQ_NODE_A_PASSWORD)
 
 TIMEOUT="${DLQ_CLUSTER_TIMEOUT:-30}"
 [[ "$TIMEOUT" =~ ^[0-9]+$ ]] || die "DLQ_CLUSTER_TIMEOUT must be a number of seconds, not '$TIMEOUT'"

@@ -25,8 +25,13 @@ pub struct Grouped {
     pub unknown: Vec<String>,
 }
 
-/// Groups what `request` names or selects in `view` by node; pure.
-pub fn group(view: &ConsoleView, request: &DeleteRequest) -> Result<Grouped, RequestError> {
+/// Groups what `request` names or selects in `view` (of `node` only, when given) by node;
+/// pure.
+pub fn group(
+    view: &ConsoleView,
+    request: &DeleteRequest,
+    node: Option<&str>,
+) -> Result<Grouped, RequestError> {
     let mut grouped = Grouped::default();
     let mut add = |node: &str, job: &str, item: &str| {
         let id = format!("{job}/{item}");
@@ -44,11 +49,16 @@ pub fn group(view: &ConsoleView, request: &DeleteRequest) -> Result<Grouped, Req
                 };
                 match found.as_slice() {
                     [] => grouped.unknown.push(id.text.clone()),
-                    [(item, node)] => add(node, &item.job_id, &item.item_id),
-                    _ => return Err(RequestError::Usage(format!(
+                    [(item, owner)] if node.is_none_or(|n| n == *owner) => {
+                        add(owner, &item.job_id, &item.item_id)
+                    }
+                    [_] => grouped.unknown.push(id.text.clone()),
+                    _ => {
+                        return Err(RequestError::Usage(format!(
                         "item '{}' is in several jobs: name it as JOB/ITEM; nothing was changed",
                         id.item_id
-                    ))),
+                    )))
+                    }
                 }
             }
         }
@@ -63,9 +73,9 @@ pub fn group(view: &ConsoleView, request: &DeleteRequest) -> Result<Grouped, Req
                 },
                 expr,
             };
-            for found in view.select(&query, None) {
-                let (item, node) = found.map_err(RequestError::from)?;
-                add(node, &item.job_id, &item.item_id);
+            for found in view.select(&query, node) {
+                let (item, owner) = found.map_err(RequestError::from)?;
+                add(owner, &item.job_id, &item.item_id);
             }
         }
     }

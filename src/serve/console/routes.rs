@@ -169,20 +169,35 @@ async fn overview(State(console): Shared) -> Json<serde_json::Value> {
     }))
 }
 
-/// `POST /v1/delete`: the items grouped by node, each node asked on its control subject.
+/// `POST /v1/delete`: the body of a node's `POST /v1/delete`, plus `node` to keep one node's
+/// items; the items grouped by node, each node asked on its control subject.
 async fn delete(
     State(console): Shared,
     axum::Extension(caller): Called,
     pairs: Pairs,
-    body: Result<Json<DeleteRequest>, JsonRejection>,
+    body: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Answer {
     let mut params = Params::new(pairs?.0);
     let format = params.format()?;
     params.finish("/v1/delete")?;
     json_only(format)?;
-    let Json(request) = body?;
+    let Json(mut body) = body?;
+    let node = match body.as_object_mut().and_then(|map| map.remove("node")) {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(node)) => Some(node),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "node must be a node id (a string), not {other}; nothing was changed"
+            )))
+        }
+    };
+    let request: DeleteRequest = serde_json::from_value(body).map_err(|err| {
+        ApiError::bad_request(format!(
+            "{err}: send the body of POST /v1/delete, plus node; nothing was changed"
+        ))
+    })?;
     crate::request::reason::removed_by(&caller.name, request.reason.as_deref())?;
-    let grouped = actions::group(&console.view(), &request)?;
+    let grouped = actions::group(&console.view(), &request, node.as_deref())?;
     let merged = actions::delete(&console.control, grouped, &request, &caller.name).await;
     let status = StatusCode::from_u16(merged.status).unwrap_or(StatusCode::BAD_GATEWAY);
     Ok((status, Json(merged.body)).into_response())

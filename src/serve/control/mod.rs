@@ -121,17 +121,18 @@ pub(super) async fn answer(app: &Router, payload: &[u8]) -> ControlReply {
         Err(never) => match never {},
     };
     let status = response.status().as_u16();
-    let bytes =
-        match axum::body::to_bytes(response.into_body(), MAX_REPLY).await {
-            Ok(bytes) => bytes,
-            Err(err) => return ControlReply::error(
+    let bytes = match axum::body::to_bytes(response.into_body(), MAX_REPLY).await {
+        Ok(bytes) => bytes,
+        Err(err) => {
+            return ControlReply::error(
                 500,
                 "internal",
                 format!(
                     "the answer is larger than a control reply carries ({MAX_REPLY} bytes): {err}"
                 ),
-            ),
-        };
+            )
+        }
+    };
     let body = serde_json::from_slice(&bytes)
         .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&bytes).into()));
     ControlReply { status, body }

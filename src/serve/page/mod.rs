@@ -35,6 +35,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("delete.js", JS, include_str!("assets/delete.js")),
     ("actions.js", JS, include_str!("assets/actions.js")),
     ("audit.js", JS, include_str!("assets/audit.js")),
+    ("console.js", JS, include_str!("assets/console.js")),
     ("icon.svg", "image/svg+xml", include_str!("assets/icon.svg")),
 ];
 

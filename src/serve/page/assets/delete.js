@@ -18,6 +18,8 @@ export function filterBody(f) {
   }
   if (f.eligible === "true") body.eligible = true;
   if (!Object.keys(body).length) body.all = true;
+  // The fleet console's node filter: only that node's items.
+  if (f.node) body.node = f.node;
   return body;
 }
 

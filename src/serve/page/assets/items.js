@@ -6,9 +6,10 @@ import { call, query, ApiError, may } from "./api.js";
 import { retryPanel } from "./retry.js";
 import { deletePanel } from "./delete.js";
 import { REFRESH_MS } from "./overview.js";
+import { isConsole } from "./console.js";
 
 /** The list parameters a page of items is fetched with (the rest of the hash's parameters). */
-export const FILTER_KEYS = ["filter", "job_id", "error_type", "signature", "eligible", "since", "until"];
+export const FILTER_KEYS = ["filter", "job_id", "error_type", "signature", "eligible", "since", "until", "node"];
 const TYPES = ["Timeout", "CommandFailed", "ValidationFailed", "WorktreeError", "MergeConflict",
   "ResourceExhausted", "PermissionError", "Unknown"];
 /** Cursors of the pages before the current one, for "previous page". */
@@ -22,8 +23,11 @@ export async function items(root, route, { fail }) {
   if (!after) history = [];
   const stats = await call("/v1/stats");
   const jobs = Object.keys(stats.jobs || {});
+  // A fleet console lists every node's items: a node column and a node filter.
+  const fleet = await isConsole();
+  const nodes = fleet ? (await call("/v1/console")).nodes.map((n) => n.node) : null;
 
-  const form = filterForm(filters, limit, jobs);
+  const form = filterForm(filters, limit, jobs, nodes);
   const status = el("div", { id: "list-status" });
   const tableBox = el("div", { id: "items-box" });
   const actionBox = el("div", { id: "item-actions" });
@@ -50,15 +54,16 @@ export async function items(root, route, { fail }) {
     replace(status, el("p", { id: "matched" },
       page.matched === null ? "" : `${page.matched} matching`,
       page.items.length ? ` · showing ${page.items.length}` : ""));
-    replace(tableBox, itemsTable(page.items, boxes, checked),
+    replace(tableBox, itemsTable(page.items, boxes, checked, fleet),
       pager(filters, limit, after, page.next_cursor));
   };
   draw(page);
 
   const selected = () => boxes.filter((b) => b.checked).map((b) => ({ job_id: b.dataset.job, item_id: b.dataset.item }));
   const operator = may("operator");
-  replace(actionBox, operator ? retryPanel({ filters, jobs, selected, matched: page.matched, fail }) : null,
-    operator ? deletePanel({ filters, selected, fail }) : null, exportPanel(filters, fail));
+  // A console deletes through the nodes; retry and export are a node's own.
+  replace(actionBox, operator && !fleet ? retryPanel({ filters, jobs, selected, matched: page.matched, fail }) : null,
+    operator ? deletePanel({ filters, selected, fail }) : null, fleet ? null : exportPanel(filters, fail));
 
   // Refresh the same page of the same filter, keeping the scroll position and the checked
   // rows; not while the operator is editing the filters (their text stays as typed).
@@ -81,7 +86,7 @@ function rowKey(box) {
 }
 
 /** The table of one page of items (a note when there are none); fills `boxes`. */
-function itemsTable(items, boxes, checked) {
+function itemsTable(items, boxes, checked, fleet) {
   if (!items.length) return note("ok", "No item matches.", " ");
   const rows = items.map((it) => {
     const box = el("input", { type: "checkbox", class: "row-check", "aria-label": "select " + it.item_id });
@@ -91,6 +96,7 @@ function itemsTable(items, boxes, checked) {
     boxes.push(box);
     return el("tr", {},
       el("td", {}, box),
+      fleet ? el("td", { class: "node" }, it.node) : null,
       el("td", {}, it.job_id),
       el("td", {}, pageLink(["item", it.job_id, it.item_id], it.item_id, { class: "item-link" })),
       el("td", {}, it.error_type),
@@ -102,12 +108,12 @@ function itemsTable(items, boxes, checked) {
   const all = el("input", { type: "checkbox", id: "select-all", "aria-label": "select all on this page" });
   all.addEventListener("change", () => boxes.forEach((b) => { b.checked = all.checked; }));
   return el("table", { id: "items-table" },
-    el("thead", {}, el("tr", {}, el("th", {}, all), ["job", "item", "error type", "failures",
+    el("thead", {}, el("tr", {}, el("th", {}, all), fleet ? el("th", {}, "node") : null, ["job", "item", "error type", "failures",
       "last failure", "eligible", "last error"].map((h) => el("th", {}, h)))),
     el("tbody", {}, rows));
 }
 
-function filterForm(f, limit, jobs) {
+function filterForm(f, limit, jobs, nodes) {
   const input = (id, name, value, attrs) => el("input", Object.assign({ id, name, value }, attrs || {}));
   const select = (id, name, value, options) => el("select", { id, name },
     el("option", { value: "" }, "any"),
@@ -119,6 +125,7 @@ function filterForm(f, limit, jobs) {
         placeholder: 'error_type == "Timeout" && item.priority >= 2' }),
       el("span", { id: "filter-error", class: "field-error", role: "alert", hidden: true })),
     el("div", { class: "row" },
+      nodes ? el("label", {}, "node ", select("node", "node", f.node, nodes)) : null,
       el("label", {}, "job ", select("job_id", "job_id", f.job_id, jobs)),
       el("label", {}, "error type ", select("error_type", "error_type", f.error_type, TYPES)),
       el("label", {}, "signature ", input("signature", "signature", f.signature, { size: 17, class: "mono" })),
@@ -133,6 +140,7 @@ function filterForm(f, limit, jobs) {
     const values = {};
     for (const k of FILTER_KEYS) {
       const field = form.elements.namedItem(k);
+      if (!field) continue;
       values[k] = k === "eligible" ? (field.checked ? "true" : "") : field.value.trim();
     }
     values.limit = form.elements.namedItem("limit").value;

@@ -2,6 +2,7 @@
 // events the bus has not acknowledged, and the bus connection. Refreshes itself.
 import { el, replace, table, age, note, pageLink, text } from "./dom.js";
 import { call } from "./api.js";
+import { isConsole, consoleOverview } from "./console.js";
 
 /** How often the overview and the item list refresh themselves. */
 export const REFRESH_MS = 3000;
@@ -11,6 +12,8 @@ let allJobs = false;
 const SVG = "http://www.w3.org/2000/svg";
 
 export async function overview(root, _route, { fail }) {
+  // Served by a fleet console: its nodes, lag and waiting events instead.
+  if (await isConsole()) return consoleOverview(root, REFRESH_MS, { fail });
   const body = el("div", { id: "overview" });
   const stamp = el("span", { class: "muted", id: "refreshed" });
   replace(root, el("h1", {}, "Overview ", stamp), body);
