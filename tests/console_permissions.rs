@@ -3,8 +3,9 @@
 //! from that file: `dlq serve` as `dlq-node-a` for node `node-a` answers the console's request
 //! on `dlq.control.node-a`; the same user serving node `node-b` is refused the subscription to
 //! `dlq.control.node-b` (a node cannot answer for another node), so a console's request there
-//! finds no responders, while that node still publishes its events; a node's user cannot send
-//! requests on another node's control subject.
+//! finds no responders, while that node's bus stays connected and its log names the fix (a
+//! denied control subject is not a refusal of the bus); a node's user cannot send requests on
+//! a control subject.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::process::{Child, Stdio};
@@ -106,7 +107,7 @@ async fn the_console_reaches_a_node_and_a_node_answers_only_for_itself() {
     assert_eq!(reply["body"]["node_id"], "node-a", "{reply}");
 
     // node-b runs as dlq-node-a: it may not subscribe to dlq.control.node-b, so nobody answers
-    // there. Its bus is not refused for that: it still connects and publishes.
+    // there. Its bus is not refused for that: it stays connected, and the log says why.
     let err = console
         .request("dlq.control.node-b", healthz())
         .await
