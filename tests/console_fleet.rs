@@ -279,3 +279,90 @@ async fn the_console_lists_every_node_and_deletes_on_the_owning_node() {
     drop(console);
     drop(env_b);
 }
+
+/// The console's page in a real headless Chromium: the overview's nodes up, then one down; the
+/// list's node column and filter; a delete of a selected row from the page, on the owning node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_page_shows_the_nodes_and_deletes_on_the_owning_node() {
+    use dlq_testkit::browser::{screenshot_dir, Browser};
+
+    let nats = NatsServer::start();
+    let (env_a, _serve_a) = node(&nats, "node-a", "ja", 2);
+    let (_env_b, mut serve_b) = node(&nats, "node-b", "jb", 1);
+    let home = Env::new(DLQ, &nats.url());
+    let store = home.path("console-store");
+    let console = Proc::start(
+        &home,
+        &["console", "--store", store.to_str().unwrap()],
+        "console.log",
+    );
+    wait_listed(&console, "both nodes' 3 items", |items| items.len() == 3).await;
+    let page = format!("http://127.0.0.1:{}/", console.port);
+    let shots = screenshot_dir();
+    let browser = Browser::start().await;
+
+    // The overview: both nodes, up.
+    browser.client.goto(&page).await.unwrap();
+    for node in ["node-a", "node-b"] {
+        let css = format!(".node-state[data-node=\"{node}\"]");
+        browser.text_until(&css, |t| t == "up").await;
+    }
+    browser.screenshot(&shots, "console-1-overview").await;
+
+    // The list: a node column; the node filter keeps node-b's item.
+    browser
+        .client
+        .goto(&format!("{page}#/items?node=node-b"))
+        .await
+        .unwrap();
+    let rows = browser
+        .text_until("#items-table tbody", |t| t.contains("jb"))
+        .await;
+    assert!(!rows.contains("ja"), "{rows}");
+    assert!(rows.contains("node-b"), "{rows}");
+    browser.find("select#node").await;
+    browser.screenshot(&shots, "console-2-items-node-b").await;
+
+    // Delete a selected row of node-a from the page.
+    browser
+        .client
+        .goto(&format!("{page}#/items"))
+        .await
+        .unwrap();
+    browser
+        .find("input.row-check[data-job=\"ja\"][data-item=\"item-0\"]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    browser
+        .find("#delete-selected")
+        .await
+        .click()
+        .await
+        .unwrap();
+    browser.find("#confirm-delete").await.click().await.unwrap();
+    browser
+        .text_until("#delete-outcome", |t| t.contains("1 items deleted"))
+        .await;
+    let on_a = node_items(&env_a);
+    assert_eq!(on_a, ["ja/item-1"], "{on_a:?}");
+    wait_listed(&console, "ja/item-0 gone from the console", |items| {
+        items.len() == 2
+    })
+    .await;
+
+    // node-b stopped: down on the overview.
+    serve_b.terminate();
+    browser
+        .client
+        .goto(&format!("{page}#/items"))
+        .await
+        .unwrap();
+    browser.client.goto(&page).await.unwrap();
+    browser
+        .text_until(".node-state[data-node=\"node-b\"]", |t| t == "down")
+        .await;
+    browser.screenshot(&shots, "console-3-node-down").await;
+    browser.close().await;
+}

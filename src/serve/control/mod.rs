@@ -14,7 +14,7 @@
 //! allowed to publish on the subject reach it (`deploy/nats-permissions.conf`: the console
 //! publishes on `dlq.control.>`, a node subscribes only to its own subject).
 //!
-//! Requests are answered one at a time, so a stop waits for at most one request in flight.
+//! Up to 8 requests run at a time; a stop lets those in flight finish and answer.
 
 mod envelope;
 
@@ -34,6 +34,9 @@ use super::roles::{Caller, Role};
 
 /// The control subjects' prefix unless configured: node `n1` answers on `dlq.control.n1`.
 pub const DEFAULT_PREFIX: &str = "dlq.control";
+
+/// Requests run at the same time at most.
+const MAX_IN_FLIGHT: usize = 8;
 
 /// The largest reply body sent back, in bytes (NATS's default `max_payload` is 1 MiB).
 const MAX_REPLY: usize = 512 * 1024;
@@ -71,6 +74,7 @@ pub(super) fn spawn(
             }
         };
         tracing::info!(%subject, "answering console requests");
+        let mut running = tokio::task::JoinSet::new();
         loop {
             let message = tokio::select! {
                 () = stop.cancelled() => break,
@@ -78,13 +82,23 @@ pub(super) fn spawn(
             };
             let Some(message) = message else { break };
             let Some(reply) = message.reply else { continue };
-            let answer = answer(&app, &message.payload).await;
-            let bytes = serde_json::to_vec(&answer).unwrap_or_default();
-            if let Err(err) = client.publish(reply, bytes.into()).await {
-                tracing::warn!(%subject, error = %err, "cannot send a control reply");
+            // A slow request (a delete waits for its events to be published) does not hold up
+            // the next (the console's health probe), up to MAX_IN_FLIGHT at a time.
+            while running.len() >= MAX_IN_FLIGHT {
+                running.join_next().await;
             }
+            let (app, client, subject) = (app.clone(), client.clone(), subject.clone());
+            running.spawn(async move {
+                let answer = answer(&app, &message.payload).await;
+                let bytes = serde_json::to_vec(&answer).unwrap_or_default();
+                if let Err(err) = client.publish(reply, bytes.into()).await {
+                    tracing::warn!(%subject, error = %err, "cannot send a control reply");
+                }
+            });
         }
         let _ = requests.unsubscribe().await;
+        // The requests in flight finish (they hold the router, and so the server's state).
+        while running.join_next().await.is_some() {}
     })
 }
 
