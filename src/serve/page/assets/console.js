@@ -5,9 +5,17 @@
 import { el, replace, table, note } from "./dom.js";
 import { call, whoami } from "./api.js";
 
-/** Whether the page is served by a fleet console. */
+/** Whether the page is served by a fleet console; there, hides the views of a node's own
+ *  (actions: clear and purge; the audit), which a console does not serve. */
 export async function isConsole() {
-  return !!(await whoami()).console;
+  const fleet = !!(await whoami()).console;
+  if (fleet) {
+    for (const id of ["nav-actions", "nav-audit"]) {
+      const link = document.getElementById(id);
+      if (link) link.hidden = true;
+    }
+  }
+  return fleet;
 }
 
 /** The console's overview, refreshed every `every` ms. */
