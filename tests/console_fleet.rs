@@ -187,6 +187,16 @@ async fn the_console_lists_every_node_and_deletes_on_the_owning_node() {
     let only_b = listed(&console, "&node=node-b");
     assert_eq!(only_b.len(), 2, "{only_b:?}");
     assert!(only_b.iter().all(|(_, node)| node == "node-b"));
+    // A delete of what a filter selects, kept to one node (the page's node filter): counted on
+    // that node only.
+    let (status, dry) = console.post(
+        "/v1/delete",
+        &json!({ "all": true, "node": "node-b", "dry_run": true }),
+    );
+    assert_eq!(status, 200, "{dry}");
+    assert_eq!(dry["would_remove"], 2, "{dry}");
+    assert_eq!(dry["nodes"].as_object().unwrap().len(), 1, "{dry}");
+    assert_eq!(dry["nodes"]["node-b"]["would_remove"], 2, "{dry}");
     let one = console.get("/v1/items/ja/item-1");
     assert_eq!(one["node"], "node-a");
     assert_eq!(console.get("/v1/stats")["total_items"], 5);

@@ -21,6 +21,7 @@
 #
 # Security (DLQ_CLUSTER_SECURITY, default tls): clients must use TLS and log in as one of the
 # least-privilege users of deploy/nats-permissions.conf (dlq-emitter, dlq-consumer,
+# dlq-console, dlq-node-a,
 # dlq-operator); routes between the nodes use mutual TLS (a node's certificate must be signed
 # by the cluster's CA). The first render makes, with openssl, a private CA and one node
 # certificate for 127.0.0.1/localhost under pki/, and a random password per user under
@@ -228,7 +229,7 @@ render_security() { # index
     return 0
   fi
   text="$(<"$SCRIPT_DIR/../nats-permissions.conf")"
-  for k in 0 1 2; do
+  for k in "${!USERS[@]}"; do
     pw="$(<"$BASE/secrets/${USERS[k]}.password")"
     text="${text//"\$${PASSWORD_VARS[k]}"/"\"$pw\""}"
   done
@@ -488,7 +489,7 @@ cmd_credentials() {
     return 0
   fi
   echo "CA certificate (bus.tls.ca, --tlsca, NATS_CA): $BASE/pki/ca.pem"
-  for k in 0 1 2; do
+  for k in "${!USERS[@]}"; do
     echo "user ${USERS[k]}: password in $BASE/secrets/${USERS[k]}.password"
   done
   echo "e.g. NATS_USER=dlq-emitter NATS_PASSWORD=\"\$(cat $BASE/secrets/dlq-emitter.password)\" NATS_CA=$BASE/pki/ca.pem dlq --config deploy/dlq.cluster.yml demo"

@@ -171,3 +171,64 @@ pub async fn delete(
     body["code"] = json!("node_unavailable");
     Merged { status: 502, body }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use dlq::consumer::Fold;
+    use dlq_testkit::items::{dead_lettered_event, failed_once};
+
+    /// Node n1 holds j1/a and j1/b, node n2 holds j2/a.
+    fn view() -> ConsoleView {
+        let mut fold = Fold::untracked();
+        let item = |job: &str, id: &str| failed_once((job, id), "s", 1, "boom".into(), json!({}));
+        fold.offer(dead_lettered_event("n1", 1, "t", item("j1", "a")));
+        fold.offer(dead_lettered_event("n1", 2, "t", item("j1", "b")));
+        fold.offer(dead_lettered_event("n2", 1, "t", item("j2", "a")));
+        ConsoleView::from_fold(&fold)
+    }
+
+    fn ids(ids: &[&str]) -> DeleteRequest {
+        DeleteRequest {
+            ids: ids.iter().map(|s| (*s).to_owned()).collect(),
+            ..DeleteRequest::default()
+        }
+    }
+
+    #[test]
+    fn ids_go_to_their_nodes_and_unknown_ones_are_named() {
+        let view = view();
+        let grouped = group(&view, &ids(&["j1/a", "j2/a", "j1/b", "j1/a", "j1/x"]), None).unwrap();
+        assert_eq!(grouped.by_node["n1"], ["j1/a", "j1/b"]);
+        assert_eq!(grouped.by_node["n2"], ["j2/a"]);
+        assert_eq!(grouped.unknown, ["j1/x"]);
+        // An id of another node than the one asked for is not found there.
+        let grouped = group(&view, &ids(&["j1/a", "j2/a"]), Some("n2")).unwrap();
+        assert_eq!(grouped.by_node.keys().collect::<Vec<_>>(), ["n2"]);
+        assert_eq!(grouped.unknown, ["j1/a"]);
+        // A bare id in two jobs is ambiguous; none found is a 404.
+        let err = group(&view, &ids(&["a"]), None).unwrap_err();
+        assert!(err.to_string().contains("several jobs"), "{err}");
+        let err = group(&view, &ids(&["j9/z"]), None).unwrap_err();
+        assert_eq!(err.class(), dlq::ErrorClass::NotFound);
+    }
+
+    #[test]
+    fn a_filter_selects_on_every_node_or_on_one() {
+        let view = view();
+        let all = DeleteRequest {
+            all: true,
+            ..DeleteRequest::default()
+        };
+        let grouped = group(&view, &all, None).unwrap();
+        assert_eq!(grouped.by_node.values().map(Vec::len).sum::<usize>(), 3);
+        let grouped = group(&view, &all, Some("n1")).unwrap();
+        assert_eq!(grouped.by_node.keys().collect::<Vec<_>>(), ["n1"]);
+        let job = DeleteRequest {
+            job_id: Some("j2".into()),
+            ..DeleteRequest::default()
+        };
+        assert_eq!(group(&view, &job, None).unwrap().by_node["n2"], ["j2/a"]);
+    }
+}
