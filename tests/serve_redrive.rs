@@ -414,3 +414,98 @@ fn on_a_directory_nobody_serves_redrive_changes_nothing_and_says_who_must_run() 
         "nothing changed"
     );
 }
+
+/// Clears `css` and types `text` into it.
+async fn type_into(browser: &dlq_testkit::browser::Browser, css: &str, text: &str) {
+    let field = browser.find(css).await;
+    field.clear().await.unwrap();
+    field.send_keys(text).await.unwrap();
+}
+
+async fn click(browser: &dlq_testkit::browser::Browser, css: &str) {
+    browser.find(css).await.click().await.unwrap();
+}
+
+/// The page in a real Chromium: "Redrive…" on an item with a JSON patch (dry-run count, then
+/// confirmed) reaches the handler with the patched data; "Redrive all matching" with a canary
+/// of one halts on the failing signature and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_redrives_an_edited_item_and_shows_a_halted_canary() {
+    let server = NatsServer::start();
+    let env = Env::new(DLQ, &server.url());
+    let scheduler = Scheduler::start(&env).await;
+    scheduler
+        .fail(0, FLAKY, json!({"url": "http://db-old", "fail": true}))
+        .await;
+    for n in 1..4 {
+        scheduler
+            .fail(n, BROKEN, json!({"n": n, "fail": true}))
+            .await;
+    }
+    let page = format!("{}/", scheduler.api.as_ref().unwrap().url());
+    let browser = dlq_testkit::browser::Browser::start().await;
+    browser.client.goto(&page).await.unwrap();
+    type_into(&browser, "#token-input", TOKEN).await;
+    click(&browser, "#token-submit").await;
+    browser.text_until("#items-total", |t| t == "4").await;
+
+    browser
+        .client
+        .goto(&format!("{page}#/item/job-42/item-0"))
+        .await
+        .unwrap();
+    browser
+        .text_until("#item-title", |t| t.contains("item-0"))
+        .await;
+    type_into(
+        &browser,
+        "#redrive-one-patch",
+        r#"{"url": "http://db-new", "fail": null}"#,
+    )
+    .await;
+    click(&browser, "#redrive-one").await;
+    let confirm = browser
+        .text_until("#redrive-confirm-text", |t| t.contains("Redrive"))
+        .await;
+    assert!(
+        confirm.starts_with("Redrive 1 items") && confirm.contains("patch"),
+        "{confirm}"
+    );
+    click(&browser, "#confirm-redrive").await;
+    browser
+        .text_until("#redrive-outcome", |t| {
+            t.starts_with("1 redriven, 1 resolved")
+        })
+        .await;
+    let seen = scheduler.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        vec![("item-0".to_owned(), json!({"url": "http://db-new"}))]
+    );
+
+    browser
+        .client
+        .goto(&format!("{page}#/items?job_id=job-42"))
+        .await
+        .unwrap();
+    browser
+        .text_until("#matched", |t| t.starts_with("3 matching"))
+        .await;
+    type_into(&browser, "#redrive-matching-canary", "1").await;
+    click(&browser, "#redrive-matching").await;
+    browser
+        .text_until("#redrive-confirm-text", |t| t.contains("Redrive 3 items"))
+        .await;
+    click(&browser, "#confirm-redrive").await;
+    let halted = browser
+        .text_until("#redrive-halted", |t| t.contains("not released"))
+        .await;
+    assert!(halted.contains("2 items not released"), "{halted}");
+    assert_eq!(
+        scheduler.handed_back(),
+        vec!["item-0", "item-1"],
+        "only the canary went"
+    );
+    browser.close().await;
+    scheduler.stop().await;
+}

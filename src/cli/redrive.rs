@@ -41,11 +41,14 @@ pub async fn run_redrive(cli: &Cli, args: &RedriveArgs) -> Result<u8, CliError> 
 }
 
 /// A dry run to count and ask, then the redrive.
+/// Once asked, only the generations the dry run showed are redriven: an item another operator
+/// redrove in between is reported as already redriven.
 async fn forward_redrive(cli: &Cli, args: &RedriveArgs, api: &ApiClient) -> Result<u8, CliError> {
-    if !args.yes && !args.request.dry_run {
+    let mut request = args.request.clone();
+    if !args.yes && !request.dry_run {
         let dry_run = RedriveRequest {
             dry_run: true,
-            ..args.request.clone()
+            ..request.clone()
         };
         let dry = api
             .post_json(&params::redrive_path(Format::Json), &dry_run)
@@ -54,9 +57,24 @@ async fn forward_redrive(cli: &Cli, args: &RedriveArgs, api: &ApiClient) -> Resu
         if n > 0 {
             confirm(false, &format!("redrive {n} items"))?;
         }
+        request.generations.extend(seen_generations(&dry.body));
     }
     forward::print(
-        api.post_json(&params::redrive_path(cli.format), &args.request)
+        api.post_json(&params::redrive_path(cli.format), &request)
             .await?,
     )
+}
+
+/// `JOB/ITEM` → generation of each item a dry run's JSON answer lists.
+fn seen_generations(body: &[u8]) -> Vec<(String, u32)> {
+    let answer: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let items = answer["items"].as_array().cloned().unwrap_or_default();
+    items
+        .iter()
+        .filter_map(|item| {
+            let (job, id) = (item["job_id"].as_str()?, item["item_id"].as_str()?);
+            let generation = u32::try_from(item["generation"].as_u64()?).ok()?;
+            Some((format!("{job}/{id}"), generation))
+        })
+        .collect()
 }

@@ -37,6 +37,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("detail.js", JS, include_str!("assets/detail.js")),
     ("retry.js", JS, include_str!("assets/retry.js")),
     ("delete.js", JS, include_str!("assets/delete.js")),
+    ("redrive.js", JS, include_str!("assets/redrive.js")),
     ("actions.js", JS, include_str!("assets/actions.js")),
     ("audit.js", JS, include_str!("assets/audit.js")),
     ("icon.svg", "image/svg+xml", include_str!("assets/icon.svg")),

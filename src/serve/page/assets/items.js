@@ -5,6 +5,7 @@ import { el, replace, note, pageLink, age } from "./dom.js";
 import { call, query, ApiError, may } from "./api.js";
 import { retryPanel } from "./retry.js";
 import { deletePanel } from "./delete.js";
+import { redrivePanel } from "./redrive.js";
 import { REFRESH_MS } from "./overview.js";
 
 /** The list parameters a page of items is fetched with (the rest of the hash's parameters). */
@@ -58,6 +59,7 @@ export async function items(root, route, { fail }) {
   const selected = () => boxes.filter((b) => b.checked).map((b) => ({ job_id: b.dataset.job, item_id: b.dataset.item }));
   const operator = may("operator");
   replace(actionBox, operator ? retryPanel({ filters, jobs, selected, matched: page.matched, fail }) : null,
+    operator ? redrivePanel({ filters, selected, fail }) : null,
     operator ? deletePanel({ filters, selected, fail }) : null, exportPanel(filters, fail));
 
   // Refresh the same page of the same filter, keeping the scroll position and the checked
