@@ -13,7 +13,7 @@
 //! With a [`Canary`], the first items go alone; once all their outcomes are in, their
 //! re-failure rate is computed per error signature (the signature of the failure that
 //! dead-lettered each item), and any rate above `halt_above` halts the redrive before the
-//! rest is released ([`canary`]).
+//! rest is released ([`Canary`], `canary.rs`).
 
 mod canary;
 mod edit;
