@@ -5,7 +5,8 @@
 //! builds the emitter as `core/examples/scheduler.rs` does, serves the API on a free loopback
 //! port (printed), dead-letters a few items and runs until Ctrl-C (or for `--for`), then shuts
 //! the API and the emitter down. Meanwhile, in another terminal:
-//! `dlq --data-dir DIR list` forwards to it, and the printed address opens the page.
+//! `dlq --data-dir DIR list` forwards to it, `dlq --data-dir DIR redrive job-42/item-1` hands
+//! the item back to this scheduler's redrive handler, and the printed address opens the page.
 //! A token set in `DLQ_API_TOKEN` protects the API; give the CLI the same variable.
 //! Without `--data-dir` it writes under a new directory in the system's temporary directory and
 //! removes it at the end unless `DLQ_EXAMPLE_KEEP` is set. Works without a NATS server too.
@@ -83,7 +84,17 @@ async fn run(
         ..BusConfig::default()
     })
     .await?;
-    let emitter = EmitterBuilder::new(sink, bus).build();
+    // Items an operator redrives from the page or `dlq redrive` come back here; this one
+    // succeeds for any item whose data names a file.
+    let emitter = EmitterBuilder::new(sink, bus)
+        .redrive_handler(|item: DeadLetteredItem| async move {
+            println!("redriven: {}/{}", item.job_id, item.item_id);
+            match item.item_data.get("file") {
+                Some(_) => Ok(()),
+                None => Err("no file in the item's data".to_owned()),
+            }
+        })
+        .build();
 
     // The admin API and page of `dlq serve`, on this emitter: loopback, a free port, the
     // token of DLQ_API_TOKEN if set (never printed).

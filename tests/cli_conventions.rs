@@ -83,6 +83,7 @@ fn read_commands_refuse_a_missing_data_directory_and_create_nothing() {
         &["clear", "job-1", "--yes"],
         &["purge", "--older-than-days", "1", "--yes"],
         &["delete", "job-1/item-1", "--yes"],
+        &["redrive", "job-1/item-1", "--yes"],
     ];
     for args in reads {
         let mut full = vec!["--data-dir", "./typo-dir", "-s", DEAD_BUS_URL];

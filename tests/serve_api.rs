@@ -553,11 +553,13 @@ fn each_token_may_do_what_its_role_allows() {
     let delete = Some(r#"{"ids": ["j1/item-0"]}"#);
     let purge = Some(r#"{"older_than_days": 0}"#);
     let retry = Some(r#"{"dry_run": true}"#);
+    let redrive = Some(r#"{"ids": ["j1/item-0"]}"#);
     for (route, body, needed) in [
         ("/v1/jobs/j1/clear", None, "admin"),
         ("/v1/purge", purge, "admin"),
         ("/v1/jobs/j1/retry", retry, "operator"),
         ("/v1/delete", delete, "operator"),
+        ("/v1/redrive", redrive, "operator"),
     ] {
         let (status, answer) = http(port, "POST", route, viewer, body).unwrap();
         assert_eq!(status, 403, "{route}: {answer}");
@@ -577,6 +579,16 @@ fn each_token_may_do_what_its_role_allows() {
     let ops = Some("o-secret");
     let (status, body) = http(port, "POST", "/v1/jobs/j1/clear", ops, None).unwrap();
     assert_eq!(status, 403, "{body}");
+    // dlq serve registers no redrive handler: an operator is told so, and nothing changes.
+    let (status, body) = http(port, "POST", "/v1/redrive", ops, redrive).unwrap();
+    assert_eq!(status, 409, "{body}");
+    let answer = json_of(&body);
+    assert_eq!(answer["code"], "no_redrive_handler");
+    let message = answer["error"].as_str().unwrap();
+    assert!(
+        message.contains("EmitterBuilder::redrive_handler"),
+        "{message}"
+    );
     let with_reason = Some(r#"{"ids": ["j1/item-0"], "reason": "poison input"}"#);
     let (status, body) = http(port, "POST", "/v1/delete", ops, with_reason).unwrap();
     assert_eq!(status, 200, "{body}");

@@ -160,3 +160,35 @@ async fn a_removed_log_is_refused_and_nothing_changes() {
     assert_eq!(sink.job_len("job").unwrap(), 1, "the projection was kept");
     sink.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_edit_that_would_grow_the_item_past_the_limit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = LocalSink::open(SinkConfig::new(dir.path())).unwrap();
+    // Two 450 KiB failures (each event below max_event_bytes): a ~900 KiB item.
+    for _ in 0..2 {
+        sink.append(dead_letter(big_item("a", 450 * 1024)))
+            .await
+            .unwrap();
+    }
+    let edit = |bytes: usize| Command::Edit {
+        job_id: "job".into(),
+        item_id: "a".into(),
+        patch: serde_json::json!({ "blob": "y".repeat(bytes) }),
+        by: None,
+    };
+    // ~300 KiB more data would make the item ~1.1 MiB: refused, nothing written.
+    let err = sink.append(edit(300 * 1024)).await.unwrap_err();
+    assert!(
+        matches!(err, SinkError::Rejected(ref m) if m.contains("item_edited")),
+        "{err}"
+    );
+    assert_eq!(
+        sink.item("job", "a").unwrap().unwrap().item.item_data,
+        serde_json::Value::Null
+    );
+    assert_eq!(sink.events_from(1).count(), 2);
+    // A small edit goes through.
+    assert_eq!(sink.append(edit(10)).await.unwrap().len(), 1);
+    sink.close().await.unwrap();
+}

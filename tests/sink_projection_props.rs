@@ -6,7 +6,8 @@
 //! * the event-sourced model: a `MemoryProjection` fed the events the sink returned (catches
 //!   a sled projection that diverges from `apply`);
 //! * a hand-written model of which items exist (per-job FIFO lists, eviction at capacity,
-//!   NotFound, purge by age, delete of named items), which does not use `decide` or `apply`
+//!   NotFound, purge by age, delete of named items, redrive generations and their outcomes,
+//!   edits of the item's data), which does not use `decide` or `apply`
 //!   at all (catches decision bugs the event-sourced comparison cannot see, since it replays
 //!   the sink's own decisions).
 
@@ -14,7 +15,8 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use dlq::domain::command::Command;
-use dlq::domain::event::{Event, RemovalReason};
+use dlq::domain::event::{Event, RedriveTarget, RemovalReason};
+use dlq::domain::merge_patch::merge_patch;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::domain::projection::{MemoryProjection, StateView, StoredItem};
 use dlq::sink::{LocalSink, Sink, SinkConfig, SinkError};
@@ -60,6 +62,33 @@ enum Op {
     Delete {
         items: Vec<(usize, usize)>,
     },
+    Redrive {
+        job: usize,
+        item: usize,
+        expected: u32,
+    },
+    Outcome {
+        job: usize,
+        item: usize,
+        generation: u32,
+        ok: bool,
+    },
+    Edit {
+        job: usize,
+        item: usize,
+        patch: usize,
+    },
+}
+
+/// The merge patches an `Edit` op applies (by index).
+fn patch(n: usize) -> serde_json::Value {
+    [
+        serde_json::json!({"n": null}),
+        serde_json::json!({"extra": {"k": 1}}),
+        serde_json::json!({"item": "renamed", "extra": null}),
+        serde_json::json!({}),
+    ][n % 4]
+        .clone()
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -82,8 +111,14 @@ fn op() -> impl Strategy<Value = Op> {
         1 => job.clone().prop_map(|job| Op::EmitFailure { job }),
         1 => job.clone().prop_map(|job| Op::Clear { job }),
         2 => proptest::option::of(job.clone()).prop_map(|job| Op::Purge { job }),
-        2 => proptest::collection::vec((job, 0..6usize), 0..4)
+        2 => proptest::collection::vec((job.clone(), 0..6usize), 0..4)
             .prop_map(|items| Op::Delete { items }),
+        2 => (job.clone(), 0..6usize, 0..3u32)
+            .prop_map(|(job, item, expected)| Op::Redrive { job, item, expected }),
+        2 => (job.clone(), 0..6usize, 0..3u32, any::<bool>())
+            .prop_map(|(job, item, generation, ok)| Op::Outcome { job, item, generation, ok }),
+        2 => (job, 0..6usize, 0..4usize)
+            .prop_map(|(job, item, patch)| Op::Edit { job, item, patch }),
     ]
 }
 
@@ -177,6 +212,38 @@ fn command(op: &Op, now: DateTime<Utc>) -> Command {
                 .collect(),
             by: None,
         },
+        Op::Redrive {
+            job,
+            item,
+            expected,
+        } => Command::Redrive {
+            job_id: job_id(job),
+            item_id: item_id(*item),
+            expected: *expected,
+            target: RedriveTarget::Handler,
+            by: None,
+        },
+        Op::Outcome {
+            job,
+            item,
+            generation,
+            ok,
+        } => Command::RedriveOutcome {
+            job_id: job_id(job),
+            item_id: item_id(*item),
+            generation: *generation,
+            result: if *ok { Ok(()) } else { Err("again".into()) },
+        },
+        Op::Edit {
+            job,
+            item,
+            patch: n,
+        } => Command::Edit {
+            job_id: job_id(job),
+            item_id: item_id(*item),
+            patch: patch(*n),
+            by: None,
+        },
     }
 }
 
@@ -188,6 +255,9 @@ struct Entry {
     failures: u32,
     eligible: bool,
     review: bool,
+    generation: u32,
+    in_flight: bool,
+    data: serde_json::Value,
 }
 
 /// Which items exist: per job, the entries in creation (FIFO) order.
@@ -220,6 +290,9 @@ impl Model {
                     failures: item.failure_count,
                     eligible: item.reprocess_eligible,
                     review: item.manual_review_required,
+                    generation: 0,
+                    in_flight: false,
+                    data: item.item_data.clone(),
                 });
                 Some(events)
             }
@@ -288,6 +361,58 @@ impl Model {
                 }
                 Some(events)
             }
+            Command::Redrive {
+                job_id: job,
+                item_id: id,
+                expected,
+                ..
+            } => {
+                // Only the generation the caller saw is redriven, to the next one.
+                let list = self.jobs.entry(job.clone()).or_default();
+                let entry = list.iter_mut().find(|e| &e.id == id)?;
+                if entry.generation != *expected {
+                    return Some(Vec::new());
+                }
+                entry.generation += 1;
+                entry.in_flight = true;
+                Some(vec![format!("redriven {job}/{id}")])
+            }
+            Command::RedriveOutcome {
+                job_id: job,
+                item_id: id,
+                generation,
+                result,
+            } => {
+                // Only the outcome of the redrive in flight is written.
+                let list = self.jobs.entry(job.clone()).or_default();
+                let Some(at) = list.iter().position(|e| &e.id == id) else {
+                    return Some(Vec::new());
+                };
+                if list[at].generation != *generation || !list[at].in_flight {
+                    return Some(Vec::new());
+                }
+                list[at].in_flight = false;
+                if result.is_ok() {
+                    list.remove(at);
+                    return Some(vec![removed(job, id)]);
+                }
+                Some(vec![format!("redrive_failed {job}/{id}")])
+            }
+            Command::Edit {
+                job_id: job,
+                item_id: id,
+                patch,
+                ..
+            } => {
+                let list = self.jobs.entry(job.clone()).or_default();
+                let entry = list.iter_mut().find(|e| &e.id == id)?;
+                let edited = merge_patch(&entry.data, patch);
+                if edited == entry.data {
+                    return Some(Vec::new());
+                }
+                entry.data = edited;
+                Some(vec![format!("item_edited {job}/{id}")])
+            }
         }
     }
 
@@ -319,6 +444,12 @@ fn row(stored: &StoredItem) -> (String, Entry) {
         failures: it.failure_count,
         eligible: it.reprocess_eligible,
         review: it.manual_review_required,
+        generation: it.generation(),
+        in_flight: it
+            .redrive
+            .as_ref()
+            .is_some_and(|r| r.state == dlq::RedriveState::InFlight),
+        data: it.item_data.clone(),
     };
     (it.job_id.clone(), entry)
 }

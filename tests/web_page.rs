@@ -629,7 +629,7 @@ async fn the_page_shows_what_the_role_allows_and_the_audit_names_who() {
     browser
         .text_until("#item-title", |t| t.contains("item-0"))
         .await;
-    for button in ["#delete-one", "#retry-one"] {
+    for button in ["#delete-one", "#retry-one", "#redrive-one"] {
         assert!(
             !present(&browser, button).await,
             "{button} shown to read-only"
@@ -643,7 +643,13 @@ async fn the_page_shows_what_the_role_allows_and_the_audit_names_who() {
     browser
         .text_until("#matched", |t| t.starts_with("3 matching"))
         .await;
-    for button in ["#delete-selected", "#delete-matching", "#retry-selected"] {
+    for button in [
+        "#delete-selected",
+        "#delete-matching",
+        "#retry-selected",
+        "#redrive-selected",
+        "#redrive-matching",
+    ] {
         assert!(
             !present(&browser, button).await,
             "{button} shown to read-only"

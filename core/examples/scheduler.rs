@@ -77,7 +77,18 @@ async fn run(dir: &DataDir, url: String) -> Result<(), Box<dyn std::error::Error
         },
         ..TopicPolicies::default()
     };
-    let emitter = EmitterBuilder::new(sink, bus).policies(policies).build();
+    // What an operator's redrive (`dlq redrive`, the page) hands back: the item, with its data
+    // after any edit. A real scheduler re-runs or re-enqueues the work and answers its outcome.
+    let emitter = EmitterBuilder::new(sink, bus)
+        .policies(policies)
+        .redrive_handler(|item: DeadLetteredItem| async move {
+            println!("redriven: {} of {}", item.item_id, item.job_id);
+            match item.item_data.get("file") {
+                Some(_) => Ok(()),
+                None => Err(format!("{} has no file to work on", item.item_id)),
+            }
+        })
+        .build();
 
     // A worker's failure path: describe the failed attempt, hand it over, move on. The error
     // type is classified from the message and exit code: CommandFailed { exit_code: 101 }.

@@ -87,13 +87,16 @@ mod testing;
 pub use bus::{Bus, BusAuth, BusConfig, BusError, BusMode, BusTls, NatsBus, Secret};
 pub use consumer::Fold;
 pub use domain::attempt::FailureBuilder;
-pub use domain::event::{Event, EventKind, RemovalReason};
+pub use domain::event::{Event, EventKind, RedriveTarget, RemovalReason, RemovedBy};
 pub use domain::failure::NoFailures;
-pub use domain::model::{DeadLetteredItem, ErrorType, FailureDetail, WorktreeArtifacts};
+pub use domain::model::{
+    DeadLetteredItem, ErrorType, FailureDetail, Redrive, RedriveState, WorktreeArtifacts,
+};
 pub use domain::signature::{classify, signature, Outcome, Signature};
 pub use emitter::{
-    AntiEntropyConfig, AntiEntropyStats, EmitError, Emitter, EmitterBuilder, PublishOutcome,
-    Receipt, ReconcilerConfig, RetentionConfig, StoredReceipt, TopicPolicies, TopicPolicy,
+    AntiEntropyConfig, AntiEntropyStats, Canary, CanarySize, EmitError, Emitter, EmitterBuilder,
+    PublishOutcome, Receipt, ReconcilerConfig, RedriveError, RedriveHandler, RedriveItem,
+    RedrivePlan, RedriveReport, RetentionConfig, StoredReceipt, TopicPolicies, TopicPolicy,
 };
 pub use error_class::{Cause, ErrorClass};
 pub use sink::{LocalSink, Sink, SinkConfig, SinkError};

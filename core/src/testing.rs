@@ -226,6 +226,7 @@ pub fn removal(epoch: Option<&str>, seq: u64, prev_seq: Option<u64>, at: DateTim
             item_id: format!("i{seq}"),
             reason: crate::domain::event::RemovalReason::Resolved,
             removed_by: None,
+            generation: None,
         },
     }
 }

@@ -36,6 +36,7 @@ impl Command {
             | Command::Clear(_)
             | Command::Purge(_)
             | Command::Delete(_)
+            | Command::Redrive(_)
             | Command::Retry(_) => NeedsUnlessApi,
             Command::Status
             | Command::Reconcile(_)

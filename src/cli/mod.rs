@@ -15,6 +15,7 @@ mod generate;
 pub(crate) mod list;
 pub mod logging;
 pub(crate) mod open;
+mod redrive;
 pub(crate) mod report;
 mod republish;
 pub(crate) mod retry;
@@ -140,7 +141,7 @@ pub struct Cli {
     /// Output format.
     #[arg(long, global = true, value_enum, default_value_t = Format::Table, help_heading = HEADING_GLOBAL)]
     pub format: Format,
-    /// Send list, inspect, stats, analyze, clear, purge, delete and retry to the `dlq serve` API at this
+    /// Send list, inspect, stats, analyze, clear, purge, delete, redrive and retry to the `dlq serve` API at this
     /// URL (e.g. http://127.0.0.1:9465) instead of opening the data directory. Without it they
     /// go there anyway when the directory is held by a running `dlq serve`.
     #[arg(long, global = true, env = "DLQ_API_URL", help_heading = HEADING_API)]
@@ -217,6 +218,10 @@ pub enum Command {
     /// Delete items by id (JOB/ITEM) or the items a filter selects, as `dlq list` filters them
     /// (--dry-run counts; asks first; --yes without a terminal).
     Delete(delete::DeleteArgs),
+    /// Hand items back to the scheduler that failed them (its registered redrive handler),
+    /// by id or filter, in failure order, at a rate, behind a canary that halts on a failing
+    /// error signature; --patch edits one item first (asks first; --yes without a terminal).
+    Redrive(redrive::RedriveArgs),
     /// Show the JetStream stream, or create or update it on purpose (at start dlq only creates
     /// a missing stream and never changes an existing one).
     Stream(stream::StreamArgs),
@@ -287,6 +292,7 @@ async fn dispatch(cli: &Cli) -> Result<u8, CliError> {
         Command::Clear(args) => admin::run_clear(cli, args).await,
         Command::Purge(args) => admin::run_purge(cli, args).await,
         Command::Delete(args) => delete::run_delete(cli, args).await,
+        Command::Redrive(args) => redrive::run_redrive(cli, args).await,
         Command::Stream(args) => stream::run(cli, args).await,
         Command::Run(args) => run::run_job(cli, args).await,
         Command::Resume(args) => run::resume_job(cli, args).await,

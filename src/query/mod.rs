@@ -13,6 +13,7 @@ pub mod delete;
 pub(crate) mod export;
 pub(crate) mod import;
 pub mod list;
+pub mod redrive;
 pub mod stats;
 
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! What the two front ends (the `dlq` CLI and the admin API of `dlq serve`) share about an
 //! operator request: the wire. The options of `list` both parse ([`ListArgs`]), the query
 //! strings of every route ([`params`]), the JSON bodies of retry ([`RetryRequest`]), purge
-//! ([`PurgeRequest`]) and delete ([`DeleteRequest`]), and the one error a request fails with ([`RequestError`]), whose
+//! ([`PurgeRequest`]), delete ([`DeleteRequest`]) and redrive ([`RedriveRequest`]), and the one error a request fails with ([`RequestError`]), whose
 //! [`ErrorClass`] each front end maps once. The CLI serializes these types when it forwards to a
 //! server and the server deserializes the same types, so the two cannot drift apart.
 //!
@@ -16,6 +16,7 @@ pub mod list;
 pub mod params;
 pub mod purge;
 pub mod reason;
+pub mod redrive;
 #[cfg(feature = "runner")]
 pub mod retry;
 
@@ -23,6 +24,7 @@ pub use delete::DeleteRequest;
 pub use list::{ListArgs, DEFAULT_LIMIT};
 pub use params::Params;
 pub use purge::PurgeRequest;
+pub use redrive::RedriveRequest;
 #[cfg(feature = "runner")]
 pub use retry::RetryRequest;
 

@@ -212,6 +212,11 @@ pub fn delete_path(format: Format) -> String {
     format!("/v1/delete?format={}", format_name(format))
 }
 
+/// `POST /v1/redrive` (the options travel in the JSON body, [`super::RedriveRequest`]).
+pub fn redrive_path(format: Format) -> String {
+    format!("/v1/redrive?format={}", format_name(format))
+}
+
 /// `POST /v1/purge` (the options travel in the JSON body, [`super::PurgeRequest`]).
 pub fn purge_path(format: Format) -> String {
     format!("/v1/purge?format={}", format_name(format))

@@ -113,6 +113,7 @@ mod tests {
                     name: name.into(),
                     reason: Some(why.into()).filter(|w: &String| !w.is_empty()),
                 }),
+                generation: None,
             },
         }
     }

@@ -9,7 +9,7 @@
 //! same API and page on its own emitter with [`serve_emitter`], announced the same way.
 //!
 //! Routes (listed in `router`, handled in `routes` and `retry_route`; all but `/healthz`
-//! and the page need a bearer token when one is set, `auth`; retry and delete need the
+//! and the page need a bearer token when one is set, `auth`; retry, delete and redrive need the
 //! `operator` role, clear and purge `admin`, `roles`):
 //!
 //! | route | command |
@@ -26,6 +26,7 @@
 //! | `POST /v1/jobs/{job_id}/clear?drain_timeout=` | `dlq clear --yes` |
 //! | `POST /v1/jobs/{job_id}/retry` `{"parallel", "max_retries", "filter", "force", "rate", "dry_run", "workflow"}` (all optional: `{}`; [`RetryRequest`]) | `dlq retry JOB` (`retry_route`; answers when the retry finished) |
 //! | `POST /v1/purge` `{"older_than_days", "job_id", "drain_timeout", "dry_run"}` ([`PurgeRequest`]) | `dlq purge --yes` |
+//! | `POST /v1/redrive` `{"ids", "generations", filter fields, "all", "rate", "canary", "canary_percent", "halt_above", "patch", "dry_run", "reason"}` ([`RedriveRequest`]) | `dlq redrive --yes` (`redrive_route`; operator role; 409 without a redrive handler) |
 //!
 //! Every route takes `format=table|json|jsonl|csv` (default json), as
 //! [`crate::request::params`] describes; the bodies and query strings are defined once in
@@ -36,6 +37,7 @@
 //!
 //! [`RetryRequest`]: crate::request::RetryRequest
 //! [`PurgeRequest`]: crate::request::PurgeRequest
+//! [`RedriveRequest`]: crate::request::RedriveRequest
 
 mod audit_route;
 mod auth;
@@ -46,6 +48,7 @@ mod embedded;
 mod events_route;
 mod limits;
 mod page;
+mod redrive_route;
 mod retry_route;
 mod roles;
 mod routes;
@@ -383,6 +386,10 @@ fn router(state: Arc<Held>, tokens: Tokens) -> Router {
         .route(
             "/v1/delete",
             post(routes::delete).layer(needs(Role::Operator)),
+        )
+        .route(
+            "/v1/redrive",
+            post(redrive_route::redrive).layer(needs(Role::Operator)),
         )
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::new(auth::Guard {

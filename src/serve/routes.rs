@@ -92,6 +92,15 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// An answer with any `status`, `code` and `message`.
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
     /// 400 with `message`.
     pub fn bad_request(message: impl Into<String>) -> Self {
         ApiError {
@@ -514,7 +523,7 @@ pub async fn no_route() -> ApiError {
         code: "not_found",
         message: "no such route: see GET /v1/items, /v1/items/{item_id}, \
                   /v1/items/{job_id}/{item_id}, /v1/items/{job_id}/{item_id}/events, /v1/stats, /v1/analyze, \
-                  POST /v1/jobs/{job_id}/clear, /v1/jobs/{job_id}/retry, /v1/purge, /v1/delete, \
+                  POST /v1/jobs/{job_id}/clear, /v1/jobs/{job_id}/retry, /v1/purge, /v1/delete, /v1/redrive, \
                   GET /v1/whoami, /v1/audit, /healthz, /metrics"
             .into(),
     }
@@ -525,6 +534,6 @@ pub async fn wrong_method() -> ApiError {
     ApiError {
         status: StatusCode::METHOD_NOT_ALLOWED,
         code: "method_not_allowed",
-        message: "this route does not take that method: reads are GET, clear, purge, delete and retry POST".into(),
+        message: "this route does not take that method: reads are GET, clear, purge, delete, redrive and retry POST".into(),
     }
 }

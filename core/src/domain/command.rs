@@ -8,8 +8,9 @@
 use chrono::{DateTime, Utc};
 use thiserror::Error;
 
-use crate::domain::event::{EventKind, RemovalReason, RemovedBy};
-use crate::domain::model::DeadLetteredItem;
+use crate::domain::event::{EventKind, RedriveTarget, RemovalReason, RemovedBy};
+use crate::domain::merge_patch::{merge_patch, reverse_patch};
+use crate::domain::model::{DeadLetteredItem, RedriveState};
 use crate::domain::projection::{renumber, StateView};
 
 /// Longest accepted `job_id`, `item_id` or topic, in bytes.
@@ -83,6 +84,45 @@ pub enum Command {
         /// `(job_id, item_id)` of each item.
         items: Vec<(String, String)>,
         /// The operator who asked, named on each event.
+        by: Option<RemovedBy>,
+    },
+    /// Hand an item back (an operator's redrive), only if its generation is still `expected`:
+    /// one `redriven` event, or nothing when another redrive took that generation already.
+    Redrive {
+        /// The item's job.
+        job_id: String,
+        /// The item.
+        item_id: String,
+        /// The generation the caller saw.
+        expected: u32,
+        /// Where it is handed back to.
+        target: RedriveTarget,
+        /// The operator who asked.
+        by: Option<RemovedBy>,
+    },
+    /// What the handler of a redrive answered: `item_removed` (resolved) on success,
+    /// `redrive_failed` on failure; nothing unless the item's redrive of `generation` is still
+    /// in flight (the item is gone, a later redrive owns it, or its outcome is recorded).
+    RedriveOutcome {
+        /// The item's job.
+        job_id: String,
+        /// The item.
+        item_id: String,
+        /// The generation the outcome is of.
+        generation: u32,
+        /// `Ok` when the handler succeeded, else its error.
+        result: Result<(), String>,
+    },
+    /// Edit an item's data with a JSON merge patch (RFC 7396): one `item_edited` event, or
+    /// nothing when the patch changes nothing.
+    Edit {
+        /// The item's job.
+        job_id: String,
+        /// The item.
+        item_id: String,
+        /// The merge patch.
+        patch: serde_json::Value,
+        /// The operator who edited.
         by: Option<RemovedBy>,
     },
 }
@@ -203,6 +243,7 @@ fn dead_letter<V: StateView>(
                 item_id,
                 reason: RemovalReason::Evicted,
                 removed_by: None,
+                generation: None,
             },
         });
     }
@@ -245,6 +286,7 @@ fn decide_ref<V: StateView>(
                 item_id: item_id.clone(),
                 reason: *reason,
                 removed_by: None,
+                generation: None,
             };
             Ok(vec![draft(job_id, "", kind)])
         }
@@ -298,6 +340,7 @@ fn decide_ref<V: StateView>(
                         item_id,
                         reason,
                         removed_by,
+                        generation: None,
                     };
                     draft(job_id, "", kind)
                 })
@@ -321,10 +364,14 @@ fn decide_ref<V: StateView>(
                         item_id,
                         reason,
                         removed_by,
+                        generation: None,
                     };
                     draft(&job, "", kind)
                 })
                 .collect())
+        }
+        Command::Redrive { .. } | Command::RedriveOutcome { .. } | Command::Edit { .. } => {
+            operator_change(view, command)
         }
         Command::Delete { items, by } => {
             let mut drafts = Vec::new();
@@ -342,11 +389,111 @@ fn decide_ref<V: StateView>(
                         item_id: item_id.clone(),
                         reason: RemovalReason::Deleted,
                         removed_by: by.clone(),
+                        generation: None,
                     };
                     drafts.push(draft(job_id, "", kind));
                 }
             }
             Ok(drafts)
         }
+    }
+}
+
+/// The current state of an item that must exist.
+fn existing<V: StateView>(
+    view: &V,
+    job_id: &str,
+    item_id: &str,
+) -> Result<DeadLetteredItem, DecideError<V::Error>> {
+    match view.item(job_id, item_id).map_err(DecideError::State)? {
+        Some(stored) => Ok(stored.item),
+        None => Err(DecideError::NotFound {
+            job_id: job_id.to_owned(),
+            item_id: item_id.to_owned(),
+        }),
+    }
+}
+
+/// Redrive, its outcome and edits: the operator's changes to one item.
+fn operator_change<V: StateView>(
+    view: &V,
+    command: &Command,
+) -> Result<Vec<Draft>, DecideError<V::Error>> {
+    let draft = |job_id: &str, kind| {
+        vec![Draft {
+            job_id: job_id.to_owned(),
+            topic: String::new(),
+            kind,
+        }]
+    };
+    match command {
+        Command::Redrive {
+            job_id,
+            item_id,
+            expected,
+            target,
+            by,
+        } => {
+            let item = existing(view, job_id, item_id)?;
+            if item.generation() != *expected {
+                return Ok(Vec::new());
+            }
+            let kind = EventKind::Redriven {
+                item_id: item_id.clone(),
+                generation: expected.saturating_add(1),
+                target: *target,
+                by: by.clone(),
+            };
+            Ok(draft(job_id, kind))
+        }
+        Command::RedriveOutcome {
+            job_id,
+            item_id,
+            generation,
+            result,
+        } => {
+            let Some(stored) = view.item(job_id, item_id).map_err(DecideError::State)? else {
+                return Ok(Vec::new());
+            };
+            let in_flight = stored.item.redrive.as_ref().is_some_and(|redrive| {
+                redrive.generation == *generation && redrive.state == RedriveState::InFlight
+            });
+            if !in_flight {
+                return Ok(Vec::new());
+            }
+            let kind = match result {
+                Ok(()) => EventKind::ItemRemoved {
+                    item_id: item_id.clone(),
+                    reason: RemovalReason::Resolved,
+                    removed_by: None,
+                    generation: Some(*generation),
+                },
+                Err(error) => EventKind::RedriveFailed {
+                    item_id: item_id.clone(),
+                    generation: *generation,
+                    error: error.clone(),
+                },
+            };
+            Ok(draft(job_id, kind))
+        }
+        Command::Edit {
+            job_id,
+            item_id,
+            patch,
+            by,
+        } => {
+            let item = existing(view, job_id, item_id)?;
+            if merge_patch(&item.item_data, patch) == item.item_data {
+                return Ok(Vec::new());
+            }
+            let kind = EventKind::ItemEdited {
+                item_id: item_id.clone(),
+                patch: patch.clone(),
+                previous: reverse_patch(&item.item_data, patch),
+                by: by.clone(),
+            };
+            Ok(draft(job_id, kind))
+        }
+        _ => Ok(Vec::new()),
     }
 }

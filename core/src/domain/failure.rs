@@ -53,6 +53,7 @@ impl DeadLetteredItem {
             manual_review_required: manual_review_required(&last.error_type, count),
             worktree_artifacts: None,
             failure_history: failures,
+            redrive: None,
         })
     }
 

@@ -47,6 +47,38 @@ pub struct DeadLetteredItem {
     /// State preserved from the failed agent's worktree, when it ran in one.
     #[serde(default)]
     pub worktree_artifacts: Option<WorktreeArtifacts>,
+    /// The item's last redrive, once an operator redrove it (absent before: older items and
+    /// outputs are unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redrive: Option<Redrive>,
+}
+
+/// An item's last redrive: which generation, whether it is still running or failed, since when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Redrive {
+    /// The generation this redrive started (1 for the first).
+    pub generation: u32,
+    /// Whether it is running or failed (a redrive that succeeded removed the item).
+    pub state: RedriveState,
+    /// When it started, or when it failed.
+    #[serde(
+        serialize_with = "crate::domain::timefmt::write_utc",
+        deserialize_with = "crate::domain::timefmt::utc"
+    )]
+    pub at: DateTime<Utc>,
+    /// What the handler answered, when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The state of an item's last redrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedriveState {
+    /// Handed back; no outcome recorded yet.
+    InFlight,
+    /// The handler failed it; the item stays.
+    Failed,
 }
 
 /// One failed attempt of a work item.
@@ -79,6 +111,14 @@ pub struct FailureDetail {
 }
 
 impl DeadLetteredItem {
+    /// How many times the item was redriven: 0 until the first redrive. A redrive names the
+    /// generation it saw, and only one redrive of each generation is written.
+    pub fn generation(&self) -> u32 {
+        self.redrive
+            .as_ref()
+            .map_or(0, |redrive| redrive.generation)
+    }
+
     /// The most recent failure (`None` only for an item without history, which is never
     /// dead-lettered).
     pub fn last_failure(&self) -> Option<&FailureDetail> {

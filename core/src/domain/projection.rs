@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::event::{Event, EventKind};
-use crate::domain::model::{DeadLetteredItem, FailureDetail};
+use crate::domain::merge_patch::merge_patch;
+use crate::domain::model::{DeadLetteredItem, FailureDetail, Redrive, RedriveState};
 
 /// An item as the projection keeps it: the item plus bookkeeping.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -139,6 +140,36 @@ fn apply_kind(previous: Option<&StoredItem>, event: &Event) -> Change {
             if let Some(flag) = manual_review_required {
                 next.item.manual_review_required = *flag;
             }
+            put(next, prev, event)
+        }
+        (EventKind::Redriven { generation, .. }, Some(prev)) => {
+            let mut next = prev.clone();
+            next.item.redrive = Some(Redrive {
+                generation: *generation,
+                state: RedriveState::InFlight,
+                at: event.timestamp,
+                error: None,
+            });
+            put(next, prev, event)
+        }
+        (
+            EventKind::RedriveFailed {
+                generation, error, ..
+            },
+            Some(prev),
+        ) if prev.item.generation() == *generation => {
+            let mut next = prev.clone();
+            next.item.redrive = Some(Redrive {
+                generation: *generation,
+                state: RedriveState::Failed,
+                at: event.timestamp,
+                error: Some(error.clone()),
+            });
+            put(next, prev, event)
+        }
+        (EventKind::ItemEdited { patch, .. }, Some(prev)) => {
+            let mut next = prev.clone();
+            next.item.item_data = merge_patch(&prev.item.item_data, patch);
             put(next, prev, event)
         }
         _ => Change::Unchanged,

@@ -28,6 +28,7 @@ mod drain;
 mod late;
 mod publish;
 pub mod reconciler;
+pub mod redrive;
 mod retention;
 mod stand_in;
 mod topic_policy;
@@ -49,6 +50,10 @@ pub use background::StoredReceipt;
 pub use drain::Published;
 pub use publish::PublishOutcome;
 pub use reconciler::ReconcilerConfig;
+pub use redrive::{
+    Canary, CanarySize, FailedAgain, RedriveError, RedriveFuture, RedriveHandler, RedriveItem,
+    RedrivePlan, RedriveReport, SignatureRate,
+};
 pub use retention::RetentionConfig;
 pub use topic_policy::{RetryBackoff, TopicPolicies, TopicPolicy};
 
@@ -163,6 +168,8 @@ struct Inner<S, B> {
     tracker: Option<Arc<Tracker>>,
     /// The publishes of [`Emitter::store`] still running.
     background: Background,
+    /// Where [`Emitter::redrive`] hands items back to, if the scheduler registered one.
+    redrive: Option<Arc<dyn RedriveHandler>>,
 }
 
 impl<S, B> Drop for Inner<S, B> {
@@ -183,6 +190,7 @@ pub struct EmitterBuilder<S, B> {
     retention: Option<RetentionConfig>,
     anti_entropy: Option<AntiEntropyConfig>,
     background_limit: usize,
+    redrive: Option<Arc<dyn RedriveHandler>>,
 }
 
 impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
@@ -198,7 +206,17 @@ impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
             retention: None,
             anti_entropy: Some(AntiEntropyConfig::default()),
             background_limit: background::DEFAULT_LIMIT,
+            redrive: None,
         }
+    }
+
+    /// The handler [`Emitter::redrive`] hands items back to when an operator redrives them
+    /// (`dlq redrive`, `POST /v1/redrive`, the page): the scheduler takes the item (its data
+    /// after any edit) back in-process and answers `Ok` (resolved) or `Err(message)` (failed
+    /// again). Without one, a redrive is refused with [`RedriveError::NoHandler`].
+    pub fn redrive_handler(mut self, handler: impl RedriveHandler) -> Self {
+        self.redrive = Some(Arc::new(handler));
+        self
     }
 
     /// Most background publishes of [`Emitter::store`] running at once (1024 by default);
@@ -270,6 +288,7 @@ impl<S: Sink, B: Bus> EmitterBuilder<S, B> {
             tasks: Mutex::new(Vec::new()),
             tracker: tracker.clone(),
             background: Background::new(self.background_limit),
+            redrive: self.redrive,
         });
         if let Some(config) = self.reconciler.filter(|config| config.enabled) {
             let reconciler = Reconciler {
@@ -324,6 +343,16 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
     /// The bus.
     pub fn bus(&self) -> &B {
         &self.inner.bus
+    }
+
+    /// The registered redrive handler, if any.
+    pub(crate) fn redrive_handler(&self) -> Option<Arc<dyn RedriveHandler>> {
+        self.inner.redrive.clone()
+    }
+
+    /// Whether a redrive handler is registered ([`EmitterBuilder::redrive_handler`]).
+    pub fn can_redrive(&self) -> bool {
+        self.inner.redrive.is_some()
     }
 
     /// The longest an emit on `topic` can take: the store timeout for the event, the topic's

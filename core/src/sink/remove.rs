@@ -117,6 +117,7 @@ mod tests {
                     item_id,
                     reason,
                     removed_by,
+                    ..
                 } => Some((item_id, reason, removed_by)),
                 _ => None,
             })

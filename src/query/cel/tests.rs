@@ -56,6 +56,7 @@ fn dead_item(error_type: ErrorType) -> DeadLetteredItem {
         reprocess_eligible: true,
         manual_review_required: false,
         worktree_artifacts: None,
+        redrive: None,
     }
 }
 

@@ -33,6 +33,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("detail.js", JS, include_str!("assets/detail.js")),
     ("retry.js", JS, include_str!("assets/retry.js")),
     ("delete.js", JS, include_str!("assets/delete.js")),
+    ("redrive.js", JS, include_str!("assets/redrive.js")),
     ("actions.js", JS, include_str!("assets/actions.js")),
     ("audit.js", JS, include_str!("assets/audit.js")),
     ("console.js", JS, include_str!("assets/console.js")),

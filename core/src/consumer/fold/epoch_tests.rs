@@ -50,6 +50,7 @@ fn removed(epoch: Option<&str>, seq: u64, id: &str) -> Event {
             item_id: id.into(),
             reason,
             removed_by: None,
+            generation: None,
         },
     )
 }

@@ -39,6 +39,7 @@ fn removed(seq: u64, id: &str) -> Event {
             item_id,
             reason,
             removed_by: None,
+            generation: None,
         },
     )
 }

@@ -36,6 +36,7 @@ fn removed(epoch: &str, seq: u64, prev: Option<(&str, u64)>, id: &str) -> Event 
         item_id: id.into(),
         reason: RemovalReason::Resolved,
         removed_by: None,
+        generation: None,
     };
     event(epoch, seq, prev, kind)
 }

@@ -103,6 +103,7 @@ mod tests {
                 item_id: "i".into(),
                 reason: RemovalReason::Purged,
                 removed_by: None,
+                generation: None,
             },
         };
         let encoded = EncodedEvent::encode(&event).unwrap();

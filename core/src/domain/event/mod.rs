@@ -108,6 +108,45 @@ pub enum EventKind {
         /// events written before it existed and in removals no operator asked for.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         removed_by: Option<RemovedBy>,
+        /// With reason `resolved` after a redrive: the generation that resolved it (absent
+        /// otherwise).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        generation: Option<u32>,
+    },
+    /// An operator redrove the item: it is handed back to its handler (or the job runner) as
+    /// generation `generation`; `item_removed` (resolved) or `redrive_failed` follows.
+    Redriven {
+        /// The item handed back.
+        item_id: String,
+        /// The item's new generation (the one it had plus one).
+        generation: u32,
+        /// Where it was handed back to.
+        target: RedriveTarget,
+        /// The operator who asked, and why.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<RemovedBy>,
+    },
+    /// A redrive failed again: the item stays, its redrive record says why.
+    RedriveFailed {
+        /// The item.
+        item_id: String,
+        /// The generation that failed.
+        generation: u32,
+        /// What the handler answered.
+        error: String,
+    },
+    /// An operator edited the item's data with a JSON merge patch (RFC 7396).
+    ItemEdited {
+        /// The item.
+        item_id: String,
+        /// The merge patch applied to `item_data`.
+        patch: serde_json::Value,
+        /// The old values of what changed, as a merge patch that undoes it
+        /// (`crate::domain::merge_patch::reverse_patch`).
+        previous: serde_json::Value,
+        /// The operator who edited, and why.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<RemovedBy>,
     },
     /// An operator or policy changed an item's flags.
     FlagsUpdated {
@@ -165,6 +204,26 @@ pub struct RemovedBy {
     pub reason: Option<String>,
 }
 
+/// Where a redrive hands an item back to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedriveTarget {
+    /// The redrive handler the embedding scheduler registered with its emitter.
+    Handler,
+    /// The job runner of `dlq run` (a retry of the item's agent).
+    Runner,
+}
+
+impl RedriveTarget {
+    /// The snake-case name, as written in events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RedriveTarget::Handler => "handler",
+            RedriveTarget::Runner => "runner",
+        }
+    }
+}
+
 /// Why an item left the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -189,6 +248,9 @@ impl EventKind {
             EventKind::FailureAppended { .. } => "failure_appended",
             EventKind::ItemRemoved { .. } => "item_removed",
             EventKind::FlagsUpdated { .. } => "flags_updated",
+            EventKind::Redriven { .. } => "redriven",
+            EventKind::RedriveFailed { .. } => "redrive_failed",
+            EventKind::ItemEdited { .. } => "item_edited",
             EventKind::EmitFailed { .. } => "emit_failed",
             EventKind::Held { .. } => "held",
             EventKind::Lost { .. } => "lost",
@@ -201,7 +263,10 @@ impl EventKind {
             EventKind::DeadLettered { item } => Some(&item.item_id),
             EventKind::FailureAppended { item_id, .. }
             | EventKind::ItemRemoved { item_id, .. }
-            | EventKind::FlagsUpdated { item_id, .. } => Some(item_id),
+            | EventKind::FlagsUpdated { item_id, .. }
+            | EventKind::Redriven { item_id, .. }
+            | EventKind::RedriveFailed { item_id, .. }
+            | EventKind::ItemEdited { item_id, .. } => Some(item_id),
             EventKind::Held { item_id, .. } => item_id.as_deref(),
             EventKind::EmitFailed { .. } | EventKind::Lost { .. } => None,
         }
@@ -320,6 +385,7 @@ mod tests {
                 item_id: "item-1".into(),
                 reason: RemovalReason::Resolved,
                 removed_by: None,
+                generation: None,
             },
         };
         let json: serde_json::Value = serde_json::from_slice(&event.to_json().unwrap()).unwrap();

@@ -9,7 +9,7 @@
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::{Event, EventKind, RemovalReason, RemovedBy};
+use super::{Event, EventKind, RedriveTarget, RemovalReason, RemovedBy};
 use crate::domain::model::{DeadLetteredItem, FailureDetail, WorktreeArtifacts};
 
 /// The `kind` tag.
@@ -20,6 +20,9 @@ pub(super) enum Tag {
     FailureAppended,
     ItemRemoved,
     FlagsUpdated,
+    Redriven,
+    RedriveFailed,
+    ItemEdited,
     EmitFailed,
     Held,
     Lost,
@@ -33,6 +36,9 @@ impl Tag {
             Tag::FailureAppended => "failure_appended",
             Tag::ItemRemoved => "item_removed",
             Tag::FlagsUpdated => "flags_updated",
+            Tag::Redriven => "redriven",
+            Tag::RedriveFailed => "redrive_failed",
+            Tag::ItemEdited => "item_edited",
             Tag::EmitFailed => "emit_failed",
             Tag::Held => "held",
             Tag::Lost => "lost",
@@ -71,6 +77,14 @@ pub(super) struct WireEvent {
     reason: Option<RemovalReason>,
     #[serde(default)]
     removed_by: Option<RemovedBy>,
+    generation: Option<u32>,
+    target: Option<RedriveTarget>,
+    #[serde(default)]
+    by: Option<RemovedBy>,
+    #[serde(default, deserialize_with = "present")]
+    patch: Option<serde_json::Value>,
+    #[serde(default, deserialize_with = "present")]
+    previous: Option<serde_json::Value>,
     failed_event_id: Option<String>,
     error: Option<String>,
     held_event_id: Option<String>,
@@ -78,6 +92,13 @@ pub(super) struct WireEvent {
     held_reason: Option<String>,
     size_bytes: Option<u64>,
     lost_reason: Option<String>,
+}
+
+/// A JSON value that is there, `null` included (a plain `Option` reads `null` as absent).
+fn present<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<serde_json::Value>, D::Error> {
+    serde_json::Value::deserialize(deserializer).map(Some)
 }
 
 /// A field the event's kind requires is missing.
@@ -112,6 +133,24 @@ impl TryFrom<WireEvent> for Event {
                 item_id: need(w.item_id, "item_id")?,
                 reason: need(w.reason, "reason")?,
                 removed_by: w.removed_by,
+                generation: w.generation,
+            },
+            Tag::Redriven => EventKind::Redriven {
+                item_id: need(w.item_id, "item_id")?,
+                generation: need(w.generation, "generation")?,
+                target: need(w.target, "target")?,
+                by: w.by,
+            },
+            Tag::RedriveFailed => EventKind::RedriveFailed {
+                item_id: need(w.item_id, "item_id")?,
+                generation: need(w.generation, "generation")?,
+                error: need(w.error, "error")?,
+            },
+            Tag::ItemEdited => EventKind::ItemEdited {
+                item_id: need(w.item_id, "item_id")?,
+                patch: need(w.patch, "patch")?,
+                previous: need(w.previous, "previous")?,
+                by: w.by,
             },
             Tag::FlagsUpdated => EventKind::FlagsUpdated {
                 item_id: need(w.item_id, "item_id")?,
@@ -214,11 +253,44 @@ mod tests {
                 item_id: "i1".into(),
                 reason: RemovalReason::Evicted,
                 removed_by: None,
+                generation: None,
             },
             EventKind::FlagsUpdated {
                 item_id: "i1".into(),
                 reprocess_eligible: None,
                 manual_review_required: Some(false),
+            },
+            EventKind::Redriven {
+                item_id: "i1".into(),
+                generation: 2,
+                target: RedriveTarget::Handler,
+                by: Some(RemovedBy {
+                    name: "ops".into(),
+                    reason: None,
+                }),
+            },
+            EventKind::RedriveFailed {
+                item_id: "i1".into(),
+                generation: 2,
+                error: "still down".into(),
+            },
+            EventKind::ItemEdited {
+                item_id: "i1".into(),
+                patch: serde_json::json!({"url": "https://b", "old": null}),
+                previous: serde_json::json!({"url": "https://a", "old": 1}),
+                by: None,
+            },
+            EventKind::ItemEdited {
+                item_id: "i1".into(),
+                patch: serde_json::json!(["whole"]),
+                previous: serde_json::Value::Null,
+                by: None,
+            },
+            EventKind::ItemRemoved {
+                item_id: "i1".into(),
+                reason: RemovalReason::Resolved,
+                removed_by: None,
+                generation: Some(2),
             },
             EventKind::EmitFailed {
                 failed_event_id: "n:8".into(),
@@ -260,6 +332,7 @@ mod tests {
             item_id: "i1".into(),
             reason: RemovalReason::Deleted,
             removed_by: None,
+            generation: None,
         });
         let json = event.to_json().unwrap();
         assert!(
@@ -284,6 +357,7 @@ mod tests {
             item_id: "i1".into(),
             reason: RemovalReason::Cleared,
             removed_by: Some(by.clone()),
+            generation: None,
         });
         let json: serde_json::Value = serde_json::from_slice(&event.to_json().unwrap()).unwrap();
         assert_eq!(
@@ -308,7 +382,7 @@ mod tests {
 
     #[test]
     fn an_unknown_kind_and_a_repeated_field_are_errors() {
-        let event = envelope(every_kind().remove(4));
+        let event = envelope(every_kind().remove(9));
         let json = String::from_utf8(event.to_json().unwrap()).unwrap();
         let unknown = json.replace("\"emit_failed\"", "\"exploded\"");
         assert!(Event::from_json(unknown.as_bytes()).is_err());

@@ -187,9 +187,10 @@ impl<'a> Staged<'a> {
                 };
                 if size > MAX_VALUE_BYTES {
                     return Err(SinkError::Rejected(format!(
-                        "item '{}' of job '{}' would grow to {size} bytes with this failure (limit {MAX_VALUE_BYTES}): resolve, clear or purge it",
+                        "item '{}' of job '{}' would grow to {size} bytes with this {} event (limit {MAX_VALUE_BYTES}): resolve, clear or purge it",
                         key.1,
                         key.0,
+                        event.kind.name(),
                     )));
                 }
                 let record = next_record(record, &item, event.seq)?;

@@ -3,6 +3,7 @@ import { el, replace, table, text, note } from "./dom.js";
 import { call, may } from "./api.js";
 import { planFor, retryControls } from "./retry.js";
 import { deleteControls, idsBody } from "./delete.js";
+import { redriveItem } from "./redrive.js";
 
 export async function detail(root, route, { fail }) {
   const [job, id] = route.parts;
@@ -27,6 +28,7 @@ export async function detail(root, route, { fail }) {
     el("dl", { class: "facts", id: "item-facts" }, facts.map(([k, v]) => [el("dt", {}, k), el("dd", {}, text(v))])),
     operator && el("section", { class: "card" }, el("h2", {}, "Retry this item"),
       retryControls("Retry", "retry-one", () => planFor([{ job_id: item.job_id, item_id: item.item_id }]), { fail })),
+    operator && redriveItem(item, fail),
     operator && el("section", { class: "card" }, el("h2", {}, "Delete this item"),
       deleteControls("Delete…", "delete-one", () => idsBody([item]), { fail,
         after: () => el("a", { id: "back-after-delete", href: "#/items?job_id=" + encodeURIComponent(item.job_id) }, "← items of this job") })),

@@ -5,6 +5,7 @@ import { el, replace, note, pageLink, age } from "./dom.js";
 import { call, query, ApiError, may } from "./api.js";
 import { retryPanel } from "./retry.js";
 import { deletePanel } from "./delete.js";
+import { redrivePanel } from "./redrive.js";
 import { REFRESH_MS } from "./overview.js";
 import { isConsole } from "./console.js";
 
@@ -61,8 +62,9 @@ export async function items(root, route, { fail }) {
 
   const selected = () => boxes.filter((b) => b.checked).map((b) => ({ job_id: b.dataset.job, item_id: b.dataset.item }));
   const operator = may("operator");
-  // A console deletes through the nodes; retry and export are a node's own.
+  // A console deletes and redrives through the nodes; retry and export are a node's own.
   replace(actionBox, operator && !fleet ? retryPanel({ filters, jobs, selected, matched: page.matched, fail }) : null,
+    operator ? redrivePanel({ filters, selected, fail }) : null,
     operator ? deletePanel({ filters, selected, fail }) : null, fleet ? null : exportPanel(filters, fail));
 
   // Refresh the same page of the same filter, keeping the scroll position and the checked
