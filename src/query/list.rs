@@ -297,6 +297,9 @@ pub struct ItemSummary {
     pub agent_id: String,
     /// The work item's data.
     pub item_data: serde_json::Value,
+    /// The item's last redrive (generation, in flight or failed again), if it was redriven.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redrive: Option<dlq::domain::model::Redrive>,
 }
 
 impl ItemSummary {
@@ -319,6 +322,7 @@ impl ItemSummary {
             reprocess_eligible: item.reprocess_eligible,
             manual_review_required: item.manual_review_required,
             item_data: item.item_data,
+            redrive: item.redrive,
         }
     }
 }

@@ -8,13 +8,15 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use super::control_client::{ControlClient, ACTION_TIMEOUT};
+use std::time::Duration;
+
+use super::control_client::{ControlClient, NodeError, ACTION_TIMEOUT};
 use super::view::ConsoleView;
 use crate::query::delete::DeleteTarget;
 use crate::query::QueryError;
 use crate::request::list::ListQuery;
 use crate::request::{DeleteRequest, RequestError};
-use crate::serve::control::{By, ControlRequest};
+use crate::serve::control::{By, ControlReply, ControlRequest};
 
 /// The items of a delete, by owning node, and the ids that name no item.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -25,11 +27,11 @@ pub struct Grouped {
     pub unknown: Vec<String>,
 }
 
-/// Groups what `request` names or selects in `view` (of `node` only, when given) by node;
+/// Groups what `target` names or selects in `view` (of `node` only, when given) by node;
 /// pure.
 pub fn group(
     view: &ConsoleView,
-    request: &DeleteRequest,
+    target: &DeleteTarget,
     node: Option<&str>,
 ) -> Result<Grouped, RequestError> {
     let mut grouped = Grouped::default();
@@ -40,7 +42,7 @@ pub fn group(
             ids.push(id);
         }
     };
-    match request.target()? {
+    match target {
         DeleteTarget::Ids(ids) => {
             for id in ids {
                 let found = match &id.job_id {
@@ -65,13 +67,13 @@ pub fn group(
         DeleteTarget::Filter { criteria, expr } => {
             let query = ListQuery {
                 request: crate::query::list::ListRequest {
-                    filter: criteria,
+                    filter: criteria.clone(),
                     limit: 1,
                     offset: 0,
                     after: None,
                     count: false,
                 },
-                expr,
+                expr: expr.clone(),
             };
             for found in view.select(&query, node) {
                 let (item, owner) = found.map_err(RequestError::from)?;
@@ -87,6 +89,35 @@ pub fn group(
         .into());
     }
     Ok(grouped)
+}
+
+/// Sends each node of `grouped` the body `part` makes of its ids, as a `POST` on `path` in
+/// the name of `by`, all at once; each node's answer, or why it is missing.
+pub async fn fan_out(
+    control: &ControlClient,
+    grouped: &Grouped,
+    path: &str,
+    by: &By,
+    part: impl Fn(&[String]) -> Option<Value>,
+    timeout: Duration,
+) -> Vec<(String, Result<ControlReply, NodeError>)> {
+    let sends = grouped.by_node.iter().map(|(node, ids)| {
+        let envelope = ControlRequest {
+            method: "POST".into(),
+            path: path.to_owned(),
+            body: part(ids),
+            by: by.clone(),
+        };
+        async move { (node.clone(), control.send(node, &envelope, timeout).await) }
+    });
+    futures::future::join_all(sends).await
+}
+
+/// A node's error answer as one line.
+pub fn error_of(reply: &ControlReply) -> String {
+    reply.body["error"]
+        .as_str()
+        .map_or_else(|| reply.body.to_string(), str::to_owned)
 }
 
 /// The merged answer of a delete: the HTTP status and the JSON body.
@@ -121,39 +152,28 @@ pub async fn delete(
             body: json!({ "would_remove": removed, "nodes": nodes, "unknown": grouped.unknown }),
         };
     }
-    let sends = grouped.by_node.iter().map(|(node, ids)| {
-        let part = DeleteRequest {
-            ids: ids.clone(),
+    let by = By {
+        name: operator.to_owned(),
+        reason: request.reason.clone(),
+    };
+    let part = |ids: &[String]| {
+        serde_json::to_value(DeleteRequest {
+            ids: ids.to_vec(),
             drain_timeout: request.drain_timeout,
             reason: request.reason.clone(),
             ..DeleteRequest::default()
-        };
-        let envelope = ControlRequest {
-            method: "POST".into(),
-            path: "/v1/delete".into(),
-            body: serde_json::to_value(&part).ok(),
-            by: By {
-                name: operator.to_owned(),
-                reason: request.reason.clone(),
-            },
-        };
-        async move {
-            (
-                node.clone(),
-                control.send(node, &envelope, ACTION_TIMEOUT).await,
-            )
-        }
-    });
-    for (node, answer) in futures::future::join_all(sends).await {
+        })
+        .ok()
+    };
+    let answers = fan_out(control, &grouped, "/v1/delete", &by, part, ACTION_TIMEOUT).await;
+    for (node, answer) in answers {
         match answer {
             Ok(reply) if reply.status == 200 => {
                 removed += reply.body["removed"].as_u64().unwrap_or(0);
                 nodes.insert(node, reply.body);
             }
             Ok(reply) => {
-                let message = reply.body["error"]
-                    .as_str()
-                    .map_or_else(|| reply.body.to_string(), str::to_owned);
+                let message = error_of(&reply);
                 failed.push(format!("node {node}: {message}"));
                 nodes.insert(node, json!({ "status": reply.status, "error": message }));
             }
@@ -189,11 +209,12 @@ mod tests {
         ConsoleView::from_fold(&fold)
     }
 
-    fn ids(ids: &[&str]) -> DeleteRequest {
-        DeleteRequest {
+    fn ids(ids: &[&str]) -> DeleteTarget {
+        let request = DeleteRequest {
             ids: ids.iter().map(|s| (*s).to_owned()).collect(),
             ..DeleteRequest::default()
-        }
+        };
+        request.target().unwrap()
     }
 
     #[test]
@@ -220,7 +241,9 @@ mod tests {
         let all = DeleteRequest {
             all: true,
             ..DeleteRequest::default()
-        };
+        }
+        .target()
+        .unwrap();
         let grouped = group(&view, &all, None).unwrap();
         assert_eq!(grouped.by_node.values().map(Vec::len).sum::<usize>(), 3);
         let grouped = group(&view, &all, Some("n1")).unwrap();
@@ -228,7 +251,9 @@ mod tests {
         let job = DeleteRequest {
             job_id: Some("j2".into()),
             ..DeleteRequest::default()
-        };
+        }
+        .target()
+        .unwrap();
         assert_eq!(group(&view, &job, None).unwrap().by_node["n2"], ["j2/a"]);
     }
 }

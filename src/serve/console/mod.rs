@@ -8,6 +8,7 @@
 
 mod actions;
 mod control_client;
+mod redrive;
 mod routes;
 mod view;
 

@@ -1,5 +1,5 @@
 //! The console's routes: the read API of `dlq serve` answered from the console's view (JSON),
-//! `GET /v1/console`, and `POST /v1/delete` sent on to the owning nodes.
+//! `GET /v1/console`, and `POST /v1/delete` and `POST /v1/redrive` sent on to the owning nodes.
 
 use std::sync::Arc;
 
@@ -23,9 +23,9 @@ use crate::serve::roles::{self, Caller, Role, Tokens};
 use crate::serve::routes::{ApiError, Pairs};
 use crate::serve::{auth, limits, page};
 
-type Shared = State<Arc<Console>>;
-type Called = axum::Extension<Arc<Caller>>;
-type Answer = Result<Response, ApiError>;
+pub(super) type Shared = State<Arc<Console>>;
+pub(super) type Called = axum::Extension<Arc<Caller>>;
+pub(super) type Answer = Result<Response, ApiError>;
 
 /// The console's router.
 pub fn router(console: Arc<Console>, tokens: Tokens) -> Router {
@@ -37,6 +37,10 @@ pub fn router(console: Arc<Console>, tokens: Tokens) -> Router {
         .route("/v1/whoami", get(whoami))
         .route("/v1/console", get(overview))
         .route("/v1/delete", post(delete).layer(needs(Role::Operator)))
+        .route(
+            "/v1/redrive",
+            post(super::redrive::redrive).layer(needs(Role::Operator)),
+        )
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::new(auth::Guard {
                 tokens,
@@ -52,7 +56,7 @@ pub fn router(console: Arc<Console>, tokens: Tokens) -> Router {
         .with_state(console)
 }
 
-fn json_only(format: Format) -> Result<(), ApiError> {
+pub(super) fn json_only(format: Format) -> Result<(), ApiError> {
     match format {
         Format::Json => Ok(()),
         _ => Err(ApiError::bad_request(
@@ -182,27 +186,30 @@ async fn delete(
     params.finish("/v1/delete")?;
     json_only(format)?;
     let Json(mut body) = body?;
-    let node = match body.as_object_mut().and_then(|map| map.remove("node")) {
-        None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::String(node)) => Some(node),
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "node must be a node id (a string), not {other}; nothing was changed"
-            )))
-        }
-    };
+    let node = take_node(&mut body)?;
     let request: DeleteRequest = serde_json::from_value(body).map_err(|err| {
         ApiError::bad_request(format!(
             "{err}: send the body of POST /v1/delete, plus node; nothing was changed"
         ))
     })?;
     crate::request::reason::removed_by(&caller.name, request.reason.as_deref())?;
-    let grouped = actions::group(&console.view(), &request, node.as_deref())?;
+    let grouped = actions::group(&console.view(), &request.target()?, node.as_deref())?;
     let merged = actions::delete(&console.control, grouped, &request, &caller.name).await;
     let status = StatusCode::from_u16(merged.status).unwrap_or(StatusCode::BAD_GATEWAY);
     Ok((status, Json(merged.body)).into_response())
 }
 
+/// Takes the console's own `node` field (keep one node's items) out of an action's body.
+pub(super) fn take_node(body: &mut serde_json::Value) -> Result<Option<String>, ApiError> {
+    match body.as_object_mut().and_then(|map| map.remove("node")) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(node)) => Ok(Some(node)),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "node must be a node id (a string), not {other}; nothing was changed"
+        ))),
+    }
+}
+
 async fn no_route() -> ApiError {
-    ApiError::not_found("no such route on the console: see GET /v1/items, /v1/items/{job_id}/{item_id}, /v1/stats, /v1/console, /v1/whoami, /healthz, POST /v1/delete")
+    ApiError::not_found("no such route on the console: see GET /v1/items, /v1/items/{job_id}/{item_id}, /v1/stats, /v1/console, /v1/whoami, /healthz, POST /v1/delete, POST /v1/redrive")
 }
