@@ -595,3 +595,22 @@ async fn appends_go_on_while_a_periodic_checkpoint_flushes_sled() {
     assert_eq!(ids_in(&sink, "A"), ["a1", "a2"]);
     close(sink).await;
 }
+
+/// `append_encoded` hands each stored event with the exact bytes the log holds for it (what
+/// the emitter publishes without encoding again, issue 37): in order, for an append of two
+/// events (an eviction, then the new item), and equal to the event's own encoding.
+#[tokio::test]
+async fn append_encoded_gives_each_event_the_bytes_the_log_holds() {
+    let (_dir, sink) = fresh(|c| c.capacity_per_job = 1);
+    ok(&sink, dl("A", "a1")).await;
+    let (answer, late) = sink.append_encoded(dl("A", "a2")).await;
+    assert!(late.is_none());
+    let appended = answer.unwrap();
+    assert_eq!(appended.len(), 2, "an eviction and the new item");
+    for stored in &appended {
+        let encoded = stored.encoded.as_ref().expect("the writer's bytes");
+        let logged = sink.stored(stored.event.seq).unwrap().expect("in the log");
+        assert_eq!(encoded, &logged, "event {}", stored.event.seq);
+        assert_eq!(encoded, &EncodedEvent::encode(&stored.event).unwrap());
+    }
+}

@@ -90,7 +90,7 @@ pub async fn emit_scenarios(
             row = row.target("p99 <= 5 ms, >= 20000 events/s", met);
         }
         eprintln!(
-            "  {} K={k}: {:.0} emits/s, p99 {p99} us",
+            "  {} K={k}: {:.0} emits/s, {rate:.0} events/s, p99 {p99} us, {cpu_us:.0} us CPU per event",
             payload.name,
             total as f64 / secs
         );

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Durable-emit benchmark:
 //! `cargo bench --bench durable_emit -- [--quick] [--json PATH] [--dir DIR] [--drain N,N]
-//! [--only-drain] [--only-limit] [--sections up,store,down] [--ks 1,64]`.
+//! [--only-drain] [--only-limit] [--sections up,store,down] [--ks 1,64] [--payloads 1,64]`.
 //!
 //! Measures (1) this disk's fsync and group-commit limits, (2) `dead_letter` with a real
 //! nats-server up and (3) killed, at K = 1, 8, 64, 256 concurrent emitters with ~1 KiB and
@@ -173,6 +173,7 @@ fn main() {
     let mut only_limit = false;
     let mut sections: Option<Vec<String>> = None;
     let mut only_ks: Option<Vec<usize>> = None;
+    let mut only_payloads: Option<Vec<usize>> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -202,6 +203,14 @@ fn main() {
                     .map(|k| k.trim().parse().expect("--ks K[,K...]"));
                 only_ks = Some(ks.collect());
             }
+            // Only these payloads, in KiB (1, 64): a profile or a CPU figure of one of them.
+            "--payloads" => {
+                let list = args.next().expect("--payloads KIB[,KIB...]");
+                let kib = list
+                    .split(',')
+                    .map(|k| k.trim().parse().expect("--payloads KIB[,KIB...]"));
+                only_payloads = Some(kib.collect());
+            }
             "--bench" => benching = true, // added by `cargo bench` for `harness = false` targets
             other => eprintln!("ignoring unknown argument {other:?}"),
         }
@@ -210,7 +219,10 @@ fn main() {
     if let Some(drains) = drains {
         sizes.drains = drains;
     }
-    let mut payloads = payloads(sizes.emits);
+    let mut payloads = Vec::from(payloads(sizes.emits));
+    if let Some(only) = &only_payloads {
+        payloads.retain(|p| only.contains(&(p.blob / 1024)));
+    }
     if let Some(only) = &only_ks {
         for payload in &mut payloads {
             payload.ks.retain(|k| only.contains(k));

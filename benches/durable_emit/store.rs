@@ -14,7 +14,7 @@ use dlq_testkit::items::template_item_sized;
 
 use crate::emit::Payload;
 use crate::limit::{limit_for, Limits};
-use crate::run::{bench_emitter, next_item, run_concurrent, Row};
+use crate::run::{bench_emitter, cpu_seconds, next_item, run_concurrent, Row};
 
 /// How long publishing may take to catch up after the last call before the row says so.
 const CATCH_UP_LIMIT: Duration = Duration::from_secs(60);
@@ -47,8 +47,10 @@ pub async fn store_scenarios(
         if bus_up {
             wait_until(|| caught_up(emitter.sink())).await;
         }
-        let started = Instant::now();
+        let (started, cpu_before) = (Instant::now(), cpu_seconds());
         let run = run_concurrent(k, total, call).await;
+        // The calls' CPU only: the background publishes still running are not waited for.
+        let cpu_us = (cpu_seconds() - cpu_before) * 1e6 / total as f64;
         let done = bus_up && wait_until(|| caught_up(emitter.sink())).await;
         let published_secs = started.elapsed().as_secs_f64();
         let backlog = emitter.sink().backlog().map_or(0, |b| b.count);
@@ -71,11 +73,11 @@ pub async fn store_scenarios(
             format!("backlog {backlog} still unpublished {CATCH_UP_LIMIT:?} after the calls")
         };
         let note = format!(
-            "the call returns once durable; {published}; errors {}",
+            "the call returns once durable; {cpu_us:.0} us CPU per event (this process, over the calls); {published}; errors {}",
             run.errors.len()
         );
         eprintln!(
-            "  store {} K={k}: {rate:.0} events/s durable, p99 {} us",
+            "  store {} K={k}: {rate:.0} events/s durable, p99 {} us, {cpu_us:.0} us CPU per event",
             payload.name,
             run.hist.value_at_quantile(0.99)
         );

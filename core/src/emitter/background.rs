@@ -26,10 +26,9 @@ use super::publish::{PublishOutcome, Waiter};
 use super::{EmitError, Emitter};
 use crate::bus::Bus;
 use crate::domain::command::Command;
-use crate::domain::event::Event;
 use crate::domain::model::DeadLetteredItem;
 use crate::metrics as m;
-use crate::sink::Sink;
+use crate::sink::{Appended, Sink};
 
 /// Background publishes running at once unless the builder says otherwise.
 pub(super) const DEFAULT_LIMIT: usize = 1024;
@@ -126,8 +125,8 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
         result
     }
 
-    fn publish_in_background(&self, topic: &str, events: Vec<Event>) -> StoredReceipt {
-        let event_ids = events.iter().map(|e| e.event_id.clone()).collect();
+    fn publish_in_background(&self, topic: &str, events: Vec<Appended>) -> StoredReceipt {
+        let event_ids = events.iter().map(|a| a.event.event_id.clone()).collect();
         if events.is_empty() {
             return StoredReceipt {
                 event_ids,

@@ -62,7 +62,7 @@ use crate::domain::command::Command;
 use crate::domain::event::{Event, EventKind};
 use crate::domain::model::DeadLetteredItem;
 use crate::metrics as m;
-use crate::sink::{Sink, SinkError};
+use crate::sink::{Appended, Sink, SinkError};
 use anti_entropy::{AntiEntropy, Tracker};
 use background::Background;
 use publish::Waiter;
@@ -382,7 +382,7 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
             Ok(events) => {
                 let outcome = self.publish_all(topic, &events, true, Waiter::Caller).await;
                 Ok(Receipt {
-                    event_ids: events.into_iter().map(|e| e.event_id).collect(),
+                    event_ids: events.into_iter().map(|a| a.event.event_id).collect(),
                     published: outcome == PublishOutcome::Published,
                 })
             }
@@ -395,9 +395,9 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
     /// Appends the command's events to the sink. On a sink failure it does what the module
     /// doc says (a volatile copy of a dead-letter the sink provably never stored is published
     /// before returning [`EmitError::NotStored`]), for both promises alike.
-    async fn append(&self, topic: &str, command: Command) -> Result<Vec<Event>, EmitError> {
+    async fn append(&self, topic: &str, command: Command) -> Result<Vec<Appended>, EmitError> {
         let volatile = self.volatile_event(topic, &command);
-        match self.inner.sink.append_with_late(command).await {
+        match self.inner.sink.append_encoded(command).await {
             (Ok(events), _) => Ok(events),
             (Err(SinkError::NotFound { job_id, item_id }), _) => {
                 Err(EmitError::NotFound { job_id, item_id })
@@ -431,7 +431,7 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
     ) -> EmitError {
         metrics::counter!(m::SINK_FAILURES).increment(1);
         warn!(error = %err, topic, "sink failed; publishing without durable copy");
-        let events: Vec<Event> = volatile.into_iter().collect();
+        let events: Vec<Appended> = volatile.into_iter().map(Appended::unencoded).collect();
         let published = !events.is_empty()
             && self
                 .publish_all(topic, &events, false, Waiter::Caller)
@@ -439,7 +439,7 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
                 == PublishOutcome::Published;
         EmitError::NotStored {
             source: err,
-            event_ids: events.into_iter().map(|e| e.event_id).collect(),
+            event_ids: events.into_iter().map(|a| a.event.event_id).collect(),
             published,
         }
     }

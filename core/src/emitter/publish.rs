@@ -21,9 +21,9 @@ use tracing::{debug, warn};
 use super::{Emitter, TopicPolicy};
 use crate::bus::{Bus, BusError, Published};
 use crate::domain::command::Command;
-use crate::domain::event::Event;
+use crate::domain::event::{EncodedEvent, Event};
 use crate::metrics as m;
-use crate::sink::Sink;
+use crate::sink::{Appended, Sink};
 
 /// How often a background retry delay checks whether the bus is still connected.
 const HEALTH_POLL: Duration = Duration::from_millis(250);
@@ -84,13 +84,14 @@ impl Attempts {
 }
 
 impl<S: Sink, B: Bus> Emitter<S, B> {
-    /// Publishes the events in order. After a final failure, or once the budget is spent, the
-    /// rest are not tried: they stay unpublished for the reconciler. `durable` is false for
+    /// Publishes the events in order, each as the bytes the sink stored when it gave them
+    /// (encoded once), else encoded here. After a final failure, or once the budget is spent,
+    /// the rest are not tried: they stay unpublished for the reconciler. `durable` is false for
     /// the volatile copy of an event the sink failed to store (no in-flight mark, no audit).
     pub(super) async fn publish_all(
         &self,
         topic: &str,
-        events: &[Event],
+        events: &[Appended],
         durable: bool,
         waiter: Waiter,
     ) -> PublishOutcome {
@@ -113,15 +114,19 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
     async fn publish_one(
         &self,
         topic: &str,
-        event: &Event,
+        appended: &Appended,
         durable: bool,
         budget: &mut Attempts,
         waiter: Waiter,
     ) -> bool {
+        let event = &appended.event;
         if durable {
             self.in_flight(|set| set.insert(event.seq));
         }
-        let outcome = self.publish_with_retry(event, budget, waiter).await;
+        let encoded = appended.encoded.as_ref();
+        let outcome = self
+            .publish_with_retry(event, encoded, budget, waiter)
+            .await;
         if durable {
             if let Ok(published) = &outcome {
                 if let Err(err) = self.inner.sink.mark_published(event.seq) {
@@ -149,13 +154,18 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
     async fn publish_with_retry(
         &self,
         event: &Event,
+        encoded: Option<&EncodedEvent>,
         budget: &mut Attempts,
         waiter: Waiter,
     ) -> Result<Published, (u32, BusError)> {
         let mut attempts = 0u32;
         loop {
             attempts += 1;
-            let err = match self.inner.bus.publish(event).await {
+            let published = match encoded {
+                Some(encoded) => self.inner.bus.publish_encoded(encoded).await,
+                None => self.inner.bus.publish(event).await,
+            };
+            let err = match published {
                 Ok(published) => return Ok(published),
                 Err(err) => err,
             };

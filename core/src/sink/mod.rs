@@ -146,20 +146,39 @@ pub use remove::{clear, delete, purge, remove_in_chunks, REMOVE_CHUNK};
 pub(crate) use writer::checkpoint;
 pub use writer::checkpoint::CheckpointError;
 
+/// One event an append stored, with the exact bytes the log holds for it when the sink has
+/// them: the bus publishes those bytes, so the event is encoded once (issue 37).
+#[derive(Debug, Clone)]
+pub struct Appended {
+    /// The stored event.
+    pub event: Event,
+    /// The event as the log holds it, ready to publish; `None`: the publisher encodes it.
+    pub encoded: Option<EncodedEvent>,
+}
+
+impl Appended {
+    /// An event without its bytes: whoever publishes it encodes it.
+    pub fn unencoded(event: Event) -> Self {
+        Appended {
+            event,
+            encoded: None,
+        }
+    }
+}
+
 /// The writer's final answer to an append whose caller was told [`SinkError::Unconfirmed`].
-pub struct LateAnswer(tokio::sync::oneshot::Receiver<Result<Vec<Event>, SinkError>>);
+pub struct LateAnswer(tokio::sync::oneshot::Receiver<writer::Answer>);
 
 impl LateAnswer {
-    pub(crate) fn new(
-        answer: tokio::sync::oneshot::Receiver<Result<Vec<Event>, SinkError>>,
-    ) -> Self {
+    pub(crate) fn new(answer: tokio::sync::oneshot::Receiver<writer::Answer>) -> Self {
         LateAnswer(answer)
     }
 
     /// Waits for the writer's answer: the stored events, or why the late write failed. `None`
     /// when the writer stopped without answering (the sink was closed).
     pub async fn wait(self) -> Option<Result<Vec<Event>, SinkError>> {
-        self.0.await.ok()
+        let answer = self.0.await.ok()?;
+        Some(answer.map(|appended| appended.into_iter().map(|a| a.event).collect()))
     }
 }
 
@@ -195,6 +214,20 @@ pub trait Sink: Send + Sync + 'static {
         command: Command,
     ) -> impl Future<Output = (Result<Vec<Event>, SinkError>, Option<LateAnswer>)> + Send {
         async move { (self.append(command).await, None) }
+    }
+
+    /// Like [`append_with_late`](Sink::append_with_late), with each event's bytes as stored
+    /// where the sink has them ([`Appended`]), so publishing does not encode it again. The
+    /// default has none: the publisher encodes.
+    fn append_encoded(
+        &self,
+        command: Command,
+    ) -> impl Future<Output = (Result<Vec<Appended>, SinkError>, Option<LateAnswer>)> + Send {
+        async move {
+            let (result, late) = self.append_with_late(command).await;
+            let appended = result.map(|events| events.into_iter().map(Appended::unencoded));
+            (appended.map(Iterator::collect), late)
+        }
     }
 
     /// Records that the bus acknowledged the event with log sequence `seq`.

@@ -55,6 +55,18 @@ impl EncodedEvent {
         })
     }
 
+    /// `event` with `json`, its JSON as [`Event::to_json`] made it (the sink's writer has it).
+    pub(crate) fn with_json(event: &Event, json: Bytes) -> Self {
+        EncodedEvent {
+            event_id: event.event_id.clone(),
+            node_id: event.node_id.clone(),
+            seq: event.seq,
+            job_id: event.job_id.clone(),
+            kind: event.kind.name(),
+            json,
+        }
+    }
+
     /// An event from the JSON the sink stored, read only as far as its header fields.
     pub fn stored(json: Vec<u8>) -> Result<Self, serde_json::Error> {
         let head: Head<'_> = serde_json::from_slice(&json)?;

@@ -17,7 +17,7 @@ use super::projection::reads::TreeView;
 use super::projection::{applier, keys};
 use super::writer::log_retention::LogFloor;
 use super::writer::{Claim, Request};
-use super::{Backlog, LateAnswer, Parked, Sink, SinkError};
+use super::{Appended, Backlog, LateAnswer, Parked, Sink, SinkError};
 use crate::domain::command::Command;
 use crate::domain::event::{EncodedEvent, Event};
 use crate::domain::projection::StoredItem;
@@ -273,6 +273,15 @@ impl Sink for LocalSink {
         &self,
         command: Command,
     ) -> (Result<Vec<Event>, SinkError>, Option<LateAnswer>) {
+        let (result, late) = self.append_encoded(command).await;
+        let events = result.map(|appended| appended.into_iter().map(|a| a.event).collect());
+        (events, late)
+    }
+
+    async fn append_encoded(
+        &self,
+        command: Command,
+    ) -> (Result<Vec<Appended>, SinkError>, Option<LateAnswer>) {
         let timeout = self.inner.store_timeout;
         let claim = Claim::default();
         let (reply, mut answer) = oneshot::channel();

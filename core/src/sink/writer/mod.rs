@@ -41,12 +41,13 @@ mod ticker;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use chrono::Utc;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 use crate::domain::command::{decide, Command, DecideError, Limits};
-use crate::domain::event::Event;
+use crate::domain::event::{EncodedEvent, Event};
 use crate::metrics as m;
 use crate::sink::log::{LogError, LogWriter};
 use crate::sink::log_fs::Fs;
@@ -54,7 +55,7 @@ use crate::sink::projection::applier::{Applied, Job, Jobs};
 use crate::sink::projection::projector;
 use crate::sink::projection::publish_state::PublishState;
 use crate::sink::projection::staged::Staged;
-use crate::sink::{Faults, SinkError};
+use crate::sink::{Appended, Faults, SinkError};
 use checkpoint::{BackgroundFlush, SharedFlusher};
 use epoch::Epoch;
 use log_retention::Retention;
@@ -65,7 +66,7 @@ pub(crate) enum Request {
     /// Store the events of a command; answer once durable.
     Append {
         command: Box<Command>,
-        reply: oneshot::Sender<Result<Vec<Event>, SinkError>>,
+        reply: oneshot::Sender<Answer>,
         /// Taken by the writer, or withdrawn by a caller that stopped waiting.
         claim: Claim,
     },
@@ -138,7 +139,10 @@ pub(crate) struct Writer {
     pub(crate) faults: Faults,
 }
 
-type Reply = oneshot::Sender<Result<Vec<Event>, SinkError>>;
+/// The writer's answer to an append: each stored event with the bytes the log holds for it.
+pub(crate) type Answer = Result<Vec<Appended>, SinkError>;
+
+type Reply = oneshot::Sender<Answer>;
 
 /// Why the log did not acknowledge a group.
 enum CommitError {
@@ -221,7 +225,7 @@ impl Writer {
         if appends {
             self.faults.wait_stall();
         }
-        let mut answers: Vec<(Reply, Result<Vec<Event>, SinkError>)> = Vec::new();
+        let mut answers: Vec<(Reply, Answer)> = Vec::new();
         let (mut rebuilds, mut closing, mut ticked) = (Vec::new(), Vec::new(), false);
         let mut checkpoints = Vec::new();
         let caught_up = if appends { self.catch_up() } else { Ok(()) };
@@ -247,9 +251,12 @@ impl Writer {
                             source: behind.clone(),
                         }),
                     };
+                    // Each event's bytes go to the log and, shared, to the caller who
+                    // publishes them: encoded once.
                     let result = result.map(|(events, json)| {
-                        payloads.extend(json);
-                        events
+                        let json: Vec<Bytes> = json.into_iter().map(Bytes::from).collect();
+                        payloads.extend(json.iter().cloned());
+                        appended(events, json)
                     });
                     answers.push((reply, result));
                 }
@@ -271,9 +278,10 @@ impl Writer {
             }
         }
         for (reply, result) in answers {
-            if let Ok(events) = &result {
-                for event in events {
-                    metrics::counter!(m::EVENTS_STORED, "kind" => event.kind.name()).increment(1);
+            if let Ok(appended) = &result {
+                for stored in appended {
+                    let kind = stored.event.kind.name();
+                    metrics::counter!(m::EVENTS_STORED, "kind" => kind).increment(1);
                 }
             }
             // A waiter that gave up after the writer took its request (`Unconfirmed`) is gone:
@@ -368,7 +376,7 @@ impl Writer {
     /// are burned.
     fn commit(
         &mut self,
-        payloads: &[Vec<u8>],
+        payloads: &[Bytes],
         writes: Vec<crate::sink::projection::Write>,
         layer: crate::sink::projection::staged::Layer,
         end: u64,
@@ -435,15 +443,24 @@ impl Writer {
 }
 
 /// Turns every stored (non-empty) answer of a group into the error `error` makes of its events.
-fn fail_stored(
-    answers: &mut [(Reply, Result<Vec<Event>, SinkError>)],
-    error: impl Fn(Vec<Event>) -> SinkError,
-) {
+fn fail_stored(answers: &mut [(Reply, Answer)], error: impl Fn(Vec<Event>) -> SinkError) {
     for (_, result) in answers.iter_mut() {
-        if matches!(result, Ok(events) if !events.is_empty()) {
-            if let Ok(events) = std::mem::replace(result, Ok(Vec::new())) {
-                *result = Err(error(events));
+        if matches!(result, Ok(appended) if !appended.is_empty()) {
+            if let Ok(appended) = std::mem::replace(result, Ok(Vec::new())) {
+                *result = Err(error(appended.into_iter().map(|a| a.event).collect()));
             }
         }
     }
+}
+
+/// The events of one append, each with its bytes as the log holds them.
+fn appended(events: Vec<Event>, json: Vec<Bytes>) -> Vec<Appended> {
+    events
+        .into_iter()
+        .zip(json)
+        .map(|(event, json)| Appended {
+            encoded: Some(EncodedEvent::with_json(&event, json)),
+            event,
+        })
+        .collect()
 }
