@@ -333,6 +333,28 @@ async fn the_console_page_shows_the_nodes_and_deletes_on_the_owning_node() {
     browser.find("select#node").await;
     browser.screenshot(&shots, "console-2-items-node-b").await;
 
+    // An item's page on the console names its node, says where its job events are, and has
+    // no retry (a node's own).
+    browser
+        .client
+        .goto(&format!("{page}#/item/jb/item-0"))
+        .await
+        .unwrap();
+    browser
+        .text_until("#item-facts", |t| t.contains("node-b"))
+        .await;
+    browser
+        .text_until("main", |t| {
+            t.contains("Job events are on the page of node node-b")
+        })
+        .await;
+    let retry = browser
+        .client
+        .find_all(fantoccini::Locator::Css("#retry-one"))
+        .await
+        .unwrap();
+    assert!(retry.is_empty(), "a console retries nothing");
+
     // Delete a selected row of node-a from the page.
     browser
         .client

@@ -17,7 +17,7 @@ use dlq::bus::{BusConfig, NatsBus};
 use dlq::emitter::{EmitterBuilder, NodeEmitter};
 use dlq::sink::{LocalSink, SinkConfig};
 use dlq::DeadLetteredItem;
-use dlq_ops::serve::{serve_emitter, ServeHandle, ServeOptions, Token};
+use dlq_ops::serve::{serve_emitter, NamedToken, Role, ServeHandle, ServeOptions, Token};
 use dlq_testkit::cli::{failure, Env};
 use dlq_testkit::items::failed_once;
 use dlq_testkit::stream::stream_messages;
@@ -43,6 +43,11 @@ struct Scheduler {
 
 impl Scheduler {
     async fn start(env: &Env) -> Scheduler {
+        Scheduler::start_with(env, Vec::new()).await
+    }
+
+    /// As [`Scheduler::start`], with the named tokens `tokens` beside [`TOKEN`].
+    async fn start_with(env: &Env, tokens: Vec<NamedToken>) -> Scheduler {
         let sink = LocalSink::open(SinkConfig::new(&env.data)).unwrap();
         let bus = NatsBus::connect(BusConfig {
             url: env.url.clone(),
@@ -69,6 +74,7 @@ impl Scheduler {
         let options = ServeOptions {
             listen: "127.0.0.1:0".parse().unwrap(),
             token: Some(Token::new(TOKEN)),
+            tokens,
             ..ServeOptions::default()
         };
         let api = serve_emitter(&emitter, &env.data, options).await.unwrap();
@@ -122,6 +128,11 @@ fn json_of(out: &Output) -> Value {
 
 /// `POST path` with the token and `body`: (status, JSON answer).
 async fn post(port: u16, path: &str, body: Value) -> (u16, Value) {
+    post_as(TOKEN, port, path, body).await
+}
+
+/// `POST path` with `token` and `body`: (status, JSON answer).
+async fn post_as(token: &'static str, port: u16, path: &str, body: Value) -> (u16, Value) {
     let path = path.to_owned();
     tokio::task::spawn_blocking(move || {
         let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -129,7 +140,7 @@ async fn post(port: u16, path: &str, body: Value) -> (u16, Value) {
             .set_read_timeout(Some(Duration::from_secs(60)))
             .unwrap();
         let text = body.to_string();
-        let request = dlq_testkit::http::request("POST", &path, Some(TOKEN), Some(&text));
+        let request = dlq_testkit::http::request("POST", &path, Some(token), Some(&text));
         stream.write_all(request.as_bytes()).unwrap();
         let mut raw = String::new();
         stream.read_to_string(&mut raw).unwrap();
@@ -506,6 +517,52 @@ async fn the_page_redrives_an_edited_item_and_shows_a_halted_canary() {
         vec!["item-0", "item-1"],
         "only the canary went"
     );
+
+    // The audit names who edited (with the diff) and who redrove.
+    browser
+        .client
+        .goto(&format!("{page}#/audit"))
+        .await
+        .unwrap();
+    let audit = browser
+        .text_until("#audit-table", |t| t.contains("edited"))
+        .await;
+    assert!(
+        audit.contains(
+            r#"item-0: {"fail":true,"url":"http://db-old"} → {"fail":null,"url":"http://db-new"}"#
+        ),
+        "{audit}"
+    );
+    assert!(audit.contains("redriven"), "{audit}");
     browser.close().await;
+    scheduler.stop().await;
+}
+
+/// An embedder's named tokens keep to their roles: the read-only one may not redrive (403,
+/// nothing handed back), the operator's redrive is named after its token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedders_named_tokens_keep_to_their_roles_and_name_who_redrove() {
+    const VIEWER: &str = "viewer-token-1234";
+    const ANA: &str = "ana-token-5678";
+    let server = NatsServer::start();
+    let env = Env::new(DLQ, &server.url());
+    let tokens = vec![
+        NamedToken::new("viewer", Role::ReadOnly, Token::new(VIEWER)),
+        NamedToken::new("ana", Role::Operator, Token::new(ANA)),
+    ];
+    let scheduler = Scheduler::start_with(&env, tokens).await;
+    scheduler.fail(0, FLAKY, json!({"n": 0})).await;
+    let body = json!({"ids": ["job-42/item-0"]});
+
+    let (status, answer) = post_as(VIEWER, scheduler.port(), "/v1/redrive", body.clone()).await;
+    assert_eq!(status, 403, "{answer}");
+    assert!(scheduler.handed_back().is_empty());
+
+    let (status, answer) = post_as(ANA, scheduler.port(), "/v1/redrive", body).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(scheduler.handed_back(), vec!["item-0"]);
+    let events = streamed(&server, "item-0").await;
+    assert_eq!(events[1]["kind"], "redriven");
+    assert_eq!(events[1]["by"], json!({"name": "ana"}));
     scheduler.stop().await;
 }

@@ -8,9 +8,8 @@ use clap::Args;
 use serde_json::json;
 
 use super::{open, Cli, CliError, Format, EXIT_OK};
-use crate::serve::client::token::token_text;
 use crate::serve::console::{follow, serve_console, Console, ControlClient};
-use crate::serve::{check_listen, Exposure, Listener, TlsConfig, Token, Tokens};
+use crate::serve::{check_listen, Exposure, Listener, TlsConfig};
 use dlq::consumer::{ConsumerStore, DurableConfig};
 
 /// Options of `dlq console`.
@@ -51,11 +50,7 @@ pub struct ConsoleArgs {
 
 /// Runs the console until a signal asks it to stop.
 pub async fn run_console(cli: &Cli, args: &ConsoleArgs) -> Result<u8, CliError> {
-    let token = token_text(cli.token_file.as_deref())?;
-    let mut tokens = Tokens::from(token.as_deref().map(Token::new));
-    if let Some(file) = &args.tokens_file {
-        tokens.load(file)?;
-    }
+    let tokens = super::serve::api_tokens(cli, args.tokens_file.as_deref())?;
     let tls_files = args.tls_cert.as_deref().zip(args.tls_key.as_deref());
     check_listen(
         args.listen,

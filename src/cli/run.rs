@@ -46,6 +46,9 @@ pub struct RunnerArgs {
     /// is down.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
+    /// Named tokens with roles for the job's admin API, as for `dlq serve --tokens-file`.
+    #[arg(long, env = "DLQ_API_TOKENS_FILE", value_name = "FILE")]
+    pub tokens_file: Option<PathBuf>,
 }
 
 /// Options of `dlq run`.
@@ -87,13 +90,14 @@ pub struct EventsArgs {
 /// The emitter of a job, and the admin API it serves while the job runs (on a free loopback
 /// port, announced in `serve.json`), so `dlq list` and the other operator commands work on the
 /// data directory the job holds; and the configuration they were opened with.
-async fn open_with_api(cli: &Cli) -> Result<(NodeEmitter, JobApi, Config), CliError> {
-    use crate::serve::client::token::token_text;
+async fn open_with_api(
+    cli: &Cli,
+    runner: &RunnerArgs,
+) -> Result<(NodeEmitter, JobApi, Config), CliError> {
     use crate::serve::AppState;
-    use crate::serve::Token;
     use crate::serve::{install_metrics, Listener};
     let config = open::config(cli)?;
-    let token = token_text(cli.token_file.as_deref())?;
+    let tokens = super::serve::api_tokens(cli, runner.tokens_file.as_deref())?;
     let metrics = install_metrics(config.metrics_addr)?;
     let sink = open::sink(cli, &config).await?;
     let emitter = open::emitter_with_sink(&config, sink, true).await?;
@@ -116,10 +120,7 @@ async fn open_with_api(cli: &Cli) -> Result<(NodeEmitter, JobApi, Config), CliEr
     let stopped = stop.clone();
     let task = tokio::spawn(async move {
         let shutdown = async move { stopped.cancelled().await };
-        let token = token.as_deref().map(Token::new);
-        if let Err(err) =
-            crate::serve::serve(listener, state, token.into(), &data_dir, shutdown).await
-        {
+        if let Err(err) = crate::serve::serve(listener, state, tokens, &data_dir, shutdown).await {
             tracing::warn!(error = %err, "the job's admin API stopped");
         }
     });
@@ -193,7 +194,7 @@ where
     Fut: std::future::Future<Output = Result<JobReport, RunError>>,
 {
     let (options, mode) = runner_options(cli, runner)?;
-    let (emitter, api, config) = open_with_api(cli).await?;
+    let (emitter, api, config) = open_with_api(cli, runner).await?;
     let cancel = super::signals::cancel_on_signal();
     let result = job(emitter.clone(), options, cancel, mode).await;
     api.stop().await;

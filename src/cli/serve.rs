@@ -2,7 +2,7 @@
 //! or SIGTERM (see [`crate::serve`]).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use serde_json::json;
@@ -47,19 +47,26 @@ pub struct ServeArgs {
     pub no_control: bool,
 }
 
-/// Runs the server until a signal asks it to stop.
-pub async fn run_serve(cli: &Cli, args: &ServeArgs) -> Result<u8, CliError> {
+/// The tokens an API started by this command accepts: the admin `default` of --token-file (or
+/// `DLQ_API_TOKEN`) and the named tokens of `tokens_file`. Logs their names and roles, never a
+/// token.
+pub(crate) fn api_tokens(cli: &Cli, tokens_file: Option<&Path>) -> Result<Tokens, CliError> {
     let token = token_text(cli.token_file.as_deref())?;
     let mut tokens = Tokens::from(token.as_deref().map(Token::new));
-    if let Some(file) = &args.tokens_file {
+    if let Some(file) = tokens_file {
         tokens.load(file)?;
-        // Names and roles only: a token itself is never printed or logged.
         let names: Vec<String> = tokens
             .names()
             .map(|(name, role)| format!("{name} ({role})"))
             .collect();
         tracing::info!(tokens = %names.join(", "), "API tokens");
     }
+    Ok(tokens)
+}
+
+/// Runs the server until a signal asks it to stop.
+pub async fn run_serve(cli: &Cli, args: &ServeArgs) -> Result<u8, CliError> {
+    let tokens = api_tokens(cli, args.tokens_file.as_deref())?;
     let token = (!tokens.is_empty()).then_some(());
     let tls_files = args.tls_cert.as_deref().zip(args.tls_key.as_deref());
     check_listen(

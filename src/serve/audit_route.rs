@@ -1,6 +1,7 @@
-//! `GET /v1/audit?limit=&offset=`: the operators' removals, newest first, from the sink's log:
-//! each run of `item_removed` events naming the same operator ([`RemovedBy`]), reason given,
-//! kind of removal and job is one action (a clear, a purge of one job, a delete).
+//! `GET /v1/audit?limit=&offset=`: the operators' actions, newest first, from the sink's log:
+//! each run of events naming the same operator ([`RemovedBy`]), reason given, kind of action
+//! and job is one action (a clear, a purge of one job, a delete, a redrive); an edit is an
+//! action of its own, with its patch and the values it replaced.
 
 use axum::extract::State;
 use axum::response::IntoResponse;
@@ -18,39 +19,70 @@ const DEFAULT_LIMIT: usize = 50;
 /// Most actions one answer holds.
 const MAX_LIMIT: usize = 1000;
 
-/// One operator action: who removed how many items of which job, how, when and why.
+/// One operator action: who did what to how many items of which job, when and why.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Action {
     /// The time of its first event.
     pub at: DateTime<Utc>,
     /// The token's name, or `local`.
     pub who: String,
-    /// `cleared`, `purged` or `deleted`.
-    pub what: RemovalReason,
+    /// `cleared`, `purged`, `deleted`, `redriven` or `edited`.
+    pub what: &'static str,
     /// The job of the items.
     pub job_id: String,
     /// The operator's reason, if given.
     pub reason: Option<String>,
-    /// Items removed.
+    /// Items removed, redriven or edited.
     pub items: u64,
+    /// An edit's item, merge patch and the values it replaced (as a patch that undoes it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edit: Option<serde_json::Value>,
+}
+
+/// The operator behind `kind`, and what it did, if an operator caused it; with the edit's
+/// details for an edit.
+fn operated(kind: EventKind) -> Option<(RemovedBy, &'static str, Option<serde_json::Value>)> {
+    match kind {
+        EventKind::ItemRemoved {
+            reason,
+            removed_by: Some(by),
+            ..
+        } => Some((by, removal_name(reason), None)),
+        EventKind::Redriven { by: Some(by), .. } => Some((by, "redriven", None)),
+        EventKind::ItemEdited {
+            item_id,
+            patch,
+            previous,
+            by: Some(by),
+        } => {
+            let edit = json!({ "item_id": item_id, "patch": patch, "previous": previous });
+            Some((by, "edited", Some(edit)))
+        }
+        _ => None,
+    }
+}
+
+fn removal_name(reason: RemovalReason) -> &'static str {
+    match reason {
+        RemovalReason::Resolved => "resolved",
+        RemovalReason::Cleared => "cleared",
+        RemovalReason::Purged => "purged",
+        RemovalReason::Evicted => "evicted",
+        RemovalReason::Deleted => "deleted",
+    }
 }
 
 /// The actions of `events` (in log order), oldest first.
 pub fn actions(events: impl IntoIterator<Item = Event>) -> Vec<Action> {
     let mut out: Vec<Action> = Vec::new();
-    let mut last: Option<(RemovedBy, RemovalReason, String)> = None;
+    let mut last: Option<(RemovedBy, &'static str, String)> = None;
     for event in events {
-        let EventKind::ItemRemoved {
-            reason,
-            removed_by: Some(by),
-            ..
-        } = event.kind
-        else {
+        let Some((by, what, edit)) = operated(event.kind) else {
             continue;
         };
-        let key = (by, reason, event.job_id);
+        let key = (by, what, event.job_id);
         match out.last_mut() {
-            Some(action) if last.as_ref() == Some(&key) => action.items += 1,
+            Some(action) if edit.is_none() && last.as_ref() == Some(&key) => action.items += 1,
             _ => {
                 out.push(Action {
                     at: event.timestamp,
@@ -59,6 +91,7 @@ pub fn actions(events: impl IntoIterator<Item = Event>) -> Vec<Action> {
                     job_id: key.2.clone(),
                     reason: key.0.reason.clone(),
                     items: 1,
+                    edit,
                 });
                 last = Some(key);
             }
@@ -138,14 +171,75 @@ mod tests {
             [
                 (
                     "boss".into(),
-                    Cleared,
+                    "cleared",
                     "a".into(),
                     Some("retired".into()),
                     2
                 ),
-                ("ops".into(), Deleted, "b".into(), None, 1),
-                ("ops".into(), Deleted, "b".into(), Some("poison".into()), 1),
+                ("ops".into(), "deleted", "b".into(), None, 1),
+                (
+                    "ops".into(),
+                    "deleted",
+                    "b".into(),
+                    Some("poison".into()),
+                    1
+                ),
             ]
         );
+    }
+
+    fn with_kind(seq: u64, kind: EventKind) -> Event {
+        Event {
+            kind,
+            ..removed(seq, "j", RemovalReason::Resolved, None)
+        }
+    }
+
+    fn ops(reason: &str) -> Option<RemovedBy> {
+        Some(RemovedBy {
+            name: "ops".into(),
+            reason: Some(reason.into()),
+        })
+    }
+
+    #[test]
+    fn redrives_are_runs_and_each_edit_is_an_action_with_its_diff() {
+        use dlq::domain::event::RedriveTarget;
+        let redriven = |seq: u64, by: Option<RemovedBy>| {
+            with_kind(
+                seq,
+                EventKind::Redriven {
+                    item_id: format!("i{seq}"),
+                    generation: 1,
+                    target: RedriveTarget::Handler,
+                    by,
+                },
+            )
+        };
+        let events = vec![
+            with_kind(
+                1,
+                EventKind::ItemEdited {
+                    item_id: "i1".into(),
+                    patch: json!({"url": "https://new"}),
+                    previous: json!({"url": "https://old"}),
+                    by: ops("fix url"),
+                },
+            ),
+            redriven(2, ops("db back")),
+            redriven(3, ops("db back")),
+            redriven(4, None),
+            removed(5, "j", RemovalReason::Resolved, None),
+        ];
+        let got = actions(events);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!((got[0].what, got[0].items), ("edited", 1));
+        assert_eq!(
+            got[0].edit,
+            Some(json!({"item_id": "i1", "patch": {"url": "https://new"},
+                        "previous": {"url": "https://old"}}))
+        );
+        assert_eq!((got[1].what, got[1].items), ("redriven", 2));
+        assert_eq!(got[1].reason.as_deref(), Some("db back"));
     }
 }

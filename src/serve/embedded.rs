@@ -37,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 use super::client::discovery::ServeFile;
 use super::{
     announce, check_listen, install_metrics, serve_announced, AppState, Exposure, Listener,
-    ServeError, TlsConfig, Token,
+    NamedToken, ServeError, TlsConfig, Token, Tokens,
 };
 use crate::runner::RunOptions;
 
@@ -48,9 +48,13 @@ pub struct ServeOptions {
     /// The address to listen on; port 0 picks a free one ([`ServeHandle::url`] tells which).
     pub listen: SocketAddr,
     /// The bearer token every route but `/healthz` and the page needs; `None` lets every
-    /// request in (loopback only). Operators pass the same token to the CLI with
-    /// `--token-file` or `DLQ_API_TOKEN`.
+    /// request in (loopback only), unless `tokens` names some. Operators pass the same token to
+    /// the CLI with `--token-file` or `DLQ_API_TOKEN`. It is the `admin` named `default`.
     pub token: Option<Token>,
+    /// Named tokens with roles (read-only, operator, admin), as `dlq serve --tokens-file`
+    /// reads them: the API lets each do what its role allows, and the events an operator
+    /// causes name the token.
+    pub tokens: Vec<NamedToken>,
     /// Serve over TLS (https).
     pub tls: Option<TlsConfig>,
     /// Allow a non-loopback `listen` address; needs a token, and TLS unless `insecure`.
@@ -72,6 +76,7 @@ impl Default for ServeOptions {
         ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 9465)),
             token: None,
+            tokens: Vec::new(),
             tls: None,
             allow_remote: false,
             insecure: false,
@@ -103,11 +108,15 @@ pub async fn serve_emitter(
     options: ServeOptions,
 ) -> Result<ServeHandle, ServeError> {
     let data_dir = data_dir.as_ref().to_owned();
+    let mut tokens = Tokens::from(options.token);
+    for named in options.tokens {
+        tokens.add(named, "ServeOptions::tokens")?;
+    }
     check_listen(
         options.listen,
         Exposure {
             allow_remote: options.allow_remote,
-            token: options.token.is_some(),
+            token: !tokens.is_empty(),
             tls: options.tls.is_some(),
             insecure: options.insecure,
         },
@@ -124,14 +133,12 @@ pub async fn serve_emitter(
         run: RunOptions::new(&data_dir),
         control_prefix: options.control_prefix,
     };
-    announce(&listener, options.token.is_some(), &data_dir)?;
+    announce(&listener, !tokens.is_empty(), &data_dir)?;
     let stop = CancellationToken::new();
     let shutdown = stop.clone().cancelled_owned();
     let dir = data_dir.clone();
-    let token = options.token;
-    let task = tokio::spawn(async move {
-        serve_announced(listener, state, token.into(), &dir, shutdown).await
-    });
+    let task =
+        tokio::spawn(async move { serve_announced(listener, state, tokens, &dir, shutdown).await });
     Ok(ServeHandle {
         url,
         data_dir,

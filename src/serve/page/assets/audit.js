@@ -1,5 +1,5 @@
-// The audit view: who removed what, when and why (GET /v1/audit, built from the item_removed
-// events that name an operator), newest first, a page at a time.
+// The audit view: who removed, redrove or edited what, when and why (GET /v1/audit, built from
+// the events that name an operator), newest first, a page at a time; an edit with its diff.
 import { el, replace, table, text, note } from "./dom.js";
 import { call, query } from "./api.js";
 
@@ -11,14 +11,16 @@ export async function audit(root, route) {
   const rows = r.actions.map((a) => [
     el("span", { title: a.at }, new Date(a.at).toLocaleString()),
     el("span", { class: "audit-who" }, text(a.who)),
-    text(a.what),
+    a.edit ? el("span", {}, text(a.what), " ", el("code", { class: "audit-edit" },
+      text(`${a.edit.item_id}: ${JSON.stringify(a.edit.previous)} → ${JSON.stringify(a.edit.patch)}`)))
+      : text(a.what),
     text(a.job_id),
     el("span", { class: "num audit-items" }, String(a.items)),
     text(a.reason),
   ]);
   const link = (to, label) => el("a", { href: "#/audit" + query({ offset: to || "" }) }, label);
   replace(root, el("h1", {}, "Audit"),
-    el("p", { class: "muted" }, "Clears, purges and deletes operators asked for, newest first: the API token's name, or local for a command run on the data directory."),
+    el("p", { class: "muted" }, "Clears, purges, deletes, redrives and edits operators asked for, newest first: the API token's name, or local for a command run on the data directory."),
     rows.length
       ? table(["when", "who", "what", "job", "items", "reason"], rows, { id: "audit-table" })
       : note("info", "No operator action yet."),

@@ -4,6 +4,7 @@ import { call, may } from "./api.js";
 import { planFor, retryControls } from "./retry.js";
 import { deleteControls, idsBody } from "./delete.js";
 import { redriveItem } from "./redrive.js";
+import { isConsole } from "./console.js";
 
 export async function detail(root, route, { fail }) {
   const [job, id] = route.parts;
@@ -12,7 +13,9 @@ export async function detail(root, route, { fail }) {
     return null;
   }
   const base = `/v1/items/${encodeURIComponent(job)}/${encodeURIComponent(id)}`;
-  const [item, events] = await Promise.all([call(base),
+  // A console holds no job events (they are the node's own) and retries nothing.
+  const fleet = await isConsole();
+  const [item, events] = await Promise.all([call(base), fleet ? { events: [] } :
     call(base + "/events").catch((err) => ({ events: [], error: err.message }))]);
   const facts = [
     ["job", item.job_id], ["item", item.item_id], ["failures", String(item.failure_count)],
@@ -21,12 +24,13 @@ export async function detail(root, route, { fail }) {
     ["eligible for retry", item.reprocess_eligible ? "yes" : "no"],
     ["manual review", item.manual_review_required ? "required" : "no"],
   ];
+  if (fleet) facts.unshift(["node", item.node]);
   const operator = may("operator");
   replace(root,
     el("p", {}, el("a", { href: "#/items?job_id=" + encodeURIComponent(item.job_id) }, "← items of this job")),
     el("h1", { id: "item-title" }, "Item ", el("span", { class: "mono" }, item.item_id)),
     el("dl", { class: "facts", id: "item-facts" }, facts.map(([k, v]) => [el("dt", {}, k), el("dd", {}, text(v))])),
-    operator && el("section", { class: "card" }, el("h2", {}, "Retry this item"),
+    operator && !fleet && el("section", { class: "card" }, el("h2", {}, "Retry this item"),
       retryControls("Retry", "retry-one", () => planFor([{ job_id: item.job_id, item_id: item.item_id }]), { fail })),
     operator && redriveItem(item, fail),
     operator && el("section", { class: "card" }, el("h2", {}, "Delete this item"),
@@ -38,7 +42,8 @@ export async function detail(root, route, { fail }) {
       item.failure_history.map(failure)),
     el("section", {}, el("h2", {}, "Worktree artifacts"), artifacts(item.worktree_artifacts)),
     el("section", {}, el("h2", {}, "Event history"),
-      events.error ? note("error", "Cannot read the item's job events: " + events.error) : history(events.events)));
+      fleet ? note("info", `Job events are on the page of node ${item.node}.`)
+        : events.error ? note("error", "Cannot read the item's job events: " + events.error) : history(events.events)));
   return null;
 }
 
