@@ -269,6 +269,9 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
     }
 }
 
+/// The longest wait between two handler calls, whatever the rate.
+const MAX_PERIOD: Duration = Duration::from_secs(3600);
+
 /// Spaces the starts of handler calls `1 / rate` apart.
 struct Pacer {
     period: Option<Duration>,
@@ -278,7 +281,11 @@ struct Pacer {
 impl Pacer {
     fn new(rate: Option<f64>) -> Self {
         Pacer {
-            period: rate.map(|rate| Duration::from_secs_f64(1.0 / rate)),
+            // At most an hour apart: a tiny rate neither overflows nor waits for ever.
+            period: rate.map(|rate| {
+                Duration::try_from_secs_f64(1.0 / rate)
+                    .map_or(MAX_PERIOD, |period| period.min(MAX_PERIOD))
+            }),
             next: None,
         }
     }

@@ -258,3 +258,12 @@ async fn an_edit_writes_the_patch_the_old_values_and_who_and_a_no_op_writes_noth
     let missing = emitter.edit("j", "nope", serde_json::json!({}), None).await;
     assert!(matches!(missing, Err(EmitError::NotFound { .. })));
 }
+
+#[test]
+fn a_tiny_rate_waits_at_most_an_hour_and_never_overflows() {
+    // 1 / 1e-300 seconds does not fit a Duration: it used to panic.
+    let pacer = super::Pacer::new(Some(1e-300));
+    assert_eq!(pacer.period, Some(super::MAX_PERIOD));
+    let pacer = super::Pacer::new(Some(4.0));
+    assert_eq!(pacer.period, Some(std::time::Duration::from_millis(250)));
+}
