@@ -56,7 +56,10 @@ async fn removed_by(nats: &NatsServer, item: &str) -> Option<Value> {
 async fn a_retry_names_the_token_and_reason_on_each_resolved_item() {
     let nats = NatsServer::start();
     let flow = Flow::new(DLQ, &nats.url());
-    flow.items(&[json!({"id": "a", "msg": "down"}), json!({"id": "b", "msg": "down"})]);
+    flow.items(&[
+        json!({"id": "a", "msg": "down"}),
+        json!({"id": "b", "msg": "down"}),
+    ]);
     let (code, report) = flow::report(&flow.run(FAIL_UNTIL_FIXED, "job"));
     assert_eq!(code, 0, "{report}");
     assert_eq!(counts(&report).1, 2, "both items start in the DLQ");
@@ -74,7 +77,10 @@ async fn a_retry_names_the_token_and_reason_on_each_resolved_item() {
     let retry = "/v1/jobs/job/retry?format=json";
     let (status, report) = http(server.port, "POST", retry, "o-secret", Some(body));
     assert_eq!(status, 200, "{report}");
-    assert_eq!((report["resolved"].as_u64(), report["failed_again"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(
+        (report["resolved"].as_u64(), report["failed_again"].as_u64()),
+        (Some(1), Some(1))
+    );
     assert_eq!(
         removed_by(&nats, "a").await,
         Some(json!({"name": "ops", "reason": "upstream fixed"}))
@@ -87,17 +93,36 @@ async fn a_retry_names_the_token_and_reason_on_each_resolved_item() {
         .iter()
         .map(|a| json!([a["who"], a["what"], a["job_id"], a["reason"], a["items"]]))
         .collect();
-    assert_eq!(rows, [json!(["ops", "retried", "job", "upstream fixed", 1])]);
+    assert_eq!(
+        rows,
+        [json!(["ops", "retried", "job", "upstream fixed", 1])]
+    );
     drop(server);
 
     // On the data directory itself: a two-line reason is refused and changes nothing ...
     flow.write("fixed-b", "");
     let out = flow.env.run(&["retry", "job", "--reason", "a\nb"]);
-    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(flow.env.items().await.len(), 1, "b is still in the DLQ");
     // ... and a good one is named with `local`.
-    let out = flow.env.run(&["retry", "job", "--reason", "b fixed", "--drain-timeout", "5s"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = flow.env.run(&[
+        "retry",
+        "job",
+        "--reason",
+        "b fixed",
+        "--drain-timeout",
+        "5s",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         removed_by(&nats, "b").await,
         Some(json!({"name": "local", "reason": "b fixed"}))
