@@ -101,6 +101,7 @@ async fn rebuild_from_the_stream_equals_the_sink_after_a_mixed_workload_and_an_o
             job_id: "job-0".into(),
             item_id: emitter.sink().items().next().unwrap().unwrap().item.item_id,
             reason: RemovalReason::Resolved,
+            by: None,
         };
         emitter.submit("mixed", resolve).await.unwrap();
         if round == 1 {

@@ -266,6 +266,7 @@ async fn clear_in_chunks_and_not_found_writes_nothing() {
         job_id,
         item_id,
         reason,
+        by: None,
     };
     let (kind, message) = error(sink.append(remove).await);
     assert_eq!(kind, "NotFound");

@@ -177,6 +177,7 @@ async fn a_failed_deletion_keeps_the_segments_until_the_next_checkpoint() {
             job_id: "J".into(),
             item_id: format!("i{n}"),
             reason: dlq::domain::event::RemovalReason::Resolved,
+            by: None,
         };
         for event in sink.append(resolve).await.unwrap() {
             acked.push((event.event_id, event.seq));

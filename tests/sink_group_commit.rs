@@ -75,6 +75,7 @@ fn command(op: &Op) -> Command {
             job_id: job(j),
             item_id: format!("i{item}"),
             reason: RemovalReason::Resolved,
+            by: None,
         },
         Op::Clear { job: j } => Command::Clear {
             job_id: job(j),

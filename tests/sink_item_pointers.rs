@@ -42,6 +42,7 @@ fn resolve(id: &str) -> Command {
         job_id: "J".into(),
         item_id: id.into(),
         reason: RemovalReason::Resolved,
+        by: None,
     }
 }
 

@@ -175,6 +175,7 @@ fn command(op: &Op, now: DateTime<Utc>) -> Command {
             job_id: job_id(job),
             item_id: item_id(*item),
             reason: RemovalReason::Resolved,
+            by: None,
         },
         Op::Flags {
             job,

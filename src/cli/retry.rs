@@ -11,6 +11,7 @@ use super::run::{runner_options, RunnerArgs};
 use super::{Cli, CliError, EXIT_INCOMPLETE, EXIT_OK};
 use crate::render::retry::write_retry;
 use crate::render::Format;
+use crate::request::reason::{removed_by, LOCAL};
 use crate::request::{params, RetryRequest};
 use crate::runner::{retry_job, RetryJob};
 use crate::serve::ServeError;
@@ -42,6 +43,10 @@ pub struct RetryArgs {
     /// directory, e.g. imported ones).
     #[arg(long)]
     pub workflow: Option<PathBuf>,
+    /// Why: named with who retried on each resolved item's removal event (`dlq events`, the
+    /// audit).
+    #[arg(long)]
+    pub reason: Option<String>,
     /// Runner options.
     #[command(flatten)]
     pub runner: RunnerArgs,
@@ -58,6 +63,7 @@ impl RetryArgs {
             rate: self.rate,
             dry_run: self.dry_run,
             workflow: self.workflow.clone(),
+            reason: self.reason.clone(),
         }
     }
 }
@@ -67,6 +73,8 @@ impl RetryArgs {
 pub async fn run_retry(cli: &Cli, args: &RetryArgs) -> Result<u8, CliError> {
     let mut request = args.request();
     let retry = request.options()?;
+    // Checked here too, so a bad reason changes nothing; a server names its caller's token.
+    let by = removed_by(LOCAL, request.reason.as_deref())?;
     let (options, mode) = runner_options(cli, &args.runner)?;
     let report = match forward::target(cli).await? {
         Target::Api(api) => {
@@ -98,6 +106,7 @@ pub async fn run_retry(cli: &Cli, args: &RetryArgs) -> Result<u8, CliError> {
                 stop,
                 kill,
                 mode,
+                by,
             })
             .await;
             let drained = super::drain::drain(&emitter, args.runner.drain_timeout).await;

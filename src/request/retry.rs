@@ -33,6 +33,9 @@ pub struct RetryRequest {
     pub dry_run: bool,
     /// A workflow file (on the server) whose agent template to use.
     pub workflow: Option<PathBuf>,
+    /// Why: named with who retried on each resolved item's removal event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl RetryRequest {
@@ -86,6 +89,7 @@ mod tests {
             rate: Some(2.5),
             dry_run: true,
             workflow: Some(PathBuf::from("/srv/flows/nightly.yml")),
+            reason: Some("upstream fixed".into()),
         }
     }
 
@@ -101,11 +105,11 @@ mod tests {
     #[test]
     fn field_names_are_those_the_docs_show() {
         // docs/admin-api.md: {"parallel", "max_retries", "filter", "force", "rate", "dry_run",
-        // "workflow"} (all optional: `{}`).
+        // "workflow", "reason"} (all optional: `{}`).
         let sent = serde_json::to_string(&full()).unwrap();
         assert_eq!(
             sent,
-            r#"{"parallel":4,"max_retries":2,"filter":"error_type == \"Timeout\"","force":true,"rate":2.5,"dry_run":true,"workflow":"/srv/flows/nightly.yml"}"#
+            r#"{"parallel":4,"max_retries":2,"filter":"error_type == \"Timeout\"","force":true,"rate":2.5,"dry_run":true,"workflow":"/srv/flows/nightly.yml","reason":"upstream fixed"}"#
         );
         let empty: RetryRequest = serde_json::from_str("{}").unwrap();
         assert_eq!(empty, RetryRequest::default());

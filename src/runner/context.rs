@@ -98,16 +98,18 @@ impl<B: Bus> JobContext<B> {
     }
 
     /// Removes an item of this job from the DLQ because it now succeeded (a `resolved`
-    /// removal event), durably; the removal is published in the background. An item already
-    /// gone is not an error.
+    /// removal event naming `by`, the operator whose retry it was), durably; the removal is
+    /// published in the background. An item already gone is not an error.
     pub(super) async fn remove_resolved(
         &self,
         item_id: &str,
+        by: Option<&dlq::domain::event::RemovedBy>,
     ) -> Result<(), dlq::emitter::EmitError> {
         let command = dlq::domain::command::Command::Remove {
             job_id: self.record.job_id.clone(),
             item_id: item_id.to_owned(),
             reason: dlq::domain::event::RemovalReason::Resolved,
+            by: by.cloned(),
         };
         match self
             .emitter

@@ -1,7 +1,7 @@
 //! `GET /v1/audit?limit=&offset=`: the operators' actions, newest first, from the sink's log:
 //! each run of events naming the same operator ([`RemovedBy`]), reason given, kind of action
-//! and job is one action (a clear, a purge of one job, a delete, a redrive); an edit is an
-//! action of its own, with its patch and the values it replaced.
+//! and job is one action (a clear, a purge of one job, a delete, a retry's resolved items, a
+//! redrive); an edit is an action of its own, with its patch and the values it replaced.
 
 use axum::extract::State;
 use axum::response::IntoResponse;
@@ -26,7 +26,8 @@ pub struct Action {
     pub at: DateTime<Utc>,
     /// The token's name, or `local`.
     pub who: String,
-    /// `cleared`, `purged`, `deleted`, `redriven` or `edited`.
+    /// `cleared`, `purged`, `deleted`, `retried` (the items a retry resolved), `redriven` or
+    /// `edited`.
     pub what: &'static str,
     /// The job of the items.
     pub job_id: String,
@@ -64,7 +65,8 @@ fn operated(kind: EventKind) -> Option<(RemovedBy, &'static str, Option<serde_js
 
 fn removal_name(reason: RemovalReason) -> &'static str {
     match reason {
-        RemovalReason::Resolved => "resolved",
+        // Only a retry names an operator on a resolved removal (a redrive's outcome names none).
+        RemovalReason::Resolved => "retried",
         RemovalReason::Cleared => "cleared",
         RemovalReason::Purged => "purged",
         RemovalReason::Evicted => "evicted",
@@ -161,6 +163,8 @@ mod tests {
             removed(4, "b", Deleted, Some(("ops", ""))),
             removed(5, "b", Deleted, Some(("ops", "poison"))),
             removed(6, "b", Purged, None),
+            removed(7, "b", Resolved, Some(("ops", "upstream fixed"))),
+            removed(8, "b", Resolved, Some(("ops", "upstream fixed"))),
         ];
         let got: Vec<_> = actions(events)
             .into_iter()
@@ -183,6 +187,13 @@ mod tests {
                     "b".into(),
                     Some("poison".into()),
                     1
+                ),
+                (
+                    "ops".into(),
+                    "retried",
+                    "b".into(),
+                    Some("upstream fixed".into()),
+                    2
                 ),
             ]
         );

@@ -24,7 +24,7 @@
 //! | `GET /v1/items/{job_id}/{item_id}/events` | the item's lines of `dlq events JOB` |
 //! | `GET /v1/stats?job_id=`, `GET /v1/analyze?job_id=` | `dlq stats`, `dlq analyze` |
 //! | `POST /v1/jobs/{job_id}/clear?drain_timeout=` | `dlq clear --yes` |
-//! | `POST /v1/jobs/{job_id}/retry` `{"parallel", "max_retries", "filter", "force", "rate", "dry_run", "workflow"}` (all optional: `{}`; [`RetryRequest`]) | `dlq retry JOB` (`retry_route`; answers when the retry finished) |
+//! | `POST /v1/jobs/{job_id}/retry` `{"parallel", "max_retries", "filter", "force", "rate", "dry_run", "workflow", "reason"}` (all optional: `{}`; [`RetryRequest`]) | `dlq retry JOB` (`retry_route`; answers when the retry finished) |
 //! | `POST /v1/purge` `{"older_than_days", "job_id", "drain_timeout", "dry_run"}` ([`PurgeRequest`]) | `dlq purge --yes` |
 //! | `POST /v1/redrive` `{"ids", "generations", filter fields, "all", "rate", "canary", "canary_percent", "halt_above", "patch", "dry_run", "reason"}` ([`RedriveRequest`]) | `dlq redrive --yes` (`redrive_route`; operator role; 409 without a redrive handler) |
 //!

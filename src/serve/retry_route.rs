@@ -1,7 +1,8 @@
 //! `POST /v1/jobs/{job_id}/retry`: `dlq retry` run by the server that holds the data directory.
 //!
 //! The request waits until the retry finished and answers its report, rendered like `dlq
-//! retry` prints it. Two requests for one job at the same time never run one item twice: each
+//! retry` prints it. Each item it resolves is removed naming the caller's token and the body's
+//! `reason`. Two requests for one job at the same time never run one item twice: each
 //! item is claimed by the retry running it (see `crate::runner::retry`).
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
@@ -9,14 +10,16 @@ use axum::extract::{Path, State};
 use axum::Json;
 use tokio_util::sync::CancellationToken;
 
-use super::routes::{rendered, Answer, Pairs, Shared};
+use super::routes::{rendered, Answer, Called, Pairs, Shared};
 use crate::render::retry::write_retry;
+use crate::request::reason::removed_by;
 use crate::request::{Params, RequestError, RetryRequest};
 use crate::runner::{retry_job, ProgressMode, RetryJob};
 
 /// Runs the retry and answers its report.
 pub async fn retry(
     State(state): Shared,
+    caller: Called,
     path: Result<Path<String>, PathRejection>,
     pairs: Pairs,
     body: Result<Json<RetryRequest>, JsonRejection>,
@@ -27,6 +30,7 @@ pub async fn retry(
     params.finish("/v1/jobs/{job_id}/retry")?;
     let Json(body) = body?;
     let options = body.options()?;
+    let by = removed_by(&caller.name, body.reason.as_deref())?;
     let report = retry_job(RetryJob {
         emitter: state.emitter.clone(),
         run: state.run.clone(),
@@ -36,6 +40,7 @@ pub async fn retry(
         stop: CancellationToken::new(),
         kill: CancellationToken::new(),
         mode: ProgressMode::Quiet,
+        by,
     })
     .await
     .map_err(RequestError::Run)?;

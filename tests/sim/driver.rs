@@ -128,6 +128,7 @@ pub async fn apply(world: &mut World, op: &Op) -> Result<String, Fatal> {
                 job_id: job.clone(),
                 item_id: id.clone(),
                 reason: RemovalReason::Resolved,
+                by: None,
             };
             match world.emitter().submit("sim", command).await {
                 Ok(_) => {

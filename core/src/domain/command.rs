@@ -34,6 +34,8 @@ pub enum Command {
         item_id: String,
         /// Why.
         reason: RemovalReason,
+        /// The operator who asked (e.g. the retry that resolved it), named on the event.
+        by: Option<RemovedBy>,
     },
     /// Change an item's flags.
     UpdateFlags {
@@ -274,6 +276,7 @@ fn decide_ref<V: StateView>(
             job_id,
             item_id,
             reason,
+            by,
         } => {
             let existing = view.item(job_id, item_id).map_err(DecideError::State)?;
             let Some(_) = existing else {
@@ -285,7 +288,7 @@ fn decide_ref<V: StateView>(
             let kind = EventKind::ItemRemoved {
                 item_id: item_id.clone(),
                 reason: *reason,
-                removed_by: None,
+                removed_by: by.clone(),
                 generation: None,
             };
             Ok(vec![draft(job_id, "", kind)])

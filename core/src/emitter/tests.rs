@@ -169,6 +169,7 @@ async fn unknown_items_and_bad_ids_are_refused_without_publishing() {
                 job_id: "j".into(),
                 item_id: "nope".into(),
                 reason: crate::domain::event::RemovalReason::Resolved,
+                by: None,
             },
         )
         .await

@@ -144,7 +144,7 @@ async fn dead_letter<B: Bus>(ctx: &JobContext<B>, work: &Work, result: &AgentRes
 
 /// Removes a re-run DLQ item that now succeeded (a `resolved` removal event).
 async fn resolve<B: Bus>(ctx: &JobContext<B>, item_id: &str) {
-    if let Err(err) = ctx.remove_resolved(item_id).await {
+    if let Err(err) = ctx.remove_resolved(item_id, None).await {
         warn!(error = %err, item_id, "could not remove the resolved item from the DLQ");
     }
 }

@@ -17,6 +17,7 @@ use crate::runner::job_events::JobEventKind;
 use crate::runner::job_store::OutcomeRecord;
 use crate::runner::job_summary::Outcome;
 use dlq::bus::Bus;
+use dlq::domain::event::RemovedBy;
 use dlq::domain::model::DeadLetteredItem;
 use dlq::emitter::EmitError;
 
@@ -54,14 +55,16 @@ impl Drop for Claim {
     }
 }
 
-/// Retries one item: up to `max_retries` attempts, then resolve or record the failures.
+/// Retries one item: up to `max_retries` attempts, then resolve (a removal naming `by`) or
+/// record the failures.
 pub(super) async fn retry_item<B: Bus>(
     ctx: Arc<JobContext<B>>,
     item_id: String,
     max_retries: u32,
     stop: CancellationToken,
+    by: Arc<RemovedBy>,
 ) -> (String, ItemEnd) {
-    let end = retry_claimed(&ctx, &item_id, max_retries, &stop).await;
+    let end = retry_claimed(&ctx, &item_id, max_retries, &stop, &by).await;
     (item_id, end)
 }
 
@@ -70,6 +73,7 @@ async fn retry_claimed<B: Bus>(
     item_id: &str,
     max_retries: u32,
     stop: &CancellationToken,
+    by: &RemovedBy,
 ) -> ItemEnd {
     let job_id = &ctx.record.job_id;
     let Some(_claim) = Claim::take(job_id, item_id) else {
@@ -101,7 +105,7 @@ async fn retry_claimed<B: Bus>(
         }
         let result = run_agent(&spec, &ctx.cancel).await;
         match result.status {
-            AgentStatus::Success => return resolve(ctx, item_id, attempt).await,
+            AgentStatus::Success => return resolve(ctx, item_id, attempt, by).await,
             AgentStatus::Cancelled => break,
             AgentStatus::Failed(_) | AgentStatus::Timeout => {
                 if let Some(detail) = failure_detail(&result, attempt, Utc::now()) {
@@ -144,9 +148,14 @@ async fn retry_claimed<B: Bus>(
     }
 }
 
-/// Removes a retried item that succeeded and records it as succeeded for the job.
-async fn resolve<B: Bus>(ctx: &JobContext<B>, item_id: &str, attempts: u32) -> ItemEnd {
-    if let Err(err) = ctx.remove_resolved(item_id).await {
+/// Removes a retried item that succeeded (naming `by`) and records it as succeeded for the job.
+async fn resolve<B: Bus>(
+    ctx: &JobContext<B>,
+    item_id: &str,
+    attempts: u32,
+    by: &RemovedBy,
+) -> ItemEnd {
+    if let Err(err) = ctx.remove_resolved(item_id, Some(by)).await {
         warn!(error = %err, item_id, "the retry succeeded but the item could not be removed");
         return ItemEnd::NotRecorded;
     }

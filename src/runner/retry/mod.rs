@@ -3,7 +3,8 @@
 //! Items are selected by streaming the job's items from the sink (only their ids are kept):
 //! `reprocess_eligible` ones unless `force`, and those matching the CEL `filter`. Each selected
 //! item is attempted up to `max_retries` times with the workflow's backoff. Success removes it
-//! from the DLQ with a `resolved` removal event; failure appends the new attempts to its
+//! from the DLQ with a `resolved` removal event naming the operator who asked (`removed_by`);
+//! failure appends the new attempts to its
 //! history (so `failure_count` grows). At most `parallel` items run at once, and with `rate`
 //! at most that many start per second.
 //!
@@ -29,6 +30,7 @@ use super::progress::{Progress, ProgressMode};
 use super::workflow::Workflow;
 use crate::query::cel::CelFilter;
 use dlq::bus::Bus;
+use dlq::domain::event::RemovedBy;
 use dlq::emitter::Emitter;
 use dlq::sink::LocalSink;
 
@@ -116,6 +118,9 @@ pub(crate) struct RetryJob<'a, B: Bus> {
     pub kill: CancellationToken,
     /// How progress is shown.
     pub mode: ProgressMode,
+    /// The operator who asked (API token name or `local`, and the reason), named on each
+    /// resolved item's removal event.
+    pub by: RemovedBy,
 }
 
 /// Retries the dead-lettered items of `job.job_id` (see the module doc).
@@ -129,6 +134,7 @@ pub(crate) async fn retry_job<B: Bus>(job: RetryJob<'_, B>) -> Result<RetryRepor
         stop,
         kill,
         mode,
+        by,
     } = job;
     let (store, record) = match open_job(&run.data_dir, job_id, workflow) {
         Err(RunError::NoTemplate { job_id, data_dir })
@@ -163,6 +169,7 @@ pub(crate) async fn retry_job<B: Bus>(job: RetryJob<'_, B>) -> Result<RetryRepor
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticker
     });
+    let by = Arc::new(by);
     let mut running = JoinSet::new();
     let mut pending = selected.into_iter();
     let parallel = options.parallel.max(1);
@@ -180,6 +187,7 @@ pub(crate) async fn retry_job<B: Bus>(job: RetryJob<'_, B>) -> Result<RetryRepor
                 item_id.clone(),
                 options.max_retries,
                 stop.clone(),
+                by.clone(),
             ));
             progress.in_flight(running.len());
         }

@@ -24,6 +24,7 @@ async fn log() -> Vec<Event> {
                 job_id: "job".into(),
                 item_id: id,
                 reason: crate::domain::event::RemovalReason::Resolved,
+                by: None,
             };
             sink.append(remove).await.unwrap();
         }

@@ -1,4 +1,4 @@
-// The audit view: who removed, redrove or edited what, when and why (GET /v1/audit, built from
+// The audit view: who removed, retried, redrove or edited what, when and why (GET /v1/audit, built from
 // the events that name an operator), newest first, a page at a time; an edit with its diff.
 import { el, replace, table, text, note } from "./dom.js";
 import { call, query } from "./api.js";
@@ -20,7 +20,7 @@ export async function audit(root, route) {
   ]);
   const link = (to, label) => el("a", { href: "#/audit" + query({ offset: to || "" }) }, label);
   replace(root, el("h1", {}, "Audit"),
-    el("p", { class: "muted" }, "Clears, purges, deletes, redrives and edits operators asked for, newest first: the API token's name, or local for a command run on the data directory."),
+    el("p", { class: "muted" }, "Clears, purges, deletes, retries, redrives and edits operators asked for, newest first: the API token's name, or local for a command run on the data directory."),
     rows.length
       ? table(["when", "who", "what", "job", "items", "reason"], rows, { id: "audit-table" })
       : note("info", "No operator action yet."),
