@@ -114,10 +114,37 @@ pub async fn fan_out(
 }
 
 /// A node's error answer as one line.
-pub fn error_of(reply: &ControlReply) -> String {
+fn error_of(reply: &ControlReply) -> String {
     reply.body["error"]
         .as_str()
         .map_or_else(|| reply.body.to_string(), str::to_owned)
+}
+
+/// Files `node`'s answer under `nodes`: its body when it answered 200 (returned, for the
+/// caller's counts), else its error, also added to `failed`.
+pub fn accept(
+    node: String,
+    answer: Result<ControlReply, NodeError>,
+    nodes: &mut serde_json::Map<String, Value>,
+    failed: &mut Vec<String>,
+) -> Option<Value> {
+    match answer {
+        Ok(reply) if reply.status == 200 => {
+            nodes.insert(node, reply.body.clone());
+            Some(reply.body)
+        }
+        Ok(reply) => {
+            let message = error_of(&reply);
+            failed.push(format!("node {node}: {message}"));
+            nodes.insert(node, json!({ "status": reply.status, "error": message }));
+            None
+        }
+        Err(err) => {
+            failed.push(err.to_string());
+            nodes.insert(node, json!({ "error": err.to_string() }));
+            None
+        }
+    }
 }
 
 /// The merged answer of a delete: the HTTP status and the JSON body.
@@ -167,20 +194,8 @@ pub async fn delete(
     };
     let answers = fan_out(control, &grouped, "/v1/delete", &by, part, ACTION_TIMEOUT).await;
     for (node, answer) in answers {
-        match answer {
-            Ok(reply) if reply.status == 200 => {
-                removed += reply.body["removed"].as_u64().unwrap_or(0);
-                nodes.insert(node, reply.body);
-            }
-            Ok(reply) => {
-                let message = error_of(&reply);
-                failed.push(format!("node {node}: {message}"));
-                nodes.insert(node, json!({ "status": reply.status, "error": message }));
-            }
-            Err(err) => {
-                failed.push(err.to_string());
-                nodes.insert(node, json!({ "error": err.to_string() }));
-            }
+        if let Some(body) = accept(node, answer, &mut nodes, &mut failed) {
+            removed += body["removed"].as_u64().unwrap_or(0);
         }
     }
     let mut body = json!({ "removed": removed, "nodes": nodes, "unknown": grouped.unknown });

@@ -19,7 +19,7 @@ use axum::response::IntoResponse;
 use axum::Json;
 use serde_json::{json, Map, Value};
 
-use super::actions::{self, error_of, Grouped};
+use super::actions::{self, accept, Grouped};
 use super::control_client::NodeError;
 use super::routes::{json_only, take_node, Answer, Called, Shared};
 use crate::request::params::Params;
@@ -129,29 +129,17 @@ pub fn merge(
     let mut lists: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
     let mut halted = false;
     for (node, answer) in answers {
-        match answer {
-            Ok(reply) if reply.status == 200 => {
-                for key in counts {
-                    let sum =
-                        merged[*key].as_u64().unwrap_or(0) + reply.body[*key].as_u64().unwrap_or(0);
-                    merged.insert((*key).to_owned(), json!(sum));
-                }
-                halted |= reply.body["halted"].as_bool().unwrap_or(false);
-                for key in ["items", "halted_by", "failures"] {
-                    let list = reply.body[key].as_array().cloned().unwrap_or_default();
-                    lists.entry(key).or_default().extend(list);
-                }
-                nodes.insert(node, reply.body);
-            }
-            Ok(reply) => {
-                let message = error_of(&reply);
-                failed.push(format!("node {node}: {message}"));
-                nodes.insert(node, json!({ "status": reply.status, "error": message }));
-            }
-            Err(err) => {
-                failed.push(err.to_string());
-                nodes.insert(node, json!({ "error": err.to_string() }));
-            }
+        let Some(body) = accept(node, answer, &mut nodes, &mut failed) else {
+            continue;
+        };
+        for key in counts {
+            let sum = merged[*key].as_u64().unwrap_or(0) + body[*key].as_u64().unwrap_or(0);
+            merged.insert((*key).to_owned(), json!(sum));
+        }
+        halted |= body["halted"].as_bool().unwrap_or(false);
+        for key in ["items", "halted_by", "failures"] {
+            let list = body[key].as_array().cloned().unwrap_or_default();
+            lists.entry(key).or_default().extend(list);
         }
     }
     if dry_run {
