@@ -5,7 +5,7 @@
 #
 # Runs durable_emit, baselines, operator_queries (10,000 / 100,000 / 1,000,000 items) and
 # sink_footprint (100,000 / 1,000,000 items), then consumer_rebuild, consumer_lag and
-# runner_overhead (issues 5 and 3), each with `--json`, and merges their rows with the
+# runner_overhead (issues 5 and 3) and peers (issue 37's K = 1 targets), each with `--json`, and merges their rows with the
 # `suite_table` bench into benches/results/suite.md and suite.json. Each bench's own table
 # (stdout) and progress (stderr) are kept beside them in benches/results/suite-raw/.
 #
@@ -61,7 +61,7 @@ mkdir -p "$raw"
 echo "building the benches (release) ..."
 cargo bench --no-run --bench durable_emit --bench baselines --bench operator_queries \
     --bench sink_footprint --bench suite_table --bench consumer_rebuild --bench consumer_lag \
-    --bench runner_overhead
+    --bench runner_overhead --bench peers
 
 # run NAME BENCH ARGS...: stdout to suite-raw/NAME.md, stderr to suite-raw/NAME.log.
 run() {
@@ -110,6 +110,9 @@ else
 fi
 run 09-consumer_lag consumer_lag "${mode[@]}"
 run 10-runner_overhead runner_overhead "${mode[@]}"
+# Issue 37's K = 1 targets: dlq beside the serial ceiling and its peers (Redis + JetStream,
+# RabbitMQ quorum queue with confirms: the machine's services).
+run 11-peers peers "${mode[@]}"
 
 cargo bench -q --bench suite_table -- --in "$raw" --md "$out/suite.md" --json "$out/suite.json" \
     --note "command: \`$shown\`, commit $commit, started $started, ended $(date -u +%Y-%m-%dT%H:%M:%SZ)" \

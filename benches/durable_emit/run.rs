@@ -28,8 +28,15 @@ pub struct Row {
     pub p50_us: Option<u64>,
     pub p99_us: Option<u64>,
     pub p999_us: Option<u64>,
-    /// Durable events/s of the plain-file limit this row is read against, and what it is.
+    /// Events/s of the ceiling this row is read against (the plain-file limit, the bus alone
+    /// or the serial ceiling), and what it is.
     pub limit: Option<(f64, String)>,
+    /// The share of `limit` the row must reach, and the target's text (`None`: read only).
+    pub limit_target: Option<(f64, &'static str)>,
+    /// This process's CPU (user + system) per event over the calls, in µs.
+    pub cpu_us: Option<f64>,
+    /// The most CPU per event the row may cost (issue 37), in µs.
+    pub cpu_target_us: Option<f64>,
     pub target: Option<String>,
     pub target_met: Option<bool>,
     pub note: String,

@@ -176,9 +176,17 @@ fn table(mode: &Mode, bytes: usize, outcomes: &[Outcome]) -> String {
     text
 }
 
+/// Where dlq and its peers are in the outcomes.
+const DLQ: usize = 2;
+const PEERS: [usize; 2] = [3, 4];
+/// Issue 37's K = 1 targets: dlq at this share of the serial ceiling, and this many times the
+/// better peer.
+const SERIAL_SHARE: f64 = 0.9;
+const PEER_TIMES: f64 = 1.1;
+
 fn suite_rows(outcomes: &[Outcome]) -> Vec<SuiteRow> {
     let plain = rate_at(outcomes, PLAIN);
-    outcomes
+    let mut rows: Vec<SuiteRow> = outcomes
         .iter()
         .filter_map(|o| o.run.as_ref().ok().map(|run| (o.name, run)))
         .map(|(name, run)| {
@@ -187,5 +195,42 @@ fn suite_rows(outcomes: &[Outcome]) -> Vec<SuiteRow> {
                 .against(plain, "plain file append + fdatasync")
                 .latency_us(q(0.5), q(0.99), q(0.999))
         })
-        .collect()
+        .collect();
+    let dlq = rate_at(outcomes, DLQ);
+    if dlq.is_nan() {
+        return rows;
+    }
+    let serial = 1.0 / (1.0 / plain + 1.0 / rate_at(outcomes, BUS_ALONE));
+    if serial.is_finite() {
+        let row = SuiteRow::new(
+            "peers, one at a time",
+            "dlq against the serial ceiling",
+            dlq,
+            "events/s",
+        )
+        .against(
+            serial,
+            "serial ceiling 1/(1/plain + 1/bus), rows plain file and bus alone",
+        );
+        let met = row.ratio.is_some_and(|r| r >= SERIAL_SHARE);
+        rows.push(row.target(">= 90 % of the serial ceiling (K = 1)", met));
+    }
+    let better = PEERS
+        .iter()
+        .map(|&i| (i, rate_at(outcomes, i)))
+        .filter(|(_, rate)| !rate.is_nan())
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    if let Some((index, rate)) = better {
+        let name = outcomes.get(index).map_or("", |o| o.name);
+        let row = SuiteRow::new(
+            "peers, one at a time",
+            "dlq against the better peer",
+            dlq,
+            "events/s",
+        )
+        .against(rate, format!("the better peer that ran: {name}"));
+        let met = row.ratio.is_some_and(|r| r >= PEER_TIMES);
+        rows.push(row.target(">= 1.1 x the better peer (K = 1)", met));
+    }
+    rows
 }
