@@ -82,6 +82,8 @@ mod no_faults;
 mod open;
 mod projection;
 mod remove;
+#[cfg(test)]
+mod run_cache_tests;
 mod writer;
 
 /// What tests outside the crate must reach inside the sink: not part of the API, and built

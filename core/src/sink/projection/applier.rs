@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use tracing::warn;
 
+use crate::sink::projection::index_runs::RunCache;
 use crate::sink::projection::projector;
 use crate::sink::projection::staged::Layer;
 use crate::sink::projection::Write;
@@ -54,6 +55,9 @@ struct State {
     failed: Option<String>,
     /// Someone waits for the applier: stop lingering.
     hurry: bool,
+    /// Moves each time the writer applied the projection itself ([`Applied::recovered`]):
+    /// the applier then drops what it kept of the tree ([`RunCache`]).
+    generation: u64,
 }
 
 /// Longest a query waits for the applier before it reads what is there.
@@ -106,6 +110,11 @@ impl Applied {
             .push_back((first, through, Arc::new(layer)));
     }
 
+    /// How many times the writer applied the projection itself (see [`Applied::recovered`]).
+    fn generation(&self) -> u64 {
+        self.lock().generation
+    }
+
     /// Why the applier stopped, if it did.
     pub(crate) fn failure(&self) -> Option<String> {
         self.lock().failed.clone()
@@ -117,6 +126,7 @@ impl Applied {
         state.through = through;
         state.pending.clear();
         state.failed = None;
+        state.generation += 1;
         self.changed.notify_all();
     }
 
@@ -214,6 +224,8 @@ pub(crate) fn spawn(
 }
 
 fn run(tree: &sled::Tree, applied: &Applied, jobs: &Receiver<Job>, faults: &Faults) {
+    // The runs this thread wrote, as the tree holds them: valid while the generation stays.
+    let (mut cache, mut generation) = (RunCache::default(), applied.generation());
     while let Ok(first) = jobs.recv() {
         faults.wait_while_applier_paused();
         let (mut writes, mut through) = (first.writes, first.through);
@@ -229,7 +241,10 @@ fn run(tree: &sled::Tree, applied: &Applied, jobs: &Receiver<Job>, faults: &Faul
             applied.fail("an earlier batch failed".into(), through);
             continue;
         }
-        match projector::apply(tree, writes, through) {
+        if applied.generation() != generation {
+            (cache, generation) = (RunCache::default(), applied.generation());
+        }
+        match projector::apply_cached(tree, writes, through, &mut cache) {
             Ok(()) => applied.done(through),
             Err(err) => {
                 warn!(error = %err, "sled refused the projection of durable groups; the writer applies them from the log");

@@ -10,7 +10,7 @@ use tracing::warn;
 
 use crate::domain::event::Event;
 use crate::sink::log_fs::Reader;
-use crate::sink::projection::index_runs::RunEdits;
+use crate::sink::projection::index_runs::{RunCache, RunEdits};
 use crate::sink::projection::keys;
 use crate::sink::projection::staged::Staged;
 use crate::sink::projection::Write;
@@ -22,8 +22,19 @@ const CHUNK: usize = 10_000;
 /// Applies `writes` (the projection changes of events up to `through`) and the mark, as one
 /// sled batch. Index keys among them change the index runs they fall in ([`crate::sink::projection::index_runs`]).
 pub(crate) fn apply(tree: &sled::Tree, writes: Vec<Write>, through: u64) -> Result<(), SinkError> {
+    apply_cached(tree, writes, through, &mut RunCache::default())
+}
+
+/// [`apply`], editing the runs `cache` holds without reading them from sled; `cache` then
+/// holds them as this batch left them (empty if sled refused it).
+pub(crate) fn apply_cached(
+    tree: &sled::Tree,
+    writes: Vec<Write>,
+    through: u64,
+    cache: &mut RunCache,
+) -> Result<(), SinkError> {
     let mut batch = sled::Batch::default();
-    let mut runs = RunEdits::new(tree);
+    let mut runs = RunEdits::cached(tree, std::mem::take(cache));
     for (key, value) in writes {
         if runs.set(&key, value.is_some())? {
             continue;
@@ -33,9 +44,10 @@ pub(crate) fn apply(tree: &sled::Tree, writes: Vec<Write>, through: u64) -> Resu
             None => batch.remove(key),
         }
     }
-    runs.write_into(&mut batch);
+    let after = runs.write_into(&mut batch);
     batch.insert(keys::APPLIED_THROUGH, &through.to_be_bytes());
     tree.apply_batch(batch)?;
+    *cache = after;
     Ok(())
 }
 

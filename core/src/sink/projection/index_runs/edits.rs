@@ -1,5 +1,10 @@
 //! Changes to the runs of one sled batch: inserts and removes of logical index keys, applied
 //! to the runs they land in, read once and written once per batch.
+//!
+//! The applier keeps the runs it wrote decoded between its batches ([`RunCache`]): new items
+//! land in the same few runs (the newest of each job and index) batch after batch, and reading
+//! each of them back from sled (two range seeks and a decode per run) cost the applier more
+//! than editing them (issue 37, docs/benchmarks.md).
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -7,6 +12,32 @@ use std::ops::Bound;
 use super::run::Run;
 use super::{codec, run_kind, RUN_MAX};
 use crate::sink::{show_key, SinkError};
+
+/// Most runs a [`RunCache`] keeps: the newest run of each job in each of the three indexes
+/// for a few hundred busy jobs, a few hundred KiB.
+const CACHE_MAX_RUNS: usize = 1024;
+
+/// Runs as an applier's earlier batches left them in sled, decoded, each with the key of the
+/// next run of its kind. Valid only while nobody else writes the runs: the applier drops it
+/// when the writer applied the projection itself (`Applied::generation`), and a batch sled
+/// refused leaves it empty (its runs were taken out for the batch).
+#[derive(Default)]
+pub(crate) struct RunCache {
+    runs: BTreeMap<Vec<u8>, Loaded>,
+}
+
+impl RunCache {
+    /// Each run held: its key, its entries and the key of the next run of its kind.
+    #[cfg(test)]
+    pub(crate) fn runs(&self) -> Vec<(Vec<u8>, Vec<Vec<u8>>, Option<Vec<u8>>)> {
+        let runs = self.runs.iter();
+        runs.map(|(key, loaded)| {
+            let entries = loaded.entries.iter().map(<[u8]>::to_vec).collect();
+            (key.clone(), entries, loaded.next.clone())
+        })
+        .collect()
+    }
+}
 
 /// A run read during the batch, with where the next run of its kind begins.
 struct Loaded {
@@ -21,14 +52,22 @@ struct Loaded {
 pub(crate) struct RunEdits<'t> {
     tree: &'t sled::Tree,
     runs: BTreeMap<Vec<u8>, Loaded>,
+    /// Runs as the tree holds them, decoded by earlier batches: taken from here before sled.
+    cache: RunCache,
 }
 
 impl<'t> RunEdits<'t> {
     /// Starts the edits of one batch over `tree`.
     pub(crate) fn new(tree: &'t sled::Tree) -> Self {
+        Self::cached(tree, RunCache::default())
+    }
+
+    /// Starts the edits of one batch over `tree`, whose runs `cache` holds as they are now.
+    pub(crate) fn cached(tree: &'t sled::Tree, cache: RunCache) -> Self {
         RunEdits {
             tree,
             runs: BTreeMap::new(),
+            cache,
         }
     }
 
@@ -51,32 +90,62 @@ impl<'t> RunEdits<'t> {
     /// Writes every changed run into `batch`: runs longer than [`RUN_MAX`] split, empty
     /// ones deleted. A split's new keys fall strictly between the run's key and the next
     /// run's (its entries do), so they never meet another run's key.
-    pub(crate) fn write_into(self, batch: &mut sled::Batch) {
-        for (key, loaded) in self.runs {
-            let entries = loaded.entries;
+    ///
+    /// Returns the runs as the tree holds them once `batch` is applied: the cache for the next
+    /// batch, to be kept only if sled took this one. It is empty when a run was deleted (the
+    /// run before it, if cached, would name a next run that is gone).
+    pub(crate) fn write_into(self, batch: &mut sled::Batch) -> RunCache {
+        let RunEdits { runs, cache, .. } = self;
+        let mut written = BTreeMap::new();
+        let mut deleted = false;
+        for (key, loaded) in runs {
+            let Loaded { entries, next } = loaded;
             if entries.is_empty() {
                 batch.remove(key);
+                deleted = true;
                 continue;
             }
             let Some(&kind) = key.first() else { continue };
-            let pieces = match entries.len() {
-                n if n > RUN_MAX => n.div_ceil(RUN_MAX),
-                _ => 1,
-            };
+            if entries.len() <= RUN_MAX {
+                batch.insert(key.as_slice(), codec::encode(entries.iter()));
+                written.insert(key, Loaded { entries, next });
+                continue;
+            }
+            let pieces = entries.len().div_ceil(RUN_MAX);
             let per_piece = entries.len().div_ceil(pieces);
-            for piece in 0..pieces {
-                let first = piece * per_piece;
-                let last = (first + per_piece).min(entries.len());
-                let run_key = match piece {
+            let starts: Vec<usize> = (0..pieces).map(|piece| piece * per_piece).collect();
+            let keys: Vec<Vec<u8>> = starts
+                .iter()
+                .map(|&first| match first {
                     0 => key.clone(),
                     _ => [&[kind][..], entries.get(first)].concat(),
-                };
-                batch.insert(
+                })
+                .collect();
+            for (piece, &first) in starts.iter().enumerate() {
+                let last = (first + per_piece).min(entries.len());
+                let part = entries.slice(first..last);
+                let run_key = keys[piece].clone();
+                batch.insert(run_key.as_slice(), codec::encode(part.iter()));
+                let next = keys.get(piece + 1).cloned().or_else(|| next.clone());
+                written.insert(
                     run_key,
-                    codec::encode((first..last).map(|n| entries.get(n))),
+                    Loaded {
+                        entries: part,
+                        next,
+                    },
                 );
             }
         }
+        if deleted || written.len() > CACHE_MAX_RUNS {
+            return RunCache::default();
+        }
+        let mut kept = cache;
+        if kept.runs.len() + written.len() > CACHE_MAX_RUNS {
+            // The runs this batch wrote are the likeliest to be written next.
+            kept.runs.clear();
+        }
+        kept.runs.extend(written);
+        kept
     }
 
     /// The run `entry` of `kind` belongs in, loaded: the last run keyed at or below it, or
@@ -84,19 +153,13 @@ impl<'t> RunEdits<'t> {
     fn run_for(&mut self, kind: u8, entry: &[u8]) -> Result<&mut Run, SinkError> {
         let target = [&[kind][..], entry].concat();
         // New runs appear only when the batch is written, so the tree's runs are the batch's
-        // (an emptied run stays until then). A loaded run answers when no run of the tree
-        // starts between it and the entry.
-        let known = self
-            .runs
-            .range::<[u8], _>((Bound::Unbounded, Bound::Included(target.as_slice())))
-            .next_back()
-            .filter(|(key, loaded)| {
-                key.first() == Some(&kind) && loaded.next.as_ref().is_none_or(|next| target < *next)
-            })
-            .map(|(key, _)| key.clone());
-        let key = match known {
+        // (an emptied run stays until then), and the cache's are the tree's.
+        let key = match covering(&self.runs, kind, &target) {
             Some(key) => key,
-            None => self.load(kind, &target)?,
+            None => match covering(&self.cache.runs, kind, &target) {
+                Some(key) => self.take_cached(key),
+                None => self.load(kind, &target)?,
+            },
         };
         match self.runs.get_mut(&key) {
             Some(loaded) => Ok(&mut loaded.entries),
@@ -107,6 +170,14 @@ impl<'t> RunEdits<'t> {
                 source: None,
             }),
         }
+    }
+
+    /// Moves a cached run into the batch; returns its key.
+    fn take_cached(&mut self, key: Vec<u8>) -> Vec<u8> {
+        if let Some(loaded) = self.cache.runs.remove(&key) {
+            self.runs.insert(key.clone(), loaded);
+        }
+        key
     }
 
     /// Reads the run of the tree that holds `target` (or the sentinel) unless the batch has it
@@ -121,6 +192,9 @@ impl<'t> RunEdits<'t> {
         };
         if self.runs.contains_key(&key) {
             return Ok(key);
+        }
+        if self.cache.runs.contains_key(&key) {
+            return Ok(self.take_cached(key));
         }
         let entries = match value {
             Some(value) => codec::decode(&value).ok_or_else(|| SinkError::Corrupt {
@@ -141,4 +215,15 @@ impl<'t> RunEdits<'t> {
         self.runs.insert(key.clone(), Loaded { entries, next });
         Ok(key)
     }
+}
+
+/// The run of `runs` that holds `target` (a run key of `kind`): the last one keyed at or below
+/// it, when no run of the tree starts between the two.
+fn covering(runs: &BTreeMap<Vec<u8>, Loaded>, kind: u8, target: &[u8]) -> Option<Vec<u8>> {
+    runs.range::<[u8], _>((Bound::Unbounded, Bound::Included(target)))
+        .next_back()
+        .filter(|(key, loaded)| {
+            key.first() == Some(&kind) && loaded.next.as_deref().is_none_or(|next| target < next)
+        })
+        .map(|(key, _)| key.clone())
 }

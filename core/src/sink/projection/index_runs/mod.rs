@@ -21,7 +21,7 @@ mod edits;
 mod range;
 mod run;
 
-pub(crate) use edits::RunEdits;
+pub(crate) use edits::{RunCache, RunEdits};
 pub(crate) use range::{range, RunRange};
 
 use super::keys;
@@ -47,6 +47,43 @@ fn logical_key(run_kind: u8, entry: &[u8]) -> Vec<u8> {
     key.push(run_kind.to_ascii_lowercase());
     key.extend_from_slice(entry);
     key
+}
+
+/// What breaks the invariants above in `tree`'s runs, one line each (nothing: they hold).
+#[cfg(test)]
+pub(crate) fn violations(tree: &sled::Tree) -> Vec<String> {
+    let mut found = Vec::new();
+    for kind in keys::INDEX_RUNS {
+        let mut previous_last: Option<Vec<u8>> = None;
+        for entry in tree.scan_prefix(kind) {
+            let Ok((key, value)) = entry else {
+                found.push("sled refused the scan".into());
+                break;
+            };
+            let shown = crate::sink::show_key(&key);
+            let Some(run) = codec::decode(&value) else {
+                found.push(format!("run {shown} does not decode"));
+                continue;
+            };
+            let (Some(first), Some(last)) = (run.iter().next(), run.iter().last()) else {
+                found.push(format!("run {shown} is empty"));
+                continue;
+            };
+            if first < &key[1..] {
+                found.push(format!("run {shown} holds an entry below its key"));
+            }
+            if previous_last
+                .as_deref()
+                .is_some_and(|before| before >= &key[1..])
+            {
+                found.push(format!(
+                    "the run before {shown} holds entries at or after its key"
+                ));
+            }
+            previous_last = Some(last.to_vec());
+        }
+    }
+    found
 }
 
 #[cfg(test)]

@@ -42,9 +42,29 @@ impl Run {
     }
 
     /// The entries in order.
-    #[cfg(test)]
     pub(crate) fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
         (0..self.len()).map(|index| self.get(index))
+    }
+
+    /// A run of the entries at `indexes` (clamped to the run).
+    pub(crate) fn slice(&self, indexes: Range<usize>) -> Run {
+        let end = indexes.end.min(self.len());
+        let start = indexes.start.min(end);
+        let from = self.span(start).start;
+        let to = match end {
+            0 => 0,
+            _ => self.span(end - 1).end,
+        };
+        Run {
+            bytes: self.bytes.get(from..to).unwrap_or_default().to_vec(),
+            ends: self
+                .ends
+                .get(start..end)
+                .unwrap_or_default()
+                .iter()
+                .map(|e| e - from)
+                .collect(),
+        }
     }
 
     /// Where `entry` is (`Ok`) or would go (`Err`).
@@ -156,6 +176,16 @@ mod tests {
         run.remove(0);
         assert!(run.is_empty() && run.last().is_none());
         assert_eq!(run, Run::default());
+    }
+
+    #[test]
+    fn a_slice_holds_the_entries_it_names() {
+        let run = run_of(&[b"a", b"bb", b"ccc", b"dddd"]);
+        assert_eq!(run.slice(1..3), run_of(&[b"bb", b"ccc"]));
+        assert_eq!(run.slice(0..4), run);
+        assert_eq!(run.slice(3..9), run_of(&[b"dddd"]));
+        assert_eq!(run.slice(2..2), Run::default());
+        assert_eq!(run.slice(5..9), Run::default());
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 
-use super::{codec, range, RunEdits, RUN_MAX};
+use super::{codec, range, RunCache, RunEdits, RUN_MAX};
 use crate::sink::projection::keys;
 
 fn tree() -> sled::Tree {
@@ -14,13 +14,46 @@ fn tree() -> sled::Tree {
 
 /// Applies `ops` (key, present) as one batch, as the projector does.
 fn apply(tree: &sled::Tree, ops: &[(Vec<u8>, bool)]) {
-    let mut edits = RunEdits::new(tree);
+    apply_cached(tree, ops, &mut RunCache::default());
+}
+
+/// [`apply`] over the runs `cache` holds, as the applier does; `cache` then holds them as
+/// the batch left them.
+fn apply_cached(tree: &sled::Tree, ops: &[(Vec<u8>, bool)], cache: &mut RunCache) {
+    let mut edits = RunEdits::cached(tree, std::mem::take(cache));
     let mut batch = sled::Batch::default();
     for (key, present) in ops {
         assert!(edits.set(key, *present).unwrap());
     }
-    edits.write_into(&mut batch);
+    *cache = edits.write_into(&mut batch);
     tree.apply_batch(batch).unwrap();
+}
+
+/// Every cached run is the tree's run of that key, entry for entry, and names the tree's next
+/// run of its kind.
+fn check_cache(tree: &sled::Tree, cache: &RunCache) {
+    for (key, entries, next) in cache.runs() {
+        let stored = tree
+            .get(&key)
+            .unwrap()
+            .expect("a cached run is in the tree");
+        let stored: Vec<Vec<u8>> = codec::decode(&stored)
+            .unwrap()
+            .iter()
+            .map(<[u8]>::to_vec)
+            .collect();
+        assert_eq!(entries, stored, "cached run {key:?}");
+        let kind = key[0];
+        let after = (
+            std::ops::Bound::Excluded(key.clone()),
+            std::ops::Bound::Excluded(vec![kind + 1]),
+        );
+        let tree_next = tree
+            .range(after)
+            .next()
+            .map(|found| found.unwrap().0.to_vec());
+        assert_eq!(next, tree_next, "the run after cached run {key:?}");
+    }
 }
 
 fn entries(tree: &sled::Tree, from: &[u8], to: Option<&[u8]>) -> Vec<Vec<u8>> {
@@ -88,6 +121,47 @@ fn a_job_filled_in_order_splits_into_runs_and_reads_back() {
 }
 
 #[test]
+fn the_cache_follows_splits_and_is_dropped_when_a_run_goes() {
+    let tree = tree();
+    let mut cache = RunCache::default();
+    let keys: Vec<Vec<u8>> = (0..1000).map(|n| age_key(3, n, n)).collect();
+    for chunk in keys.chunks(50) {
+        let ops: Vec<_> = chunk.iter().map(|k| (k.clone(), true)).collect();
+        apply_cached(&tree, &ops, &mut cache);
+        check_cache(&tree, &cache);
+        assert!(!cache.runs().is_empty(), "the runs written stay cached");
+    }
+    assert_eq!(entries(&tree, keys::BY_AGE, None), keys);
+    // Emptying the second run deletes it, so the first run's next one changes: the cache
+    // must not keep naming the deleted run.
+    let runs: Vec<(Vec<u8>, Vec<Vec<u8>>, Option<Vec<u8>>)> = cache.runs();
+    let (_, second, _) = &runs[1];
+    let gone: Vec<(Vec<u8>, bool)> = second
+        .iter()
+        .map(|entry| ([keys::BY_AGE, entry].concat(), false))
+        .collect();
+    apply_cached(&tree, &gone, &mut cache);
+    check_cache(&tree, &cache);
+    check_runs(&tree, keys::AGE_RUNS);
+    let left: Vec<Vec<u8>> = keys
+        .iter()
+        .filter(|k| !gone.iter().any(|(g, _)| g == *k))
+        .cloned()
+        .collect();
+    assert_eq!(entries(&tree, keys::BY_AGE, None), left);
+    // Entries of the deleted run's range land in the run before it.
+    let back: Vec<_> = gone.iter().map(|(k, _)| (k.clone(), true)).collect();
+    apply_cached(&tree, &back, &mut cache);
+    check_cache(&tree, &cache);
+    check_runs(&tree, keys::AGE_RUNS);
+    assert_eq!(entries(&tree, keys::BY_AGE, None), keys);
+    // A malformed run in the tree is still reported when the cache does not hold it.
+    tree.insert(keys::FIFO_RUNS, &[0x80][..]).unwrap();
+    let mut edits = RunEdits::cached(&tree, cache);
+    assert!(edits.set(&keys::fifo("job-1", 1, "item-1"), true).is_err());
+}
+
+#[test]
 fn emptied_runs_are_deleted() {
     let tree = tree();
     let keys: Vec<Vec<u8>> = (0..300).map(|n| age_key(2, n, n)).collect();
@@ -138,7 +212,8 @@ proptest! {
         lo in (0u8..3, 0u16..400),
         hi in (0u8..4, 0u16..400),
     ) {
-        let tree = tree();
+        let (tree, cached_tree) = (tree(), tree());
+        let mut cache = RunCache::default();
         let mut model: BTreeSet<Vec<u8>> = BTreeSet::new();
         for batch in batches {
             let mut ops: Vec<(Vec<u8>, bool)> = Vec::new();
@@ -153,7 +228,12 @@ proptest! {
             apply(&tree, &ops);
             check_runs(&tree, keys::AGE_RUNS);
             let all: Vec<Vec<u8>> = model.iter().cloned().collect();
-            prop_assert_eq!(entries(&tree, keys::BY_AGE, None), all);
+            prop_assert_eq!(entries(&tree, keys::BY_AGE, None), all.clone());
+            // The applier's way: each batch edits the runs the last one left in its cache.
+            apply_cached(&cached_tree, &ops, &mut cache);
+            check_runs(&cached_tree, keys::AGE_RUNS);
+            check_cache(&cached_tree, &cache);
+            prop_assert_eq!(entries(&cached_tree, keys::BY_AGE, None), all);
         }
         let (from, to) = (age_key(lo.0, lo.1, 0), age_key(hi.0, hi.1, 0));
         let expected: Vec<Vec<u8>> = model.iter().filter(|k| **k >= from && **k < to).cloned().collect();
