@@ -9,14 +9,12 @@ use super::run::Run;
 
 /// Encodes `entries` (ascending, distinct).
 pub(crate) fn encode<'a>(entries: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
-    let mut out = Vec::new();
+    let entries = entries.into_iter();
+    // About two varints and a dozen bytes of its own per entry: one allocation for most runs.
+    let mut out = Vec::with_capacity(entries.size_hint().0 * 16);
     let mut previous: &[u8] = &[];
     for entry in entries {
-        let shared = previous
-            .iter()
-            .zip(entry)
-            .take_while(|(a, b)| a == b)
-            .count();
+        let shared = shared_prefix(previous, entry);
         put_varint(&mut out, shared as u64);
         put_varint(&mut out, (entry.len() - shared) as u64);
         out.extend_from_slice(&entry[shared..]);
@@ -48,6 +46,36 @@ pub(crate) fn decode(mut bytes: &[u8]) -> Option<Run> {
         }
     }
     Some(run)
+}
+
+/// How many leading bytes `a` and `b` share, compared eight at a time: the entries of one
+/// job share its id and most of a timestamp or sequence, 20 to 40 bytes.
+fn shared_prefix(a: &[u8], b: &[u8]) -> usize {
+    let max = a.len().min(b.len());
+    let word = |bytes: &[u8], at: usize| {
+        let eight = bytes
+            .get(at..at + 8)
+            .and_then(|s| <[u8; 8]>::try_from(s).ok());
+        eight.map_or(0, u64::from_le_bytes)
+    };
+    let mut at = 0;
+    while at + 8 <= max {
+        let differ = word(a, at) ^ word(b, at);
+        if differ != 0 {
+            // Little-endian: the first differing byte holds the lowest set bit.
+            return at + (differ.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    let (rest_a, rest_b) = (
+        a.get(at..max).unwrap_or_default(),
+        b.get(at..max).unwrap_or_default(),
+    );
+    at + rest_a
+        .iter()
+        .zip(rest_b)
+        .take_while(|(x, y)| x == y)
+        .count()
 }
 
 fn put_varint(out: &mut Vec<u8>, mut value: u64) {
@@ -94,6 +122,20 @@ mod tests {
         let bytes = encode(entries.iter().map(Vec::as_slice));
         assert!(bytes.len() < 100 * 12, "{} bytes", bytes.len());
         assert_eq!(entries_of(&bytes), Some(entries));
+    }
+
+    #[test]
+    fn shared_prefixes_are_counted_to_the_byte() {
+        let base: Vec<u8> = (0..40).collect();
+        for differ_at in 0..40 {
+            let mut other = base.clone();
+            other[differ_at] ^= 0x40;
+            assert_eq!(shared_prefix(&base, &other), differ_at);
+            assert_eq!(shared_prefix(&base[..differ_at], &other), differ_at);
+        }
+        assert_eq!(shared_prefix(&base, &base), 40);
+        assert_eq!(shared_prefix(&base[..17], &base), 17);
+        assert_eq!(shared_prefix(&[], &base), 0);
     }
 
     #[test]
