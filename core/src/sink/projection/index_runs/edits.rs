@@ -26,10 +26,14 @@ pub(crate) struct RunCache {
     runs: BTreeMap<Vec<u8>, Loaded>,
 }
 
+/// A cached run as tests see it: its key, its entries and the key of the next run of its kind.
+#[cfg(test)]
+pub(crate) type CachedRun = (Vec<u8>, Vec<Vec<u8>>, Option<Vec<u8>>);
+
 impl RunCache {
-    /// Each run held: its key, its entries and the key of the next run of its kind.
+    /// Each run held.
     #[cfg(test)]
-    pub(crate) fn runs(&self) -> Vec<(Vec<u8>, Vec<Vec<u8>>, Option<Vec<u8>>)> {
+    pub(crate) fn runs(&self) -> Vec<CachedRun> {
         let runs = self.runs.iter();
         runs.map(|(key, loaded)| {
             let entries = loaded.entries.iter().map(<[u8]>::to_vec).collect();

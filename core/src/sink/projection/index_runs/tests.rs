@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 
+use super::edits::CachedRun;
 use super::{codec, range, RunCache, RunEdits, RUN_MAX};
 use crate::sink::projection::keys;
 
@@ -134,7 +135,7 @@ fn the_cache_follows_splits_and_is_dropped_when_a_run_goes() {
     assert_eq!(entries(&tree, keys::BY_AGE, None), keys);
     // Emptying the second run deletes it, so the first run's next one changes: the cache
     // must not keep naming the deleted run.
-    let runs: Vec<(Vec<u8>, Vec<Vec<u8>>, Option<Vec<u8>>)> = cache.runs();
+    let runs: Vec<CachedRun> = cache.runs();
     let (_, second, _) = &runs[1];
     let gone: Vec<(Vec<u8>, bool)> = second
         .iter()
