@@ -6,7 +6,9 @@
 //! (`dlq::consumer::read_from_start`, what `dlq consume` and `dlq verify` do) and (2) a durable
 //! consumer's first catch-up into its own sled store; then the two halves of (1) apart: the bus
 //! alone (every message fetched, nothing decoded; the first pass, which also copies the payloads,
-//! is not timed) and our CPU alone (decode and fold of those payloads, no bus). Without `--bench` (under `cargo test`) it
+//! is not timed) and our CPU alone (decode and fold of those payloads, no bus); and (3) the fleet
+//! console's first catch-up (`dlq console`'s consumer and its view, until the view holds every
+//! item). Without `--bench` (under `cargo test`) it
 //! runs with 500 events as a smoke test. Each rebuild runs `--runs` times (default 3; the durable
 //! one into a fresh store each time) and the median is reported. Progress goes
 //! to stderr. Figures are reported, never asserted. `--json PATH` also writes the suite's rows
@@ -29,6 +31,7 @@ use dlq::domain::event::Event;
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::emitter::EmitterBuilder;
 use dlq::sink::{LocalSink, Sink, SinkConfig};
+use dlq_ops::serve::console::{follow, Console, ControlClient};
 use dlq_testkit::bench::suite;
 use dlq_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
@@ -184,7 +187,32 @@ fn main() {
             durable.push(started.elapsed().as_secs_f64());
             assert_eq!(run.applied_this_run as usize, events);
         }
+        eprintln!("{runs} console catch-up(s) ...");
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let mut console_secs = Vec::new();
+        for run in 0..runs {
+            let store = ConsumerStore::open(&work.path().join(format!("console-{run}"))).unwrap();
+            let console = Console::new(ControlClient::new(client.clone(), "dlq.control"));
+            let stop = CancellationToken::new();
+            let config = DurableConfig {
+                name: format!("bench-console-{run}"),
+                ..config.clone()
+            };
+            let started = Instant::now();
+            let following = tokio::spawn(follow(config, store, console.clone(), stop.clone()));
+            // Caught up once the view (what the page and the API read) holds every item.
+            let deadline = started + Duration::from_secs(600);
+            let held = || console.view().nodes().iter().map(|n| n.items).sum::<u64>();
+            while held() < events as u64 {
+                assert!(Instant::now() < deadline, "the console holds {} of {events} items after 600 s", held());
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            console_secs.push(started.elapsed().as_secs_f64());
+            stop.cancel();
+            following.await.unwrap();
+        }
         eprintln!("done");
+        let console = median(console_secs);
         let (in_memory, durable) = (median(in_memory), median(durable));
         let (read_only, fold_only) = (median(read_only), median(fold_only));
 
@@ -201,6 +229,10 @@ fn main() {
             events as f64 / durable
         );
         println!(
+            "| the fleet console's first catch-up (consumer, store and view) | {:.0} | {console:.2} |",
+            events as f64 / console
+        );
+        println!(
             "| the bus alone: fetch every message, decode nothing | {:.0} | {read_only:.2} |",
             events as f64 / read_only
         );
@@ -214,6 +246,7 @@ fn main() {
             let rows = [
                 ("rebuild from the stream, in memory (`dlq consume`, `dlq verify`)", in_memory),
                 ("rebuild from the stream, durable consumer's first catch-up", durable),
+                ("rebuild from the stream, the fleet console's first catch-up (`dlq console`)", console),
             ]
             .map(|(figure, secs)| {
                 let rate = events as f64 / secs;

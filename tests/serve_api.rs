@@ -244,6 +244,7 @@ fn every_route_answers_what_the_cli_prints_and_the_cli_goes_through_it() {
     assert!(
         stderr.contains("Another process holds this data directory")
             && stderr.contains("`dlq serve`")
+            && stderr.contains("delete, redrive and retry go through that API")
             && stderr.contains(&format!("pid {}", server.child.id()))
             && stderr.contains(&format!("http://127.0.0.1:{}", server.port)),
         "{stderr}"

@@ -229,16 +229,17 @@ fn held_message(data_dir: &Path, holder: Option<&Holder>, api: Option<&str>) -> 
     );
     match api {
         Some(url) => format!(
-            "Another process holds this data directory ({dir}): `dlq serve`, {who}, with its API \
-             at {url}. list, inspect, stats, analyze, clear and purge go through that API (pass \
-             --api {url} if it did not answer); for this command stop the server first, or use \
-             another --data-dir"
+            "Another process holds this data directory ({dir}): {who}, serving its admin API \
+             at {url} (`dlq serve`, `dlq run`/`resume` or a scheduler embedding dlq). list, \
+             inspect, stats, analyze, clear, purge, delete, redrive and retry go through that API \
+             (pass --api {url} if it did not answer); for this command stop that process first, \
+             or use another --data-dir"
         ),
         None => format!(
             "Another process holds this data directory ({dir}): {who}, and it serves no admin \
              API. Wait for it to finish or stop it, then retry; or start `dlq serve` on the \
-             directory instead, and list, inspect, stats, analyze, clear and purge will go \
-             through its API"
+             directory instead, and list, inspect, stats, analyze, clear, purge, delete, redrive \
+             and retry will go through its API"
         ),
     }
 }
