@@ -125,12 +125,12 @@ impl<'t> RunEdits<'t> {
                     _ => [&[kind][..], entries.get(first)].concat(),
                 })
                 .collect();
-            for (piece, &first) in starts.iter().enumerate() {
+            let nexts = keys.iter().skip(1).map(Some).chain([next.as_ref()]);
+            for ((&first, run_key), next) in starts.iter().zip(&keys).zip(nexts) {
                 let last = (first + per_piece).min(entries.len());
                 let part = entries.slice(first..last);
-                let run_key = keys[piece].clone();
                 batch.insert(run_key.as_slice(), codec::encode(part.iter()));
-                let next = keys.get(piece + 1).cloned().or_else(|| next.clone());
+                let (run_key, next) = (run_key.clone(), next.cloned());
                 written.insert(
                     run_key,
                     Loaded {
