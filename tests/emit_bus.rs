@@ -384,6 +384,28 @@ async fn store_timeout_before_the_writer_took_the_event_publishes_one_volatile_c
     emitter.shutdown().await.unwrap();
 }
 
+/// An emit's future is moved by every caller that awaits it (and into every task spawned
+/// around it): its failure paths (the volatile publish, the audit, the retry wait, the stream's
+/// setup) are boxed so that it stays a few KB. It was 9.4 KB before they were (issue 37).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emit_future_stays_small() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let emitter = emitter(dir.path(), &server.url(), one_retry()).await;
+    let dead_letter = emitter.dead_letter("small", item("job-1", "a"));
+    let store = emitter.store("small", item("job-1", "b"));
+    let sizes = (size_of_val(&dead_letter), size_of_val(&store));
+    drop((dead_letter, store));
+    emitter.shutdown().await.unwrap();
+    assert!(
+        sizes.0 <= MAX_EMIT_FUTURE && sizes.1 <= MAX_EMIT_FUTURE,
+        "{sizes:?}"
+    );
+}
+
+/// What an emit's future may take, in bytes (`dead_letter`: 2.6 KB in a release build).
+const MAX_EMIT_FUTURE: usize = 4096;
+
 /// The handle schedulers share between workers is `Clone + Send + Sync + 'static`.
 #[test]
 fn the_emitter_handle_can_be_shared_across_tasks() {

@@ -398,7 +398,11 @@ impl NatsBus {
         event: &EncodedEvent,
         msg_id: &str,
     ) -> Result<Published, BusError> {
-        self.ensure_stream().await?;
+        if !self.stream_ready.load(Ordering::SeqCst) {
+            // Only until the stream is set up; boxed, so that every publish's future (held in
+            // every emit's) stays small.
+            Box::pin(self.ensure_stream()).await?;
+        }
         let message = PublishMessage::build()
             .payload(event.json.clone())
             .headers(Self::headers(event, msg_id));

@@ -413,7 +413,8 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
                 }
                 Err(EmitError::Unconfirmed { source: err })
             }
-            (Err(err), _) => Err(self.publish_unstored(topic, err, volatile).await),
+            // Boxed: the failure path's publish would otherwise swell every emit's future.
+            (Err(err), _) => Err(Box::pin(self.publish_unstored(topic, err, volatile)).await),
         }
     }
 

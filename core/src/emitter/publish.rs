@@ -144,8 +144,8 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
                 true
             }
             Err((attempts, err)) => {
-                self.record_emit_failure(topic, event, attempts, err, durable)
-                    .await;
+                // Boxed, as the retry wait below: cold paths kept out of every emit's future.
+                Box::pin(self.record_emit_failure(topic, event, attempts, err, durable)).await;
                 false
             }
         }
@@ -174,7 +174,7 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
             let Some(delay) = budget.retry().filter(|_| retryable) else {
                 return Err((attempts, err));
             };
-            if !self.wait_to_retry(delay, waiter).await {
+            if !Box::pin(self.wait_to_retry(delay, waiter)).await {
                 return Err((attempts, err));
             }
         }
