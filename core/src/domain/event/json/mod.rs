@@ -383,5 +383,4 @@ impl<'a> ser::Serializer for &'a mut Writer {
 }
 
 #[cfg(test)]
-#[path = "json_tests.rs"]
 mod tests;
