@@ -270,6 +270,13 @@ impl NatsBus {
         if self.stream_ready.load(Ordering::SeqCst) {
             return Ok(());
         }
+        // Boxed: the set-up runs once, and its future would otherwise swell every publish's
+        // (and so every emit's) future.
+        Box::pin(self.set_up_stream()).await
+    }
+
+    /// [`NatsBus::ensure_stream`] once the stream is not known ready: one set-up at a time.
+    async fn set_up_stream(&self) -> Result<(), BusError> {
         let _guard = self.stream_setup.lock().await;
         if self.stream_ready.load(Ordering::SeqCst) {
             return Ok(());
@@ -398,11 +405,7 @@ impl NatsBus {
         event: &EncodedEvent,
         msg_id: &str,
     ) -> Result<Published, BusError> {
-        if !self.stream_ready.load(Ordering::SeqCst) {
-            // Only until the stream is set up; boxed, so that every publish's future (held in
-            // every emit's) stays small.
-            Box::pin(self.ensure_stream()).await?;
-        }
+        self.ensure_stream().await?;
         let message = PublishMessage::build()
             .payload(event.json.clone())
             .headers(Self::headers(event, msg_id));
