@@ -41,9 +41,11 @@ pub fn config(cli: &Cli) -> Result<Config, CliError> {
 }
 
 /// sled's page cache (MiB) at most for commands that read every item once (`export`,
-/// `analyze`): a single pass never reads a page twice, so a larger cache only holds memory
-/// (measured at 1,000,000 items: 368 → 311 MiB peak, the same time).
-pub const ONE_PASS_CACHE_MB: u64 = 8;
+/// `analyze`): a single pass never reads a page twice, so a larger
+/// cache only holds memory. sled's own smallest useful cache: the memory a page read in
+/// costs is several times what the cache counts for it (a scan of a 1,000,000-item projection
+/// grows sled by 62 MiB with 8 MiB of cache, 33 MiB with 1 MiB or less, docs/benchmarks.md).
+pub const ONE_PASS_CACHE_MB: u64 = 1;
 
 /// `config` for a command that reads every item once: the cache capped at
 /// [`ONE_PASS_CACHE_MB`].
@@ -193,7 +195,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_pass_caps_the_cache_and_keeps_a_smaller_one() {
+    fn one_pass_caps_the_cache() {
         let mut config = Config::default();
         config.sink.cache_capacity_mb = 64;
         assert_eq!(
@@ -201,6 +203,6 @@ mod tests {
             ONE_PASS_CACHE_MB
         );
         config.sink.cache_capacity_mb = 2;
-        assert_eq!(one_pass(config).sink.cache_capacity_mb, 2);
+        assert_eq!(one_pass(config).sink.cache_capacity_mb, ONE_PASS_CACHE_MB);
     }
 }

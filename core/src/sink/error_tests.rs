@@ -69,3 +69,17 @@ fn a_checkpoint_error_and_its_clone_keep_the_io_error() {
         assert!(err.class() == crate::ErrorClass::Failure && !err.may_be_stored());
     }
 }
+
+#[test]
+fn a_cache_below_a_mebibyte_is_refused_before_anything_is_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data");
+    let config = SinkConfig {
+        cache_capacity_bytes: 0,
+        ..SinkConfig::new(&path)
+    };
+    let err = LocalSink::open(config).err().unwrap();
+    assert!(matches!(err, SinkError::Rejected(_)), "{err}");
+    assert!(err.to_string().contains("sink.cache_capacity_mb"), "{err}");
+    assert!(!path.exists(), "nothing is created");
+}

@@ -28,12 +28,21 @@ use super::writer::{spawn_ticker, Writer};
 use super::{Faults, SinkError};
 use crate::domain::command::Limits;
 
+/// The smallest sled page cache a sink opens with (sled itself panics below 256 bytes).
+pub(crate) const MIN_CACHE_BYTES: u64 = 1024 * 1024;
+
 /// Opens the sink described by `config` and starts its writer thread.
 fn open(config: SinkConfig) -> Result<Inner, SinkError> {
     if config.max_event_bytes > MAX_VALUE_BYTES {
         return Err(SinkError::Rejected(format!(
             "max_event_bytes {} is above the sink's limit of {MAX_VALUE_BYTES} bytes",
             config.max_event_bytes
+        )));
+    }
+    if config.cache_capacity_bytes < MIN_CACHE_BYTES {
+        return Err(SinkError::Rejected(format!(
+            "the sled page cache of {} bytes is below its minimum of 1 MiB: set sink.cache_capacity_mb to 1 or more",
+            config.cache_capacity_bytes
         )));
     }
     if let Some(node_id) = &config.node_id {

@@ -91,8 +91,8 @@ impl<'t> RunEdits<'t> {
         Ok(true)
     }
 
-    /// Writes every changed run into `batch`: runs longer than [`RUN_MAX`] split, empty
-    /// ones deleted. A split's new keys fall strictly between the run's key and the next
+    /// Writes every changed run into `batch`: runs longer than [`RUN_MAX`] split into full
+    /// runs and one with the rest, empty ones deleted. A split's new keys fall strictly between the run's key and the next
     /// run's (its entries do), so they never meet another run's key.
     ///
     /// Returns the runs as the tree holds them once `batch` is applied: the cache for the next
@@ -116,7 +116,7 @@ impl<'t> RunEdits<'t> {
                 continue;
             }
             let pieces = entries.len().div_ceil(RUN_MAX);
-            let per_piece = entries.len().div_ceil(pieces);
+            let per_piece = RUN_MAX;
             let starts: Vec<usize> = (0..pieces).map(|piece| piece * per_piece).collect();
             let keys: Vec<Vec<u8>> = starts
                 .iter()

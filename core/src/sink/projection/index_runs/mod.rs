@@ -26,9 +26,13 @@ pub(crate) use range::{range, RunRange};
 
 use super::keys;
 
-/// Most entries a run holds after a batch; a longer run is split evenly into runs of at most
-/// as many.
-pub(crate) const RUN_MAX: usize = 128;
+/// Most entries a run holds after a batch; a longer run is split into full runs of this many
+/// and one holding the rest (`RunEdits::write_into`). Entries are mostly appended (a new item
+/// is the newest of its job in every index), so a batch rewrites each job's short tail run
+/// while full runs stay put: 32 and the full splits wrote 1.8-2.3 KiB per event where 128
+/// and even splits wrote 2.9-4.5 KiB, at the same CPU per event, and sled's files are ~30 %
+/// smaller after the same `dlq generate` (docs/benchmarks.md, issue 37's fourth round).
+pub(crate) const RUN_MAX: usize = 32;
 
 /// The run kind (`A`, `R`, `F`) of a logical index key (`a`, `r`, `f` first), or `None` for any
 /// other key.

@@ -1,5 +1,5 @@
 //! One run's entries in memory: every entry in one buffer, so loading, editing and writing a
-//! run of 128 entries costs two allocations, not one per entry. Pure code, no I/O.
+//! run of 32 entries costs two allocations, not one per entry. Pure code, no I/O.
 
 use std::ops::Range;
 
