@@ -91,8 +91,8 @@ impl<'t> RunEdits<'t> {
         Ok(true)
     }
 
-    /// Writes every changed run into `batch`: runs longer than [`RUN_MAX`] split into full
-    /// runs and one with the rest, empty ones deleted. A split's new keys fall strictly between the run's key and the next
+    /// Writes every changed run into `batch`: runs longer than [`RUN_MAX`] split (a job's last
+    /// run into full runs and one with the rest, any other evenly), empty ones deleted. A split's new keys fall strictly between the run's key and the next
     /// run's (its entries do), so they never meet another run's key.
     ///
     /// Returns the runs as the tree holds them once `batch` is applied: the cache for the next
@@ -116,7 +116,13 @@ impl<'t> RunEdits<'t> {
                 continue;
             }
             let pieces = entries.len().div_ceil(RUN_MAX);
-            let per_piece = RUN_MAX;
+            // A job's last run grows by appends: full runs and a short tail, so the next
+            // batches rewrite only the tail. Any other run splits evenly, so inserts in one
+            // place (newest first, say) never leave a trail of one-entry runs.
+            let per_piece = match entries.last() {
+                Some(last) if is_jobs_last_run(last, next.as_deref()) => RUN_MAX,
+                _ => entries.len().div_ceil(pieces),
+            };
             let starts: Vec<usize> = (0..pieces).map(|piece| piece * per_piece).collect();
             let keys: Vec<Vec<u8>> = starts
                 .iter()
@@ -230,4 +236,20 @@ fn covering(runs: &BTreeMap<Vec<u8>, Loaded>, kind: u8, target: &[u8]) -> Option
             key.first() == Some(&kind) && loaded.next.as_deref().is_none_or(|next| target < next)
         })
         .map(|(key, _)| key.clone())
+}
+
+/// Whether the run whose last entry is `last_entry` is its job's last: the next run (its key
+/// is the kind byte, then an entry) is another job's, or there is none. An entry starts with
+/// its job and a NUL.
+fn is_jobs_last_run(last_entry: &[u8], next_run_key: Option<&[u8]>) -> bool {
+    match next_run_key.and_then(|key| key.get(1..)) {
+        None => true,
+        Some(next_entry) => job(last_entry).is_none() || job(next_entry) != job(last_entry),
+    }
+}
+
+/// The job part of an index entry: its bytes up to and including the first NUL.
+fn job(entry: &[u8]) -> Option<&[u8]> {
+    let nul = entry.iter().position(|&byte| byte == 0)?;
+    entry.get(..=nul)
 }

@@ -26,12 +26,13 @@ pub(crate) use range::{range, RunRange};
 
 use super::keys;
 
-/// Most entries a run holds after a batch; a longer run is split into full runs of this many
-/// and one holding the rest (`RunEdits::write_into`). Entries are mostly appended (a new item
-/// is the newest of its job in every index), so a batch rewrites each job's short tail run
-/// while full runs stay put: 32 and the full splits wrote 1.8-2.3 KiB per event where 128
-/// and even splits wrote 2.9-4.5 KiB, at the same CPU per event, and sled's files are ~30 %
-/// smaller after the same `dlq generate` (docs/benchmarks.md, issue 37's fourth round).
+/// Most entries a run holds after a batch. A longer run splits (`RunEdits::write_into`): a job's
+/// last run into full runs and one with the rest, so appends (the age and FIFO indexes of new
+/// items) rewrite a short tail in the next batches while full runs stay put; any other run
+/// evenly, so entries that keep landing in one place (the recency index, newest first) never
+/// leave a trail of one-entry runs. 32 wrote 1.9-2.4 KiB per event where 128 with even splits
+/// wrote 3.0-4.5 KiB, at the same CPU per event, and sled's files after `dlq generate` are
+/// 40-45 % smaller (docs/benchmarks.md, issue 37's fourth round).
 pub(crate) const RUN_MAX: usize = 32;
 
 /// The run kind (`A`, `R`, `F`) of a logical index key (`a`, `r`, `f` first), or `None` for any

@@ -36,7 +36,6 @@ impl Run {
     }
 
     /// The last entry, if any.
-    #[cfg(test)]
     pub(crate) fn last(&self) -> Option<&[u8]> {
         self.len().checked_sub(1).map(|last| self.get(last))
     }

@@ -126,6 +126,31 @@ fn a_job_filled_in_order_splits_into_runs_and_reads_back() {
     assert!(entries(&tree, keys::FIFO, None).is_empty());
 }
 
+/// Entries that always land before the job's others (the recency index, newest first, or an
+/// import in reverse order) split the job's first run evenly: no trail of one-entry runs.
+#[test]
+fn a_job_filled_front_first_keeps_its_runs_at_least_half_full() {
+    let tree = tree();
+    let keys: Vec<Vec<u8>> = (0..1000).rev().map(|n| age_key(1, n, n)).collect();
+    for chunk in keys.chunks(7) {
+        let ops: Vec<_> = chunk.iter().map(|k| (k.clone(), true)).collect();
+        apply(&tree, &ops);
+    }
+    check_runs(&tree, keys::AGE_RUNS);
+    let lens: Vec<usize> = tree
+        .scan_prefix(keys::AGE_RUNS)
+        .map(|entry| codec::decode(&entry.unwrap().1).unwrap().len())
+        .collect();
+    let (_, all_but_last) = lens.split_last().unwrap();
+    assert!(
+        all_but_last.iter().all(|&len| len >= RUN_MAX / 2),
+        "{lens:?}"
+    );
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(entries(&tree, keys::BY_AGE, None), sorted);
+}
+
 #[test]
 fn the_cache_follows_splits_and_is_dropped_when_a_run_goes() {
     let tree = tree();
