@@ -99,21 +99,26 @@ fn age_key(job: u8, ms: u16, item: u16) -> Vec<u8> {
     )
 }
 
+/// Inserts `keys` in batches of seven, in the order given; checks the runs and returns the
+/// length of each age run, in order.
+fn insert_by_sevens(tree: &sled::Tree, keys: &[Vec<u8>]) -> Vec<usize> {
+    for chunk in keys.chunks(7) {
+        let ops: Vec<_> = chunk.iter().map(|k| (k.clone(), true)).collect();
+        apply(tree, &ops);
+    }
+    check_runs(tree, keys::AGE_RUNS);
+    tree.scan_prefix(keys::AGE_RUNS)
+        .map(|entry| codec::decode(&entry.unwrap().1).unwrap().len())
+        .collect()
+}
+
 #[test]
 fn a_job_filled_in_order_splits_into_runs_and_reads_back() {
     let tree = tree();
     let keys: Vec<Vec<u8>> = (0..1000).map(|n| age_key(1, n, n)).collect();
-    for chunk in keys.chunks(7) {
-        let ops: Vec<_> = chunk.iter().map(|k| (k.clone(), true)).collect();
-        apply(&tree, &ops);
-    }
-    check_runs(&tree, keys::AGE_RUNS);
+    let lens = insert_by_sevens(&tree, &keys);
     // Appends fill runs to the brim and start the next: only the last run is short, so a
     // batch rewrites a short tail, not a run of RUN_MAX / 2 or more.
-    let lens: Vec<usize> = tree
-        .scan_prefix(keys::AGE_RUNS)
-        .map(|entry| codec::decode(&entry.unwrap().1).unwrap().len())
-        .collect();
     assert_eq!(lens.len(), 1000_usize.div_ceil(RUN_MAX), "{lens:?}");
     let (last, full) = lens.split_last().unwrap();
     assert!(full.iter().all(|&len| len == RUN_MAX), "{lens:?}");
@@ -132,15 +137,7 @@ fn a_job_filled_in_order_splits_into_runs_and_reads_back() {
 fn a_job_filled_front_first_keeps_its_runs_at_least_half_full() {
     let tree = tree();
     let keys: Vec<Vec<u8>> = (0..1000).rev().map(|n| age_key(1, n, n)).collect();
-    for chunk in keys.chunks(7) {
-        let ops: Vec<_> = chunk.iter().map(|k| (k.clone(), true)).collect();
-        apply(&tree, &ops);
-    }
-    check_runs(&tree, keys::AGE_RUNS);
-    let lens: Vec<usize> = tree
-        .scan_prefix(keys::AGE_RUNS)
-        .map(|entry| codec::decode(&entry.unwrap().1).unwrap().len())
-        .collect();
+    let lens = insert_by_sevens(&tree, &keys);
     let (_, all_but_last) = lens.split_last().unwrap();
     assert!(
         all_but_last.iter().all(|&len| len >= RUN_MAX / 2),
