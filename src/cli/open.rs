@@ -41,10 +41,10 @@ pub fn config(cli: &Cli) -> Result<Config, CliError> {
 }
 
 /// sled's page cache (MiB) at most for commands that read every item once (`export`,
-/// `analyze`): a single pass never reads a page twice, so a larger
-/// cache only holds memory. sled's own smallest useful cache: the memory a page read in
-/// costs is several times what the cache counts for it (a scan of a 1,000,000-item projection
-/// grows sled by 62 MiB with 8 MiB of cache, 33 MiB with 1 MiB or less, docs/benchmarks.md).
+/// `analyze`): a single pass never reads a page twice, so a larger cache only holds memory,
+/// and the memory a page read in costs is several times what sled's cache counts for it (a
+/// scan of a 1,000,000-item projection grows sled by 62 MiB with 8 MiB of cache, 33 MiB with
+/// 1 MiB or less, docs/benchmarks.md).
 pub const ONE_PASS_CACHE_MB: u64 = 1;
 
 /// `config` for a command that reads every item once: the cache capped at

@@ -92,7 +92,8 @@ impl<'t> RunEdits<'t> {
     }
 
     /// Writes every changed run into `batch`: runs longer than [`RUN_MAX`] split (a job's last
-    /// run into full runs and one with the rest, any other evenly), empty ones deleted. A split's new keys fall strictly between the run's key and the next
+    /// run into full runs and one with the rest, any other evenly), empty ones deleted. A
+    /// split's new keys fall strictly between the run's key and the next
     /// run's (its entries do), so they never meet another run's key.
     ///
     /// Returns the runs as the tree holds them once `batch` is applied: the cache for the next
