@@ -11,7 +11,7 @@ use dlq::domain::event::{EncodedEvent, Event, EventKind, RemovalReason};
 use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::domain::projection::{MemoryProjection, StoredItem};
 use dlq::sink::purge;
-use dlq::sink::{Backlog, LocalSink, Sink, SinkConfig, SinkError};
+use dlq::sink::{Appended, Backlog, LocalSink, Sink, SinkConfig, SinkError};
 use tempfile::TempDir;
 
 /// `events` as the bus gets them: what the sink stores is exactly their encoding.
@@ -597,9 +597,10 @@ async fn appends_go_on_while_a_periodic_checkpoint_flushes_sled() {
     close(sink).await;
 }
 
-/// `append_encoded` hands each stored event with the exact bytes the log holds for it (what
-/// the emitter publishes without encoding again, issue 37): in order, for an append of two
-/// events (an eviction, then the new item), and equal to the event's own encoding.
+/// `append_encoded` hands each stored event as the exact bytes the log holds for it (what
+/// the emitter publishes without encoding again, issue 37), not the event: in order, for an
+/// append of two events (an eviction, then the new item), equal to the event's own encoding.
+/// The new item moved into the projection uncopied is the item the event carries.
 #[tokio::test]
 async fn append_encoded_gives_each_event_the_bytes_the_log_holds() {
     let (_dir, sink) = fresh(|c| c.capacity_per_job = 1);
@@ -608,10 +609,22 @@ async fn append_encoded_gives_each_event_the_bytes_the_log_holds() {
     assert!(late.is_none());
     let appended = answer.unwrap();
     assert_eq!(appended.len(), 2, "an eviction and the new item");
-    for stored in &appended {
-        let encoded = stored.encoded.as_ref().expect("the writer's bytes");
-        let logged = sink.stored(stored.event.seq).unwrap().expect("in the log");
-        assert_eq!(encoded, &logged, "event {}", stored.event.seq);
-        assert_eq!(encoded, &EncodedEvent::encode(&stored.event).unwrap());
+    let mut events = Vec::new();
+    for stored in appended {
+        let Appended::Encoded(encoded) = &stored else {
+            panic!("the local sink answers append_encoded with the bytes: {stored:?}");
+        };
+        let logged = sink.stored(encoded.seq).unwrap().expect("in the log");
+        assert_eq!(encoded, &logged, "event {}", encoded.seq);
+        let event = stored.clone().into_event().unwrap();
+        assert_eq!(encoded, &EncodedEvent::encode(&event).unwrap());
+        events.push(event);
     }
+    let EventKind::DeadLettered { item } = &events[1].kind else {
+        panic!("the second event is the new item: {:?}", events[1].kind);
+    };
+    let mut expected = item.clone();
+    expected.job_id = "A".into();
+    let stored = sink.item("A", "a2").unwrap().expect("a2 in the projection");
+    assert_eq!(stored.item, expected);
 }

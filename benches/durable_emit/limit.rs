@@ -205,6 +205,7 @@ pub fn physical_limit(
     n: usize,
     rounds: usize,
     records: &[(usize, usize)],
+    sled_rows: bool,
     rows: &mut Vec<Row>,
 ) -> Limits {
     let fdatasync: SyncFn = |file, _| file.sync_data();
@@ -243,7 +244,8 @@ pub fn physical_limit(
             )));
         }
     }
-    for mode in [SledMode::Flush, SledMode::Journal, SledMode::ApplyOnly] {
+    let modes = [SledMode::Flush, SledMode::Journal, SledMode::ApplyOnly];
+    for mode in modes.into_iter().filter(|_| sled_rows) {
         for batch in BATCH_SIZES {
             let ((h, secs), written) = sled_groups(dir, batch, rounds, mode);
             let per_sec = rounds as f64 / secs;

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Durable-emit benchmark:
 //! `cargo bench --bench durable_emit -- [--quick] [--json PATH] [--dir DIR] [--drain N,N]
-//! [--only-drain] [--only-limit] [--sections up,store,down] [--ks 1,64] [--payloads 1,64]`.
+//! [--only-drain] [--only-limit] [--no-sled-limit] [--sections up,store,down] [--ks 1,64] [--payloads 1,64]`.
 //!
 //! Measures (1) this disk's fsync and group-commit limits, (2) `dead_letter` with a real
 //! nats-server up and (3) killed, at K = 1, 8, 64, 256 concurrent emitters with ~1 KiB and
@@ -202,7 +202,7 @@ fn cpu_row(figure: &str, cpu_us: f64, max_us: Option<f64>) -> SuiteRow {
 fn main() {
     let (mut quick, mut json, mut dir) = (false, None::<PathBuf>, None::<PathBuf>);
     let (mut benching, mut drains, mut only_drain) = (false, None::<Vec<usize>>, false);
-    let mut only_limit = false;
+    let (mut only_limit, mut sled_limit) = (false, true);
     let mut sections: Option<Vec<String>> = None;
     let mut only_ks: Option<Vec<usize>> = None;
     let mut only_payloads: Option<Vec<usize>> = None;
@@ -221,6 +221,8 @@ fn main() {
             }
             "--only-drain" => only_drain = true,
             "--only-limit" => only_limit = true,
+            // Skips the limit section's sled rows: a profile then holds only the sink's path.
+            "--no-sled-limit" => sled_limit = false,
             // The emit sections to run after the limit (up, store, down); no drain.
             "--sections" => {
                 let list = args.next().expect("--sections up,store,down");
@@ -296,8 +298,14 @@ fn main() {
     runtime.block_on(async {
         if !only_drain {
             eprintln!("1/4 physical limit ...");
-            let limits =
-                limit::physical_limit(dir, sizes.fsyncs, sizes.rounds, &records, &mut rows);
+            let limits = limit::physical_limit(
+                dir,
+                sizes.fsyncs,
+                sizes.rounds,
+                &records,
+                sled_limit,
+                &mut rows,
+            );
             if only_limit {
                 return;
             }

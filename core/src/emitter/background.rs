@@ -126,7 +126,7 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
     }
 
     fn publish_in_background(&self, topic: &str, events: Vec<Appended>) -> StoredReceipt {
-        let event_ids = events.iter().map(|a| a.event.event_id.clone()).collect();
+        let event_ids = events.iter().map(|a| a.event_id().to_owned()).collect();
         if events.is_empty() {
             return StoredReceipt {
                 event_ids,

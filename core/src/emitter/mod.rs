@@ -33,7 +33,7 @@ mod retention;
 mod stand_in;
 mod topic_policy;
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -382,7 +382,7 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
             Ok(events) => {
                 let outcome = self.publish_all(topic, &events, true, Waiter::Caller).await;
                 Ok(Receipt {
-                    event_ids: events.into_iter().map(|a| a.event.event_id).collect(),
+                    event_ids: events.into_iter().map(Appended::into_event_id).collect(),
                     published: outcome == PublishOutcome::Published,
                 })
             }
@@ -440,7 +440,7 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
                 == PublishOutcome::Published;
         EmitError::NotStored {
             source: err,
-            event_ids: events.into_iter().map(|a| a.event.event_id).collect(),
+            event_ids: events.into_iter().map(Appended::into_event_id).collect(),
             published,
         }
     }

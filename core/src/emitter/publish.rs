@@ -13,7 +13,7 @@
 //! for it and the reconciler publishes the backlog when the bus is back. A caller's retries
 //! sleep their delays in full, as the policy says.
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 use std::time::Duration;
 
 use tracing::{debug, warn};
@@ -21,7 +21,6 @@ use tracing::{debug, warn};
 use super::{Emitter, TopicPolicy};
 use crate::bus::{Bus, BusError, Published};
 use crate::domain::command::Command;
-use crate::domain::event::{EncodedEvent, Event};
 use crate::metrics as m;
 use crate::sink::{Appended, Sink};
 
@@ -119,24 +118,21 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
         budget: &mut Attempts,
         waiter: Waiter,
     ) -> bool {
-        let event = &appended.event;
+        let seq = appended.seq();
         if durable {
-            self.in_flight(|set| set.insert(event.seq));
+            self.in_flight(|set| set.insert(seq));
         }
-        let encoded = appended.encoded.as_ref();
-        let outcome = self
-            .publish_with_retry(event, encoded, budget, waiter)
-            .await;
+        let outcome = self.publish_with_retry(appended, budget, waiter).await;
         if durable {
             if let Ok(published) = &outcome {
-                if let Err(err) = self.inner.sink.mark_published(event.seq) {
-                    warn!(error = %err, event_id = %event.event_id, "cannot mark event published; it will be published again");
+                if let Err(err) = self.inner.sink.mark_published(seq) {
+                    warn!(error = %err, event_id = %appended.event_id(), "cannot mark event published; it will be published again");
                 }
                 if let Some(tracker) = &self.inner.tracker {
-                    tracker.acknowledged(event.seq, &event.event_id, published);
+                    tracker.acknowledged(seq, appended.event_id(), published);
                 }
             }
-            self.in_flight(|set| set.remove(&event.seq));
+            self.in_flight(|set| set.remove(&seq));
         }
         match outcome {
             Ok(_) => {
@@ -145,7 +141,7 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
             }
             Err((attempts, err)) => {
                 // Boxed, as the retry wait below: cold paths kept out of every emit's future.
-                Box::pin(self.record_emit_failure(topic, event, attempts, err, durable)).await;
+                Box::pin(self.record_emit_failure(topic, appended, attempts, err, durable)).await;
                 false
             }
         }
@@ -153,23 +149,22 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
 
     async fn publish_with_retry(
         &self,
-        event: &Event,
-        encoded: Option<&EncodedEvent>,
+        appended: &Appended,
         budget: &mut Attempts,
         waiter: Waiter,
     ) -> Result<Published, (u32, BusError)> {
         let mut attempts = 0u32;
         loop {
             attempts += 1;
-            let published = match encoded {
-                Some(encoded) => self.inner.bus.publish_encoded(encoded).await,
-                None => self.inner.bus.publish(event).await,
+            let published = match appended {
+                Appended::Encoded(encoded) => self.inner.bus.publish_encoded(encoded).await,
+                Appended::Event(event) => self.inner.bus.publish(event).await,
             };
             let err = match published {
                 Ok(published) => return Ok(published),
                 Err(err) => err,
             };
-            debug!(event_id = %event.event_id, attempts, error = %err, "publish attempt failed");
+            debug!(event_id = %appended.event_id(), attempts, error = %err, "publish attempt failed");
             let retryable = !err.is_permanent();
             let Some(delay) = budget.retry().filter(|_| retryable) else {
                 return Err((attempts, err));
@@ -207,18 +202,19 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
     async fn record_emit_failure(
         &self,
         topic: &str,
-        event: &Event,
+        event: &Appended,
         attempts: u32,
         err: BusError,
         durable: bool,
     ) {
         metrics::counter!(m::EMIT_FAILURES, "topic" => topic.to_owned()).increment(1);
-        warn!(event_id = %event.event_id, topic, attempts, error = %err, "publish failed after every retry");
+        let event_id = event.event_id();
+        warn!(event_id, topic, attempts, error = %err, "publish failed after every retry");
         if durable {
             let audit = Command::RecordEmitFailure {
-                job_id: event.job_id.clone(),
+                job_id: event.job_id().to_owned(),
                 topic: topic.to_owned(),
-                failed_event_id: event.event_id.clone(),
+                failed_event_id: event_id.to_owned(),
                 attempts,
                 error: err.to_string(),
             };

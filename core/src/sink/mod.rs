@@ -148,22 +148,70 @@ pub use remove::{clear, delete, purge, remove_in_chunks, REMOVE_CHUNK};
 pub(crate) use writer::checkpoint;
 pub use writer::checkpoint::CheckpointError;
 
-/// One event an append stored, with the exact bytes the log holds for it when the sink has
-/// them: the bus publishes those bytes, so the event is encoded once (issue 37).
+/// One event an append stored: the exact bytes the log holds for it when the sink has them
+/// (the bus publishes those bytes, so the event is encoded once), or the whole event.
 #[derive(Debug, Clone)]
-pub struct Appended {
-    /// The stored event.
-    pub event: Event,
-    /// The event as the log holds it, ready to publish; `None`: the publisher encodes it.
-    pub encoded: Option<EncodedEvent>,
+pub enum Appended {
+    /// The event as the log holds it, with the fields its headers need: what
+    /// [`Sink::append_encoded`] of the local sink answers. The item stays with the sink's
+    /// projection instead of being copied for the caller (issue 37).
+    Encoded(EncodedEvent),
+    /// The whole event (boxed: an event is several times the size of its bytes' handle);
+    /// whoever publishes it encodes it.
+    Event(Box<Event>),
 }
 
 impl Appended {
     /// An event without its bytes: whoever publishes it encodes it.
     pub fn unencoded(event: Event) -> Self {
-        Appended {
-            event,
-            encoded: None,
+        Appended::Event(Box::new(event))
+    }
+
+    /// The event's log sequence (0: a volatile event).
+    pub fn seq(&self) -> u64 {
+        match self {
+            Appended::Encoded(encoded) => encoded.seq,
+            Appended::Event(event) => event.seq,
+        }
+    }
+
+    /// The event's id.
+    pub fn event_id(&self) -> &str {
+        match self {
+            Appended::Encoded(encoded) => &encoded.event_id,
+            Appended::Event(event) => &event.event_id,
+        }
+    }
+
+    /// The job the event concerns.
+    pub fn job_id(&self) -> &str {
+        match self {
+            Appended::Encoded(encoded) => &encoded.job_id,
+            Appended::Event(event) => &event.job_id,
+        }
+    }
+
+    /// The kind's snake-case name.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Appended::Encoded(encoded) => encoded.kind,
+            Appended::Event(event) => event.kind.name(),
+        }
+    }
+
+    /// The event's id, taken.
+    pub fn into_event_id(self) -> String {
+        match self {
+            Appended::Encoded(encoded) => encoded.event_id,
+            Appended::Event(event) => event.event_id,
+        }
+    }
+
+    /// The whole event: decoded from its bytes when only those are here.
+    pub fn into_event(self) -> Result<Event, serde_json::Error> {
+        match self {
+            Appended::Encoded(encoded) => encoded.decode(),
+            Appended::Event(event) => Ok(*event),
         }
     }
 }
@@ -180,7 +228,15 @@ impl LateAnswer {
     /// when the writer stopped without answering (the sink was closed).
     pub async fn wait(self) -> Option<Result<Vec<Event>, SinkError>> {
         let answer = self.0.await.ok()?;
-        Some(answer.map(|appended| appended.into_iter().map(|a| a.event).collect()))
+        let whole = |stored: Appended| {
+            let seq = stored.seq();
+            stored.into_event().map_err(|err| SinkError::Corrupt {
+                key: format!("log event {seq}"),
+                reason: err.to_string(),
+                source: Some(err.into()),
+            })
+        };
+        Some(answer.and_then(|appended| appended.into_iter().map(whole).collect()))
     }
 }
 

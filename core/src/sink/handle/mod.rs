@@ -234,6 +234,42 @@ impl LocalSink {
             .map_err(|_| SinkError::Closed)
     }
 
+    /// Sends an append to the writer and waits for its answer within the store timeout
+    /// (`whole`: answer with the whole events, else with their bytes).
+    async fn request_append(
+        &self,
+        command: Command,
+        whole: bool,
+    ) -> (Result<Vec<Appended>, SinkError>, Option<LateAnswer>) {
+        let timeout = self.inner.store_timeout;
+        let claim = Claim::default();
+        let (reply, mut answer) = oneshot::channel();
+        let deadline = tokio::time::Instant::now() + timeout;
+        let request = Request::Append {
+            command: Box::new(command),
+            reply,
+            claim: claim.clone(),
+            whole,
+        };
+        let waited = match tokio::time::timeout_at(deadline, self.send(request)).await {
+            Ok(Err(err)) => return (Err(err), None),
+            Ok(Ok(())) => tokio::time::timeout_at(deadline, &mut answer).await,
+            // Never queued: withdrawn below.
+            Err(elapsed) => Err(elapsed),
+        };
+        match waited {
+            Ok(Ok(result)) => (result, None),
+            Ok(Err(_)) if !claim.withdraw() => (Err(SinkError::Unconfirmed(timeout)), None),
+            Ok(Err(_)) => (Err(SinkError::Closed), None),
+            // Withdrawn before the writer took it: it will never be stored.
+            Err(_) if claim.withdraw() => (Err(SinkError::Timeout(timeout)), None),
+            Err(_) => (
+                Err(SinkError::Unconfirmed(timeout)),
+                Some(LateAnswer::new(answer)),
+            ),
+        }
+    }
+
     /// Up to `limit` unpublished sequences above `after`, ascending.
     fn unpublished_seqs(&self, after: u64, limit: usize) -> Result<Vec<u64>, SinkError> {
         let state = self.publish_state()?;
@@ -273,8 +309,12 @@ impl Sink for LocalSink {
         &self,
         command: Command,
     ) -> (Result<Vec<Event>, SinkError>, Option<LateAnswer>) {
-        let (result, late) = self.append_encoded(command).await;
-        let events = result.map(|appended| appended.into_iter().map(|a| a.event).collect());
+        let (result, late) = self.request_append(command, true).await;
+        let whole = |stored: Appended| {
+            let seq = stored.seq();
+            stored.into_event().map_err(|err| corrupt(seq, err))
+        };
+        let events = result.and_then(|appended| appended.into_iter().map(whole).collect());
         (events, late)
     }
 
@@ -282,32 +322,7 @@ impl Sink for LocalSink {
         &self,
         command: Command,
     ) -> (Result<Vec<Appended>, SinkError>, Option<LateAnswer>) {
-        let timeout = self.inner.store_timeout;
-        let claim = Claim::default();
-        let (reply, mut answer) = oneshot::channel();
-        let deadline = tokio::time::Instant::now() + timeout;
-        let request = Request::Append {
-            command: Box::new(command),
-            reply,
-            claim: claim.clone(),
-        };
-        let waited = match tokio::time::timeout_at(deadline, self.send(request)).await {
-            Ok(Err(err)) => return (Err(err), None),
-            Ok(Ok(())) => tokio::time::timeout_at(deadline, &mut answer).await,
-            // Never queued: withdrawn below.
-            Err(elapsed) => Err(elapsed),
-        };
-        match waited {
-            Ok(Ok(result)) => (result, None),
-            Ok(Err(_)) if !claim.withdraw() => (Err(SinkError::Unconfirmed(timeout)), None),
-            Ok(Err(_)) => (Err(SinkError::Closed), None),
-            // Withdrawn before the writer took it: it will never be stored.
-            Err(_) if claim.withdraw() => (Err(SinkError::Timeout(timeout)), None),
-            Err(_) => (
-                Err(SinkError::Unconfirmed(timeout)),
-                Some(LateAnswer::new(answer)),
-            ),
-        }
+        self.request_append(command, false).await
     }
 
     fn hold_log_from(&self, floor: Option<u64>) {

@@ -125,7 +125,7 @@ fn apply_events(
     let first_seq = events.first().map_or(through, |e| e.seq);
     let mut staged = Staged::new(tree, reader, first_seq);
     for event in events {
-        staged.stage_events(std::slice::from_ref(event), None)?;
+        staged.stage_events(std::slice::from_ref(event))?;
     }
     apply(tree, staged.into_writes(), through)?;
     Ok(events.len() as u64)

@@ -12,14 +12,18 @@
 //! take the layer's value (the same as what reached the tree), and index scans skip tree entries
 //! a layer changed and drop items counted twice.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+// foldhash, not std's SipHash: the group's tables are hashed several times per event on the
+// writer's path (docs/benchmarks.md, fifth round). Seeded per process.
+use foldhash::{HashMap, HashSet};
 
 use crate::domain::event::Event;
-use crate::domain::projection::{apply, Change, StateView, StoredItem};
+use crate::domain::projection::{apply, apply_owned, Change, StateView, StoredItem};
 use crate::sink::config::MAX_VALUE_BYTES;
 use crate::sink::log_fs::Reader;
 use crate::sink::projection::counters::JobCounters;
@@ -100,34 +104,29 @@ impl<'a> Staged<'a> {
             .find_map(|layer| layer.items.get(key))
     }
 
-    /// Stages `events` as one unit: either all of them join the group, or none does. With
-    /// `log_limit`, returns each event's JSON for the log (refused above that many bytes);
-    /// without, only the projection changes (catching up from the log) and returns nothing.
-    pub(crate) fn stage_events(
+    /// Stages `events` as one unit: either all of them join the group, or none does. Each
+    /// item a change puts is copied out of its event ([`Staged::stage_owned`] moves it).
+    pub(crate) fn stage_events(&mut self, events: &[Event]) -> Result<(), SinkError> {
+        self.stage_all(events.iter().map(Cow::Borrowed))
+    }
+
+    /// Stages `events` as one unit, as [`Staged::stage_events`], moving each item a change
+    /// puts out of its event instead of copying it: the writer's path, whose callers get the
+    /// events' bytes, not the events.
+    pub(crate) fn stage_owned(&mut self, events: Vec<Event>) -> Result<(), SinkError> {
+        self.stage_all(events.into_iter().map(Cow::Owned))
+    }
+
+    fn stage_all<'e>(
         &mut self,
-        events: &[Event],
-        log_limit: Option<usize>,
-    ) -> Result<Vec<Vec<u8>>, SinkError> {
+        events: impl Iterator<Item = Cow<'e, Event>>,
+    ) -> Result<(), SinkError> {
         let mut layer = Layer::default();
-        let mut payloads = Vec::new();
         for event in events {
-            if let Some(limit) = log_limit {
-                let json = event.to_json().map_err(|source| SinkError::Encode {
-                    what: format!("event {}", event.seq),
-                    source,
-                })?;
-                if json.len() > limit {
-                    return Err(SinkError::Rejected(format!(
-                        "event of {} bytes exceeds the limit of {limit} bytes (max_event_bytes): shorten item_data or the failure texts",
-                        json.len()
-                    )));
-                }
-                payloads.push(json);
-            }
             self.stage_projection(&mut layer, event)?;
         }
         self.absorb(layer);
-        Ok(payloads)
+        Ok(())
     }
 
     fn absorb(&mut self, layer: Layer) {
@@ -167,7 +166,7 @@ impl<'a> Staged<'a> {
     }
 
     /// Folds one event into `layer`: item value, indexes and job counters.
-    fn stage_projection(&self, layer: &mut Layer, event: &Event) -> Result<(), SinkError> {
+    fn stage_projection(&self, layer: &mut Layer, event: Cow<'_, Event>) -> Result<(), SinkError> {
         let Some(item_id) = event.kind.item_id() else {
             return Ok(());
         };
@@ -178,7 +177,12 @@ impl<'a> Staged<'a> {
             Some((stored, record)) => (Some(stored), Some(record)),
             None => (None, None),
         };
-        match apply(previous.as_ref(), event) {
+        let (seq, kind) = (event.seq, event.kind.name());
+        let change = match event {
+            Cow::Borrowed(event) => apply(previous.as_ref(), event),
+            Cow::Owned(event) => apply_owned(previous.as_ref(), event),
+        };
+        match change {
             Change::Put { item, previous } => {
                 // A new item is one event, within `max_event_bytes`; a grown one is measured.
                 let size = match &previous {
@@ -190,17 +194,17 @@ impl<'a> Staged<'a> {
                         "item '{}' of job '{}' would grow to {size} bytes with this {} event (limit {MAX_VALUE_BYTES}): resolve, clear or purge it",
                         key.1,
                         key.0,
-                        event.kind.name(),
+                        kind,
                     )));
                 }
-                let record = next_record(record, &item, event.seq)?;
+                let record = next_record(record, &item, seq)?;
                 let value = record.encode();
                 if let Some(previous) = &previous {
                     unindex(&mut layer.writes, previous);
                     count.remove(&previous.item);
                 }
                 count.add(&item.item);
-                layer.counts.insert(event.job_id.clone(), count);
+                layer.counts.insert(key.0.clone(), count);
                 layer.writes.insert(keys::item(&key.0, &key.1), Some(value));
                 index(&mut layer.writes, &item);
                 layer.items.insert(key, Some((*item, record)));
@@ -209,7 +213,7 @@ impl<'a> Staged<'a> {
                 unindex(&mut layer.writes, &previous);
                 layer.writes.insert(keys::item(&key.0, &key.1), None);
                 count.remove(&previous.item);
-                layer.counts.insert(event.job_id.clone(), count);
+                layer.counts.insert(key.0.clone(), count);
                 layer.items.insert(key, None);
             }
             Change::Unchanged => {}
@@ -245,7 +249,7 @@ impl<'a> Staged<'a> {
 
     /// Items created since the tree's last applied group (and still present), each once.
     fn created_here(&self) -> Vec<&StoredItem> {
-        let mut latest: HashMap<&ItemKey, &Option<Entry>> = HashMap::new();
+        let mut latest: HashMap<&ItemKey, &Option<Entry>> = HashMap::default();
         for layer in self.base.iter().map(|b| &**b).chain([&self.group]) {
             latest.extend(layer.items.iter());
         }

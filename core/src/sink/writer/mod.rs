@@ -69,6 +69,9 @@ pub(crate) enum Request {
         reply: oneshot::Sender<Answer>,
         /// Taken by the writer, or withdrawn by a caller that stopped waiting.
         claim: Claim,
+        /// Answer with the whole events ([`Appended::Event`]); otherwise with their bytes only
+        /// ([`Appended::Encoded`]), and each new item moves into the projection uncopied.
+        whole: bool,
     },
     /// Rebuild the projection from the log and the items kept whole; answer with the number
     /// of events applied.
@@ -244,19 +247,23 @@ impl Writer {
         let pinned = sled::pin();
         for request in group {
             match request {
-                Request::Append { command, reply, .. } => {
+                Request::Append {
+                    command,
+                    reply,
+                    whole,
+                    ..
+                } => {
                     let result = match &caught_up {
-                        Ok(()) => self.stage(&mut staged, first, &mut seq, *command),
+                        Ok(()) => self.stage(&mut staged, first, &mut seq, *command, whole),
                         Err(behind) => Err(SinkError::Behind {
                             source: behind.clone(),
                         }),
                     };
                     // Each event's bytes go to the log and, shared, to the caller who
                     // publishes them: encoded once.
-                    let result = result.map(|(events, json)| {
-                        let json: Vec<Bytes> = json.into_iter().map(Bytes::from).collect();
-                        payloads.extend(json.iter().cloned());
-                        appended(events, json)
+                    let result = result.map(|(json, appended)| {
+                        payloads.extend(json);
+                        appended
                     });
                     answers.push((reply, result));
                 }
@@ -280,7 +287,7 @@ impl Writer {
         for (reply, result) in answers {
             if let Ok(appended) = &result {
                 for stored in appended {
-                    let kind = stored.event.kind.name();
+                    let kind = stored.kind_name();
                     metrics::counter!(m::EVENTS_STORED, "kind" => kind).increment(1);
                 }
             }
@@ -317,14 +324,16 @@ impl Writer {
         stop
     }
 
-    /// Decides one command on the group's staged state; returns its events and their JSON.
+    /// Decides one command on the group's staged state; returns its events' JSON for the log
+    /// and the caller's answer (`whole`: the events, else their bytes).
     fn stage(
         &self,
         staged: &mut Staged<'_>,
         group_first: u64,
         seq: &mut u64,
         command: Command,
-    ) -> Result<(Vec<Event>, Vec<Vec<u8>>), SinkError> {
+        whole: bool,
+    ) -> Result<(Vec<Bytes>, Vec<Appended>), SinkError> {
         if self.faults.fail_writes() {
             // Shaped like the disk failure it stands for.
             return Err(SinkError::Io {
@@ -366,9 +375,21 @@ impl Writer {
                 }
             })
             .collect();
-        let json = staged.stage_events(&events, Some(self.max_event_bytes))?;
-        *seq += events.len() as u64;
-        Ok((events, json))
+        let json = encode_for_log(&events, self.max_event_bytes)?;
+        let appended = match whole {
+            true => events.iter().cloned().map(Appended::unencoded).collect(),
+            false => events
+                .iter()
+                .zip(&json)
+                .map(|(event, json)| {
+                    Appended::Encoded(EncodedEvent::with_json(event, json.clone()))
+                })
+                .collect(),
+        };
+        let count = events.len() as u64;
+        staged.stage_owned(events)?;
+        *seq += count;
+        Ok((json, appended))
     }
 
     /// Makes a group durable in the log, then hands its projection to the applier. An error
@@ -442,25 +463,41 @@ impl Writer {
     }
 }
 
-/// Turns every stored (non-empty) answer of a group into the error `error` makes of its events.
+/// Each event's JSON, as the log stores it and the bus carries it; an event above
+/// `max_event_bytes` refuses the whole command.
+fn encode_for_log(events: &[Event], max_event_bytes: usize) -> Result<Vec<Bytes>, SinkError> {
+    let mut payloads = Vec::with_capacity(events.len());
+    for event in events {
+        let json = event.to_json().map_err(|source| SinkError::Encode {
+            what: format!("event {}", event.seq),
+            source,
+        })?;
+        if json.len() > max_event_bytes {
+            return Err(SinkError::Rejected(format!(
+                "event of {} bytes exceeds the limit of {max_event_bytes} bytes (max_event_bytes): shorten item_data or the failure texts",
+                json.len()
+            )));
+        }
+        payloads.push(Bytes::from(json));
+    }
+    Ok(payloads)
+}
+
+/// Turns every stored (non-empty) answer of a group into the error `error` makes of its events
+/// (decoded again where the answer held only their bytes: a failure's cold path).
 fn fail_stored(answers: &mut [(Reply, Answer)], error: impl Fn(Vec<Event>) -> SinkError) {
     for (_, result) in answers.iter_mut() {
         if matches!(result, Ok(appended) if !appended.is_empty()) {
             if let Ok(appended) = std::mem::replace(result, Ok(Vec::new())) {
-                *result = Err(error(appended.into_iter().map(|a| a.event).collect()));
+                let events = appended.into_iter().filter_map(|stored| {
+                    let event_id = stored.event_id().to_owned();
+                    stored
+                        .into_event()
+                        .map_err(|err| warn!(%event_id, error = %err, "an event the log refused cannot be decoded again for its error"))
+                        .ok()
+                });
+                *result = Err(error(events.collect()));
             }
         }
     }
-}
-
-/// The events of one append, each with its bytes as the log holds them.
-fn appended(events: Vec<Event>, json: Vec<Bytes>) -> Vec<Appended> {
-    events
-        .into_iter()
-        .zip(json)
-        .map(|(event, json)| Appended {
-            encoded: Some(EncodedEvent::with_json(&event, json)),
-            event,
-        })
-        .collect()
 }
