@@ -216,6 +216,19 @@ impl Appended {
     }
 }
 
+/// The whole events of an append's answer (decoded where it held only their bytes).
+pub(crate) fn whole_events(appended: Vec<Appended>) -> Result<Vec<Event>, SinkError> {
+    let whole = |stored: Appended| {
+        let seq = stored.seq();
+        stored.into_event().map_err(|err| SinkError::Corrupt {
+            key: format!("log event {seq}"),
+            reason: err.to_string(),
+            source: Some(err.into()),
+        })
+    };
+    appended.into_iter().map(whole).collect()
+}
+
 /// The writer's final answer to an append whose caller was told [`SinkError::Unconfirmed`].
 pub struct LateAnswer(tokio::sync::oneshot::Receiver<writer::Answer>);
 
@@ -228,15 +241,7 @@ impl LateAnswer {
     /// when the writer stopped without answering (the sink was closed).
     pub async fn wait(self) -> Option<Result<Vec<Event>, SinkError>> {
         let answer = self.0.await.ok()?;
-        let whole = |stored: Appended| {
-            let seq = stored.seq();
-            stored.into_event().map_err(|err| SinkError::Corrupt {
-                key: format!("log event {seq}"),
-                reason: err.to_string(),
-                source: Some(err.into()),
-            })
-        };
-        Some(answer.and_then(|appended| appended.into_iter().map(whole).collect()))
+        Some(answer.and_then(whole_events))
     }
 }
 

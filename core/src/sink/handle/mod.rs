@@ -310,12 +310,7 @@ impl Sink for LocalSink {
         command: Command,
     ) -> (Result<Vec<Event>, SinkError>, Option<LateAnswer>) {
         let (result, late) = self.request_append(command, true).await;
-        let whole = |stored: Appended| {
-            let seq = stored.seq();
-            stored.into_event().map_err(|err| corrupt(seq, err))
-        };
-        let events = result.and_then(|appended| appended.into_iter().map(whole).collect());
-        (events, late)
+        (result.and_then(super::whole_events), late)
     }
 
     async fn append_encoded(
