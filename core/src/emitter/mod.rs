@@ -33,12 +33,12 @@ mod retention;
 mod stand_in;
 mod topic_policy;
 
-use foldhash::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use foldhash::HashSet;
 use thiserror::Error;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -396,7 +396,9 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
     /// doc says (a volatile copy of a dead-letter the sink provably never stored is published
     /// before returning [`EmitError::NotStored`]), for both promises alike.
     async fn append(&self, topic: &str, command: Command) -> Result<Vec<Appended>, EmitError> {
-        let volatile = self.volatile_event(topic, &command);
+        // The item is copied now (the command moves into the sink); the copy's id and time are
+        // made only if the sink fails.
+        let volatile = volatile_item(&command);
         match self.inner.sink.append_encoded(command).await {
             (Ok(events), _) => Ok(events),
             (Err(SinkError::NotFound { job_id, item_id }), _) => {
@@ -409,12 +411,16 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
                 warn!(error = %err, topic, "sink slow; the reconciler publishes the event once stored");
                 self.inner.wake_reconciler.notify_one();
                 if let Some(late) = late {
+                    let volatile = volatile.map(|item| self.volatile_event(topic, item));
                     self.watch_late_answer(topic, late, volatile);
                 }
                 Err(EmitError::Unconfirmed { source: err })
             }
             // Boxed: the failure path's publish would otherwise swell every emit's future.
-            (Err(err), _) => Err(Box::pin(self.publish_unstored(topic, err, volatile)).await),
+            (Err(err), _) => {
+                let volatile = volatile.map(|item| self.volatile_event(topic, item));
+                Err(Box::pin(self.publish_unstored(topic, err, volatile)).await)
+            }
         }
     }
 
@@ -445,16 +451,13 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
         }
     }
 
-    /// An event to publish if the sink fails: only dead-letters can be built without state.
-    fn volatile_event(&self, topic: &str, command: &Command) -> Option<Event> {
-        let Command::DeadLetter { item, .. } = command else {
-            return None;
-        };
+    /// The volatile copy of a dead-letter of `item` that the sink did not store.
+    fn volatile_event(&self, topic: &str, item: DeadLetteredItem) -> Event {
         let node_id = self.inner.sink.node_id();
         let now = Utc::now();
         let counter = self.inner.volatile_counter.fetch_add(1, Ordering::Relaxed);
         let nanos = now.timestamp_nanos_opt().unwrap_or(0);
-        Some(Event {
+        Event {
             event_id: Event::volatile_id(node_id, nanos, counter),
             node_id: node_id.to_owned(),
             seq: 0,
@@ -464,10 +467,8 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
             timestamp: now,
             job_id: item.job_id.clone(),
             topic: topic.to_owned(),
-            kind: EventKind::DeadLettered {
-                item: (**item).clone(),
-            },
-        })
+            kind: EventKind::DeadLettered { item },
+        }
     }
 
     /// What anti-entropy has checked and repaired so far; `None` when it is off.
@@ -494,6 +495,15 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
             let _ = task.await;
         }
         self.inner.sink.close().await
+    }
+}
+
+/// What a volatile copy needs if the sink fails: the item of a dead-letter (only dead-letters
+/// can be published without the sink's state).
+fn volatile_item(command: &Command) -> Option<DeadLetteredItem> {
+    match command {
+        Command::DeadLetter { item, .. } => Some((**item).clone()),
+        _ => None,
     }
 }
 

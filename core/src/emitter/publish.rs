@@ -13,9 +13,9 @@
 //! for it and the reconciler publishes the backlog when the bus is back. A caller's retries
 //! sleep their delays in full, as the policy says.
 
-use foldhash::HashSet;
 use std::time::Duration;
 
+use foldhash::HashSet;
 use tracing::{debug, warn};
 
 use super::{Emitter, TopicPolicy};
