@@ -9,9 +9,11 @@
 //! wait until the mark reaches the log's durable mark of when they started
 //! ([`Applied::wait_for`]): a process reads its own writes.
 //!
-//! After a lone small group (one emit at a time) the applier lingers up to [`APPLY_LINGER`]
-//! for more to apply with it, unless someone waits for the projection: fewer sled writes
-//! beside the log's `fdatasync`s.
+//! The applier gathers groups before it applies them: up to [`APPLY_GATHER`] after the first
+//! ([`LONE_GATHER`] when one emit at a time leaves at most two events waiting), or until
+//! [`APPLY_GATHER_EVENTS`] events wait, unless someone waits for the projection (a query, a
+//! checkpoint, a close). Each sled batch rewrites the newest index runs and the counters of
+//! every job it touches, so a batch of many groups writes fewer sled keys per event.
 //!
 //! If sled refuses a batch, the applier stops applying (it may not skip a group) and reports
 //! it; the writer then waits for it to drain and applies the log from sled's mark itself
@@ -41,7 +43,7 @@ pub(crate) struct Job {
 pub(crate) struct Applied {
     state: Mutex<State>,
     changed: Condvar,
-    /// Wakes a lingering applier ([`Applied::linger`]) when someone waits for it.
+    /// Wakes a gathering applier ([`Applied::gather`]) when someone waits for it.
     hurry: Condvar,
 }
 
@@ -53,26 +55,46 @@ struct State {
     pending: VecDeque<(u64, u64, Arc<Layer>)>,
     /// Why the applier stopped, if it did.
     failed: Option<String>,
-    /// Someone waits for the applier: stop lingering.
+    /// Someone waits for the applier: stop gathering.
     hurry: bool,
+    /// The applier's queue is closing: never gather again.
+    closing: bool,
     /// Moves each time the writer applied the projection itself ([`Applied::recovered`]):
     /// the applier then drops what it kept of the tree ([`RunCache`]).
     generation: u64,
 }
 
+impl State {
+    /// How many events the groups handed to the applier hold.
+    fn waiting_events(&self) -> u64 {
+        let last = self
+            .pending
+            .back()
+            .map_or(self.through, |(_, last, _)| *last);
+        last.saturating_sub(self.through)
+    }
+}
+
 /// Longest a query waits for the applier before it reads what is there.
 const QUERY_WAIT: Duration = Duration::from_secs(10);
 
-/// How long the applier waits after a lone small group arrives (none queued behind it) for
-/// more to apply with it, unless someone waits for the projection. Each sled batch makes sled
-/// write its I/O buffer: at one emit at a time that was a sled write beside every `fdatasync`
-/// of the log (15.6 KiB written per 1.9 KB event). Lingering 1 ms cut that to 9.2 KiB and the
-/// p50 of one-at-a-time `Sink::append` from 0.33–0.37 to 0.21–0.25 ms (docs/benchmarks.md,
-/// "The writer, the applier and one emit at a time").
-const APPLY_LINGER: Duration = Duration::from_millis(1);
-/// The applier lingers only after a lone group of at most this many events: larger groups
-/// already share sled's writes, and lingering then cost 15 % at 64 in flight.
-const LINGER_MAX_EVENTS: u64 = 2;
+/// How long the applier gathers groups after the first before it applies them, unless
+/// someone waits for the projection. A sled key costs the applier about the same whatever it
+/// holds, and every batch rewrites the counters and the newest index runs of each job it
+/// touches: applied one group at a time, 64 busy jobs cost about three sled keys per new item.
+/// Gathering 10 ms cut the CPU per event by a quarter to a third at 64 and 256 in flight
+/// (docs/benchmarks.md, issue 37's sixth round).
+const APPLY_GATHER: Duration = Duration::from_millis(10);
+/// The applier stops gathering once this many events wait to be applied: a bound on the
+/// memory the unapplied layers hold and on how long one sled batch takes.
+const APPLY_GATHER_EVENTS: u64 = 2048;
+/// When at most [`LONE_MAX_EVENTS`] events wait (one emit at a time) the applier gathers only
+/// this long: sled writes fewer times beside the log's `fdatasync`s (15.6 KiB written per 1.9
+/// KB event without it, 9.2 with it), while 10 ms there made sled's batches large enough to
+/// slow the log's next `fdatasync` (`store` at K = 1: p99 0.7 → 1.9 ms).
+const LONE_GATHER: Duration = Duration::from_millis(1);
+/// See [`LONE_GATHER`].
+const LONE_MAX_EVENTS: u64 = 2;
 
 impl Applied {
     /// Starts with everything up to `through` applied.
@@ -103,11 +125,13 @@ impl Applied {
         )
     }
 
-    /// Records a group handed to the applier.
+    /// Records a group handed to the applier (and ends its gathering once enough wait).
     pub(crate) fn push(&self, first: u64, through: u64, layer: Layer) {
-        self.lock()
-            .pending
-            .push_back((first, through, Arc::new(layer)));
+        let mut state = self.lock();
+        state.pending.push_back((first, through, Arc::new(layer)));
+        if state.waiting_events() >= APPLY_GATHER_EVENTS {
+            self.hurry.notify_all();
+        }
     }
 
     /// How many times the writer applied the projection itself (see [`Applied::recovered`]).
@@ -130,18 +154,28 @@ impl Applied {
         self.changed.notify_all();
     }
 
-    /// Waits up to `max` (the applier, before it applies what it was given), or less when
-    /// someone waits for the projection meanwhile.
-    pub(crate) fn linger(&self, max: Duration) {
+    /// Waits up to `max` (the applier, gathering groups before it applies them), or less when
+    /// someone waits for the projection or [`APPLY_GATHER_EVENTS`] events wait meanwhile.
+    pub(crate) fn gather(&self, max: Duration) {
         let state = self.lock();
         let (mut state, _) = self
             .hurry
-            .wait_timeout_while(state, max, |state| !state.hurry)
+            .wait_timeout_while(state, max, |state| {
+                !state.hurry && !state.closing && state.waiting_events() < APPLY_GATHER_EVENTS
+            })
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         state.hurry = false;
     }
 
-    /// Ends the applier's linger: someone waits for it.
+    /// The writer closes the applier's queue: the applier applies what it has without
+    /// gathering from now on.
+    pub(crate) fn closing(&self) {
+        let mut state = self.lock();
+        state.closing = true;
+        self.hurry.notify_all();
+    }
+
+    /// Ends the applier's gathering: someone waits for it.
     fn hurry(&self, state: &mut State) {
         state.hurry = true;
         self.hurry.notify_all();
@@ -150,8 +184,10 @@ impl Applied {
     /// Waits until every group handed over was applied or dropped after a failure.
     pub(crate) fn wait_idle(&self) {
         let mut state = self.lock();
-        self.hurry(&mut state);
         while !state.pending.is_empty() {
+            // Again after each batch: a group handed over while the applier took the last
+            // hurry would otherwise wait for a whole gathering.
+            self.hurry(&mut state);
             state = self
                 .changed
                 .wait(state)
@@ -164,10 +200,9 @@ impl Applied {
     pub(crate) fn wait_for(&self, seq: u64) {
         let deadline = Instant::now() + QUERY_WAIT;
         let mut state = self.lock();
-        if state.through < seq {
-            self.hurry(&mut state);
-        }
         while state.through < seq && state.failed.is_none() && !state.pending.is_empty() {
+            // Again after each batch, as in `wait_idle`.
+            self.hurry(&mut state);
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 warn!(
@@ -229,13 +264,10 @@ fn run(tree: &sled::Tree, applied: &Applied, jobs: &Receiver<Job>, faults: &Faul
     while let Ok(first) = jobs.recv() {
         faults.wait_while_applier_paused();
         let (mut writes, mut through) = (first.writes, first.through);
-        let more = take_waiting(jobs, &mut writes, &mut through);
-        if !more && through.saturating_sub(applied.through()) <= LINGER_MAX_EVENTS {
-            // A lone small group (one emit at a time, or nearly): give the next ones a moment
-            // to join it.
-            applied.linger(APPLY_LINGER);
-            take_waiting(jobs, &mut writes, &mut through);
-        }
+        take_waiting(jobs, &mut writes, &mut through);
+        let lone = through.saturating_sub(applied.through()) <= LONE_MAX_EVENTS;
+        applied.gather(if lone { LONE_GATHER } else { APPLY_GATHER });
+        take_waiting(jobs, &mut writes, &mut through);
         if applied.failure().is_some() {
             // Stopped: the writer applies the log from sled's mark once it sees the failure.
             applied.fail("an earlier batch failed".into(), through);
@@ -254,14 +286,12 @@ fn run(tree: &sled::Tree, applied: &Applied, jobs: &Receiver<Job>, faults: &Faul
     }
 }
 
-/// Adds every group already waiting to `writes` and `through`; true when there was one.
-fn take_waiting(jobs: &Receiver<Job>, writes: &mut Vec<Write>, through: &mut u64) -> bool {
-    let mut took = false;
+/// Adds every group already waiting to `writes` and `through`.
+fn take_waiting(jobs: &Receiver<Job>, writes: &mut Vec<Write>, through: &mut u64) {
     while let Ok(next) = jobs.try_recv() {
         writes.extend(next.writes);
-        (took, *through) = (true, next.through);
+        *through = next.through;
     }
-    took
 }
 
 /// The writer's end of the applier.
@@ -272,27 +302,71 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    /// A lingering applier stops lingering as soon as a query waits for the projection, so
-    /// reading one's own writes never pays the linger. (Liveness, not speed: a broken hurry
-    /// leaves the applier lingering for an hour, and the guard below fails the test.)
+    /// A gathering applier stops gathering as soon as a query waits for the projection, so
+    /// reading one's own writes never pays the wait. (Liveness, not speed: a broken hurry
+    /// leaves the applier gathering for an hour, and the guard below fails the test.)
     #[test]
-    fn a_waiting_query_ends_the_linger() {
+    fn a_waiting_query_ends_the_gathering() {
         let applied = Arc::new(Applied::new(0));
         applied.push(1, 1, Layer::default());
-        let (done, lingered) = std::sync::mpsc::channel();
+        let (done, gathered) = std::sync::mpsc::channel();
         let applier = {
             let applied = applied.clone();
             std::thread::spawn(move || {
-                applied.linger(Duration::from_secs(3600));
+                applied.gather(Duration::from_secs(3600));
                 applied.done(1);
                 done.send(()).unwrap();
             })
         };
         applied.wait_for(1);
         assert_eq!(applied.through(), 1, "the query saw the group applied");
-        lingered
+        gathered
             .recv_timeout(Duration::from_secs(60))
-            .expect("the applier still lingers although a query waits");
+            .expect("the applier still gathers although a query waits");
         applier.join().unwrap();
+    }
+
+    /// Gathers for an hour on another thread; the receiver hears when it ended.
+    fn gather_an_hour(applied: &Arc<Applied>) -> std::sync::mpsc::Receiver<()> {
+        let (done, gathered) = std::sync::mpsc::channel();
+        let applied = applied.clone();
+        std::thread::spawn(move || {
+            applied.gather(Duration::from_secs(3600));
+            done.send(()).unwrap();
+        });
+        gathered
+    }
+
+    /// A full batch handed over ends the gathering: the applier never sits on more than
+    /// `APPLY_GATHER_EVENTS` events for the sake of a larger batch.
+    #[test]
+    fn a_full_batch_ends_the_gathering() {
+        let applied = Arc::new(Applied::new(0));
+        applied.push(1, APPLY_GATHER_EVENTS - 1, Layer::default());
+        let gathered = gather_an_hour(&applied);
+        assert!(
+            gathered.recv_timeout(Duration::from_millis(50)).is_err(),
+            "one event short of a full batch, the applier gathers on"
+        );
+        applied.push(APPLY_GATHER_EVENTS, APPLY_GATHER_EVENTS, Layer::default());
+        gathered
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the applier still gathers although a full batch waits");
+    }
+
+    /// Once the writer closes the queue, no gathering waits: the last batches are applied at
+    /// once and the sink closes without the applier's wait.
+    #[test]
+    fn closing_ends_every_gathering() {
+        let applied = Arc::new(Applied::new(0));
+        applied.push(1, 1, Layer::default());
+        let gathered = gather_an_hour(&applied);
+        applied.closing();
+        gathered
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the applier still gathers although the queue closes");
+        gather_an_hour(&applied)
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a gathering after the close waits");
     }
 }

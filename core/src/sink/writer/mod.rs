@@ -199,6 +199,7 @@ impl Writer {
     /// Lets the applier finish what it was given, and joins it.
     fn stop_applier(&mut self) {
         self.jobs = None;
+        self.applied.closing();
         if let Some(handle) = self.applier.take() {
             if handle.join().is_err() {
                 warn!("the sink's applier thread panicked");
@@ -376,15 +377,15 @@ impl Writer {
             })
             .collect();
         let json = encode_for_log(&events, self.max_event_bytes)?;
-        let appended = match whole {
-            true => events.iter().cloned().map(Appended::unencoded).collect(),
-            false => events
-                .iter()
-                .zip(&json)
+        let appended = if whole {
+            events.iter().cloned().map(Appended::unencoded).collect()
+        } else {
+            let with_json = events.iter().zip(&json);
+            with_json
                 .map(|(event, json)| {
                     Appended::Encoded(EncodedEvent::with_json(event, json.clone()))
                 })
-                .collect(),
+                .collect()
         };
         let count = events.len() as u64;
         staged.stage_owned(events)?;

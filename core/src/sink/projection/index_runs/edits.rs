@@ -58,6 +58,9 @@ pub(crate) struct RunEdits<'t> {
     runs: BTreeMap<Vec<u8>, Loaded>,
     /// Runs as the tree holds them, decoded by earlier batches: taken from here before sled.
     cache: RunCache,
+    /// The run key an entry would have (kind byte, entry), built here for each edit without
+    /// an allocation.
+    target: Vec<u8>,
 }
 
 impl<'t> RunEdits<'t> {
@@ -72,6 +75,7 @@ impl<'t> RunEdits<'t> {
             tree,
             runs: BTreeMap::new(),
             cache,
+            target: Vec::new(),
         }
     }
 
@@ -162,33 +166,47 @@ impl<'t> RunEdits<'t> {
     /// The run `entry` of `kind` belongs in, loaded: the last run keyed at or below it, or
     /// the sentinel (created empty when there is none).
     fn run_for(&mut self, kind: u8, entry: &[u8]) -> Result<&mut Run, SinkError> {
-        let target = [&[kind][..], entry].concat();
+        let mut target = std::mem::take(&mut self.target);
+        target.clear();
+        target.push(kind);
+        target.extend_from_slice(entry);
         // New runs appear only when the batch is written, so the tree's runs are the batch's
         // (an emptied run stays until then), and the cache's are the tree's.
-        let key = match covering(&self.runs, kind, &target) {
-            Some(key) => key,
-            None => match covering(&self.cache.runs, kind, &target) {
-                Some(key) => self.take_cached(key),
-                None => self.load(kind, &target)?,
-            },
-        };
-        match self.runs.get_mut(&key) {
-            Some(loaded) => Ok(&mut loaded.entries),
+        if covering(&self.runs, kind, &target).is_none() {
+            let cached = covering(&self.cache.runs, kind, &target).map(<[u8]>::to_vec);
+            let loaded = match cached {
+                Some(key) => {
+                    self.take_cached(key);
+                    Ok(())
+                }
+                None => self.load(kind, &target).map(drop),
+            };
+            if let Err(err) = loaded {
+                self.target = target;
+                return Err(err);
+            }
+        }
+        let found = self
+            .runs
+            .range_mut::<[u8], _>((Bound::Unbounded, Bound::Included(target.as_slice())))
+            .next_back();
+        self.target = target;
+        match found {
+            Some((_, loaded)) => Ok(&mut loaded.entries),
             // Cannot happen: `load` keeps the run it returns the key of.
             None => Err(SinkError::Corrupt {
-                key: show_key(&key),
+                key: show_key(&self.target),
                 reason: "index run vanished from the batch".into(),
                 source: None,
             }),
         }
     }
 
-    /// Moves a cached run into the batch; returns its key.
-    fn take_cached(&mut self, key: Vec<u8>) -> Vec<u8> {
-        if let Some(loaded) = self.cache.runs.remove(&key) {
-            self.runs.insert(key.clone(), loaded);
+    /// Moves a cached run into the batch.
+    fn take_cached(&mut self, key: Vec<u8>) {
+        if let Some((key, loaded)) = self.cache.runs.remove_entry(&key) {
+            self.runs.insert(key, loaded);
         }
-        key
     }
 
     /// Reads the run of the tree that holds `target` (or the sentinel) unless the batch has it
@@ -205,7 +223,8 @@ impl<'t> RunEdits<'t> {
             return Ok(key);
         }
         if self.cache.runs.contains_key(&key) {
-            return Ok(self.take_cached(key));
+            self.take_cached(key.clone());
+            return Ok(key);
         }
         let entries = match value {
             Some(value) => codec::decode(&value).ok_or_else(|| SinkError::Corrupt {
@@ -228,15 +247,15 @@ impl<'t> RunEdits<'t> {
     }
 }
 
-/// The run of `runs` that holds `target` (a run key of `kind`): the last one keyed at or below
-/// it, when no run of the tree starts between the two.
-fn covering(runs: &BTreeMap<Vec<u8>, Loaded>, kind: u8, target: &[u8]) -> Option<Vec<u8>> {
+/// The key of the run of `runs` that holds `target` (a run key of `kind`): the last one keyed
+/// at or below it, when no run of the tree starts between the two.
+fn covering<'r>(runs: &'r BTreeMap<Vec<u8>, Loaded>, kind: u8, target: &[u8]) -> Option<&'r [u8]> {
     runs.range::<[u8], _>((Bound::Unbounded, Bound::Included(target)))
         .next_back()
         .filter(|(key, loaded)| {
             key.first() == Some(&kind) && loaded.next.as_deref().is_none_or(|next| target < next)
         })
-        .map(|(key, _)| key.clone())
+        .map(|(key, _)| key.as_slice())
 }
 
 /// Whether the run whose last entry is `last_entry` is its job's last: the next run (its key
