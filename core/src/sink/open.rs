@@ -17,7 +17,7 @@ use super::log_fs;
 use super::projection::applier::{self, Applied};
 use super::projection::format::{self as projection_format, Takeover};
 use super::projection::publish_state::PublishState;
-use super::projection::sled_open::{open_db, RECOVERY_HINT};
+use super::projection::sled_open::{io_hint, open_db, RECOVERY_HINT};
 use super::projection::{keys, projector};
 use super::writer::checkpoint::SledFlusher;
 use super::writer::epoch::Epoch;
@@ -52,7 +52,7 @@ fn open(config: SinkConfig) -> Result<Inner, SinkError> {
     let open_error = |context: &str, err: std::io::Error| SinkError::Open {
         path: config.path.clone(),
         reason: format!("{context}: {err}"),
-        hint: RECOVERY_HINT,
+        hint: io_hint(&err).unwrap_or(RECOVERY_HINT),
         source: Some(err.into()),
     };
     let db = open_db(&config)?;

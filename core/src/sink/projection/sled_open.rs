@@ -38,6 +38,10 @@ pub(crate) fn is_lock_conflict(err: &sled::Error) -> bool {
 /// [`crate::sink::MAX_VALUE_BYTES`], so every accepted value lives in the log that we fsync.
 pub const SEGMENT_SIZE: usize = 8 << 20;
 pub(crate) const LOCK_HINT: &str = "Another process holds this data directory: stop it, or point --data-dir elsewhere (`dlq serve` and `dlq run` hold it while they run).";
+/// The hint of an open that failed because the disk is full: nothing to recover.
+pub(crate) const SPACE_HINT: &str = "The data directory's filesystem is full (or over its quota): free space there and run the command again. Nothing was changed and nothing needs moving.";
+/// The hint of an open that failed because the data directory cannot be written.
+pub(crate) const NOT_WRITABLE_HINT: &str = "The data directory cannot be written (a read-only filesystem or missing permissions): make it writable and run the command again. Nothing was changed and nothing needs moving.";
 pub(crate) const RECOVERY_HINT: &str = "Nothing was changed. Keep log/ (the events) and move sled's files aside: db, conf, blobs/ and every snap.* file. The next open rebuilds the projection from log/ under the same node id and publishes every event again (the stream and consumers drop duplicates by id); items older than the log's retention, kept whole only in sled, are then only in the NATS stream. See docs/operations.md, 'Recovering a data directory'.";
 
 /// Opens the sink's sled database; a panic of sled while recovering becomes an error.
@@ -68,11 +72,7 @@ pub(crate) fn open_db(config: &SinkConfig) -> Result<sled::Db, SinkError> {
     match opened {
         Ok(Ok(db)) => Ok(db),
         Ok(Err(err)) => {
-            let hint = if is_lock_conflict(&err) {
-                LOCK_HINT
-            } else {
-                RECOVERY_HINT
-            };
+            let hint = open_hint(&err);
             Err(open_error(err.to_string(), hint, Some(err.into())))
         }
         Err(_) => Err(open_error(
@@ -83,10 +83,47 @@ pub(crate) fn open_db(config: &SinkConfig) -> Result<sled::Db, SinkError> {
     }
 }
 
+/// What an operator should do about a failed open of sled: a held lock, a full or read-only
+/// disk (the directory is fine: retry once that is fixed) or, for anything else, recovery.
+fn open_hint(err: &sled::Error) -> &'static str {
+    match err {
+        _ if is_lock_conflict(err) => LOCK_HINT,
+        sled::Error::Io(io) => io_hint(io).unwrap_or(RECOVERY_HINT),
+        _ => RECOVERY_HINT,
+    }
+}
+
+/// The hint for an I/O error of an open that says nothing about the directory's contents: a
+/// full disk or one that cannot be written. `None`: the recovery hint applies.
+pub(crate) fn io_hint(err: &std::io::Error) -> Option<&'static str> {
+    use std::io::ErrorKind;
+    match err.kind() {
+        ErrorKind::StorageFull | ErrorKind::QuotaExceeded => Some(SPACE_HINT),
+        ErrorKind::ReadOnlyFilesystem | ErrorKind::PermissionDenied => Some(NOT_WRITABLE_HINT),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A full or read-only disk is not a damaged directory: the hint says to fix the disk and
+    /// retry, never to move sled's files aside (which would rebuild the projection for nothing
+    /// and leave older items only in the stream). Seen in a drill with the real binary on a
+    /// full tmpfs, where the open advised exactly that.
+    #[test]
+    fn a_full_or_read_only_disk_is_not_sent_to_recovery() {
+        let os = |code| sled::Error::Io(std::io::Error::from_raw_os_error(code));
+        assert_eq!(open_hint(&os(28)), SPACE_HINT, "ENOSPC");
+        assert_eq!(open_hint(&os(122)), SPACE_HINT, "EDQUOT");
+        assert_eq!(open_hint(&os(30)), NOT_WRITABLE_HINT, "EROFS");
+        assert_eq!(open_hint(&os(13)), NOT_WRITABLE_HINT, "EACCES");
+        assert_eq!(open_hint(&os(5)), RECOVERY_HINT, "EIO");
+        let unsupported = sled::Error::Unsupported("a newer format".into());
+        assert_eq!(open_hint(&unsupported), RECOVERY_HINT);
+    }
 
     #[test]
     fn a_held_lock_fails_once_the_wait_is_over_and_is_waited_out_when_let_go() {
