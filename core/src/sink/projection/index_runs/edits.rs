@@ -172,18 +172,11 @@ impl<'t> RunEdits<'t> {
         target.extend_from_slice(entry);
         // New runs appear only when the batch is written, so the tree's runs are the batch's
         // (an emptied run stays until then), and the cache's are the tree's.
+        // (An error drops the buffer: the next edit allocates a new one.)
         if covering(&self.runs, kind, &target).is_none() {
-            let cached = covering(&self.cache.runs, kind, &target).map(<[u8]>::to_vec);
-            let loaded = match cached {
-                Some(key) => {
-                    self.take_cached(key);
-                    Ok(())
-                }
-                None => self.load(kind, &target).map(drop),
-            };
-            if let Err(err) = loaded {
-                self.target = target;
-                return Err(err);
+            match covering(&self.cache.runs, kind, &target).map(<[u8]>::to_vec) {
+                Some(key) => self.take_cached(key),
+                None => self.load(kind, &target)?,
             }
         }
         let found = self
@@ -193,7 +186,7 @@ impl<'t> RunEdits<'t> {
         self.target = target;
         match found {
             Some((_, loaded)) => Ok(&mut loaded.entries),
-            // Cannot happen: `load` keeps the run it returns the key of.
+            // Cannot happen: `load` keeps the run that holds `target`.
             None => Err(SinkError::Corrupt {
                 key: show_key(&self.target),
                 reason: "index run vanished from the batch".into(),
@@ -210,8 +203,8 @@ impl<'t> RunEdits<'t> {
     }
 
     /// Reads the run of the tree that holds `target` (or the sentinel) unless the batch has it
-    /// already, and the key of the run after it; returns its key.
-    fn load(&mut self, kind: u8, target: &[u8]) -> Result<Vec<u8>, SinkError> {
+    /// already, and the key of the run after it.
+    fn load(&mut self, kind: u8, target: &[u8]) -> Result<(), SinkError> {
         let (key, value) = match self.tree.range(vec![kind]..=target.to_vec()).next_back() {
             Some(found) => {
                 let (key, value) = found?;
@@ -220,11 +213,11 @@ impl<'t> RunEdits<'t> {
             None => (vec![kind], None),
         };
         if self.runs.contains_key(&key) {
-            return Ok(key);
+            return Ok(());
         }
         if self.cache.runs.contains_key(&key) {
-            self.take_cached(key.clone());
-            return Ok(key);
+            self.take_cached(key);
+            return Ok(());
         }
         let entries = match value {
             Some(value) => codec::decode(&value).ok_or_else(|| SinkError::Corrupt {
@@ -242,8 +235,8 @@ impl<'t> RunEdits<'t> {
             Some(found) => Some(found?.0.to_vec()),
             None => None,
         };
-        self.runs.insert(key.clone(), Loaded { entries, next });
-        Ok(key)
+        self.runs.insert(key, Loaded { entries, next });
+        Ok(())
     }
 }
 
