@@ -108,12 +108,18 @@ fn read_against_the_bus(row: &mut Row, limits: &Limits, bus: &BusLimits, blob: u
     if k == 1 {
         let (plain, _) = limit_for(limits, blob, 1);
         let ceiling = serial_ceiling(plain, bus_alone);
-        row.limit = Some((
-            ceiling,
-            format!(
-                "serial ceiling 1/(1/plain + 1/bus) of plain {plain:.0}/s and bus {bus_alone:.0}/s"
-            ),
-        ));
+        let mut text = format!(
+            "serial ceiling 1/(1/plain + 1/bus) of plain {plain:.0}/s and bus {bus_alone:.0}/s"
+        );
+        // The same with the append handed to a thread, as a call that can stop waiting needs.
+        if let Some(&ratio) = limits.handoff_ratio.get(&blob) {
+            let handed = serial_ceiling(plain / ratio, bus_alone);
+            text += &format!(
+                "; with the append handed to a thread {handed:.0}/s ({:.1} % of the serial ceiling)",
+                100.0 * handed / ceiling
+            );
+        }
+        row.limit = Some((ceiling, text));
         row.limit_target = Some(SERIAL_SHARE);
     } else {
         row.limit = Some((bus_alone, format!("bus alone, K={k} in flight")));

@@ -21,9 +21,25 @@ pub const BATCH_SIZES: [usize; 4] = [1, 8, 64, 256];
 /// Bytes written per plain-file probe at most (rounds are cut for big records).
 const PROBE_BYTES: usize = 256 << 20;
 
-/// Durable events/s of the plain-file group commit and its record size, per (payload blob
-/// bytes, batch size).
-pub type Limits = HashMap<(usize, usize), (f64, usize)>;
+/// The ceilings measured in section 1, per payload.
+#[derive(Default)]
+pub struct Limits {
+    /// Durable events/s of the plain-file group commit and its record size, per (payload blob
+    /// bytes, batch size).
+    pub groups: HashMap<(usize, usize), (f64, usize)>,
+    /// How many times longer one plain append + `fdatasync` takes handed to another thread
+    /// while the caller awaits it than made inline, per payload blob bytes
+    /// ([`crate::handoff`]; means of alternated calls).
+    pub handoff_ratio: HashMap<usize, f64>,
+}
+
+impl Limits {
+    /// Mean µs of one plain append + `fdatasync` made inline (the group commit at batch 1).
+    pub fn one_fsync_us(&self, blob: usize) -> Option<f64> {
+        let &(per_sec, _) = self.groups.get(&(blob, 1))?;
+        Some(1e6 / per_sec)
+    }
+}
 
 /// The JSON size of the `DeadLettered` event the sink stores for `item`.
 pub fn event_bytes(item: &DeadLetteredItem) -> usize {
@@ -216,14 +232,16 @@ pub fn physical_limit(
         let note = [FSYNC_NOTE, SFR_NOTE][usize::from(name != "fdatasync")];
         rows.push(row.rates(Some(implied_max), None).note(note));
     }
-    let mut limits = Limits::new();
+    let mut limits = Limits::default();
     for &(blob, record) in records {
         for batch in BATCH_SIZES {
             let rounds = rounds.min(PROBE_BYTES / (batch * record)).max(5);
             let path = dir.join(format!("g{record}-{batch}.probe"));
             let (h, secs) = plain_groups(&path, record, batch, rounds, fdatasync);
             let per_sec = rounds as f64 / secs;
-            limits.insert((blob, batch), (per_sec * batch as f64, record));
+            limits
+                .groups
+                .insert((blob, batch), (per_sec * batch as f64, record));
             let name = format!("plain-file group commit, {} records", kb(record));
             let row = Row::new("1 limit", name, batch * rounds).latency(&h);
             let row = row.rates(Some(per_sec), Some(per_sec * batch as f64));
@@ -268,7 +286,11 @@ const SLED_NOTE: &str = "sink-like commands (~3.6 KiB, 8 keys), one apply_batch 
 /// group-commit limit at batch K (at most 256) and its description.
 pub fn limit_for(limits: &Limits, blob: usize, k: usize) -> (f64, String) {
     let batch = k.min(256);
-    let (limit, record) = limits.get(&(blob, batch)).copied().unwrap_or_default();
+    let (limit, record) = limits
+        .groups
+        .get(&(blob, batch))
+        .copied()
+        .unwrap_or_default();
     (
         limit,
         format!("plain file, batch {batch}, {} records", kb(record)),

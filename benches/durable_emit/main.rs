@@ -3,7 +3,8 @@
 //! `cargo bench --bench durable_emit -- [--quick] [--json PATH] [--dir DIR] [--drain N,N]
 //! [--only-drain] [--only-limit] [--no-sled-limit] [--sections up,store,down] [--ks 1,64] [--payloads 1,64]`.
 //!
-//! Measures (1) this disk's fsync and group-commit limits, (2) `dead_letter` with a real
+//! Measures (1) this disk's fsync and group-commit limits, (1b) the same append handed to a
+//! thread as the sink does, (2) `dead_letter` with a real
 //! nats-server up and (3) killed, at K = 1, 8, 64, 256 concurrent emitters with ~1 KiB and
 //! 64 KiB of `item_data`, (2b) the durable-only `store` with the bus up at K = 1, 64 and 256
 //! (publishing in the background, its catch-up timed apart), and (4) the reconciler draining
@@ -122,7 +123,7 @@ fn suite_rows(rows: &[Row]) -> Vec<SuiteRow> {
             _ => row,
         };
         let row = match r.section {
-            "1 limit" => {
+            "1 limit" | "1b hand-off" => {
                 let (value, unit) = match r.events_per_sec {
                     Some(v) => (v, "events/s"),
                     None => (r.calls_per_sec.unwrap_or(0.0), "fsyncs/s"),
