@@ -74,6 +74,8 @@ mod fault_fs;
 #[cfg(any(test, feature = "testing"))]
 pub mod faults;
 mod handle;
+#[cfg(test)]
+mod known_items_tests;
 mod legacy;
 pub(crate) mod log;
 mod log_fs;

@@ -2,6 +2,7 @@
 //! publish state, and applying what the projection has not seen yet.
 
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
@@ -16,6 +17,7 @@ use super::log::LogWriter;
 use super::log_fs;
 use super::projection::applier::{self, Applied};
 use super::projection::format::{self as projection_format, Takeover};
+use super::projection::known_items::KnownItems;
 use super::projection::publish_state::PublishState;
 use super::projection::sled_open::{io_hint, open_db, RECOVERY_HINT};
 use super::projection::{keys, projector};
@@ -137,6 +139,7 @@ fn open(config: SinkConfig) -> Result<Inner, SinkError> {
             source,
         },
     )?;
+    let item_scans = Arc::new(AtomicU64::new(0));
     let mut writer = Writer {
         tree: tree.clone(),
         flusher: Arc::new(Mutex::new(flusher)),
@@ -159,6 +162,7 @@ fn open(config: SinkConfig) -> Result<Inner, SinkError> {
         max_event_bytes: config.max_event_bytes,
         max_group: config.max_group.max(1),
         faults: faults.clone(),
+        known: KnownItems::new(item_scans.clone()),
     };
     if rebuild {
         let applied = writer.rebuild_durably()?;
@@ -192,6 +196,8 @@ fn open(config: SinkConfig) -> Result<Inner, SinkError> {
         log_floor: floor,
         #[cfg(any(test, feature = "testing"))]
         marks_synced: Default::default(),
+        #[cfg(any(test, feature = "testing"))]
+        item_scans,
         writer: Mutex::new(Some(handle)),
     })
 }

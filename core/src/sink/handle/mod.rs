@@ -53,10 +53,22 @@ pub(super) struct Inner {
     /// How many times [`Sink::sync_publish_marks`] made the publish marks durable (tests).
     #[cfg(any(test, feature = "testing"))]
     pub(super) marks_synced: std::sync::atomic::AtomicU64,
+    /// How many scans of the tree's item keys the writer merged (tests).
+    #[cfg(any(test, feature = "testing"))]
+    pub(super) item_scans: Arc<std::sync::atomic::AtomicU64>,
     pub(super) writer: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl LocalSink {
+    /// How many scans of the projection's item keys the writer has merged since the sink
+    /// opened (tests: decisions skip sled's read of a new item only after one).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn item_scans(&self) -> u64 {
+        self.inner
+            .item_scans
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Fault switches for drills and tests (the `testing` feature).
     #[cfg(any(test, feature = "testing"))]
     pub fn faults(&self) -> &super::Faults {

@@ -5,7 +5,8 @@
 //! same batch ([`projector`]). Items are pointer records into the log ([`item_record`]), kept
 //! whole before their segment goes ([`inline_items`]); indexes are sorted runs
 //! ([`index_runs`]); the publish state and parked set say what the bus has
-//! ([`publish_state`], [`parked`]). Nothing here writes the log or flushes sled: the writer does.
+//! ([`publish_state`], [`parked`]); [`known_items`] lets the writer
+//! decide a new item without reading sled. Nothing here writes the log or flushes sled: the writer does.
 
 pub(super) mod applier;
 pub(super) mod counters;
@@ -14,6 +15,7 @@ pub(super) mod index_runs;
 pub(super) mod inline_items;
 pub(super) mod item_record;
 pub(super) mod keys;
+pub(super) mod known_items;
 pub(super) mod parked;
 pub(super) mod projector;
 pub(super) mod publish_state;

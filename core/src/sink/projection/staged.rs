@@ -30,6 +30,7 @@ use crate::sink::projection::counters::JobCounters;
 use crate::sink::projection::index_runs;
 use crate::sink::projection::item_record::ItemRecord;
 use crate::sink::projection::keys;
+use crate::sink::projection::known_items::KnownItems;
 use crate::sink::projection::reads::TreeView;
 use crate::sink::projection::Write;
 use crate::sink::SinkError;
@@ -50,6 +51,15 @@ pub(crate) struct Layer {
     counts: HashMap<String, JobCounters>,
 }
 
+impl Layer {
+    /// The items this layer puts or removes, as (job, item).
+    pub(crate) fn item_keys(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.items
+            .keys()
+            .map(|(job, item)| (job.as_str(), item.as_str()))
+    }
+}
+
 /// The group's staged writes over the unapplied groups over the tree.
 pub(crate) struct Staged<'a> {
     view: TreeView<'a>,
@@ -63,6 +73,8 @@ pub(crate) struct Staged<'a> {
     /// events read each once. Only the base layers change the tree while the group is staged,
     /// and they are consulted first, so a value read here stays what the tree holds.
     tree_reads: RefCell<HashMap<ItemKey, Option<Entry>>>,
+    /// The item keys the tree may hold: an item surely absent is not read (the writer's).
+    known: Option<&'a KnownItems>,
 }
 
 impl<'a> Staged<'a> {
@@ -86,7 +98,14 @@ impl<'a> Staged<'a> {
             group: Layer::default(),
             first_seq,
             tree_reads: RefCell::default(),
+            known: None,
         }
+    }
+
+    /// Reads from the tree no item that `known` says it surely does not hold.
+    pub(crate) fn knowing(mut self, known: &'a KnownItems) -> Self {
+        self.known = Some(known);
+        self
     }
 
     /// Makes room for a group of about `appends` commands: its items and tree reads then fill
@@ -144,7 +163,14 @@ impl<'a> Staged<'a> {
         if let Some(read) = self.tree_reads.borrow().get(key) {
             return Ok(read.clone());
         }
-        let read = self.view.entry(&key.0, &key.1)?;
+        let absent = self
+            .known
+            .is_some_and(|known| known.surely_absent(&key.0, &key.1));
+        let read = if absent {
+            None
+        } else {
+            self.view.entry(&key.0, &key.1)?
+        };
         self.tree_reads
             .borrow_mut()
             .insert(key.clone(), read.clone());

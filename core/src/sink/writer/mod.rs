@@ -52,6 +52,7 @@ use crate::metrics as m;
 use crate::sink::log::{LogError, LogWriter};
 use crate::sink::log_fs::Fs;
 use crate::sink::projection::applier::{Applied, Job, Jobs};
+use crate::sink::projection::known_items::KnownItems;
 use crate::sink::projection::projector;
 use crate::sink::projection::publish_state::PublishState;
 use crate::sink::projection::staged::Staged;
@@ -140,6 +141,8 @@ pub(crate) struct Writer {
     pub(crate) max_event_bytes: usize,
     pub(crate) max_group: usize,
     pub(crate) faults: Faults,
+    /// The item keys the tree may hold, so a new item is decided without reading sled.
+    pub(crate) known: KnownItems,
 }
 
 /// The writer's answer to an append: each stored event with the bytes the log holds for it.
@@ -233,12 +236,20 @@ impl Writer {
         let (mut rebuilds, mut closing, mut ticked) = (Vec::new(), Vec::new(), false);
         let mut checkpoints = Vec::new();
         let caught_up = if appends { self.catch_up() } else { Ok(()) };
+        let commands = group.iter().filter(|r| matches!(r, Request::Append { .. }));
+        self.known.poll(&self.tree, commands.count() as u64);
+        if self.known.wants_refresh() {
+            // The scan must find every item staged so far in the tree.
+            self.applied.wait_idle();
+            self.known.refresh(&self.tree);
+        }
         let first = self.log.next_seq();
         let mut seq = first;
         let mut payloads = Vec::new();
         let (base, base_first) = self.applied.base();
         let reader = self.log.reader();
-        let mut staged = Staged::over(&self.tree, &reader, base, base_first.unwrap_or(first));
+        let mut staged = Staged::over(&self.tree, &reader, base, base_first.unwrap_or(first))
+            .knowing(&self.known);
         staged.reserve(group.len());
         // One epoch pin around the group's decisions: sled's reads below nest in it, and a
         // nested pin never runs the garbage collection of sled's old pages (crossbeam-epoch
@@ -277,6 +288,7 @@ impl Writer {
         drop(pinned);
         if !payloads.is_empty() {
             let (writes, layer) = staged.into_parts();
+            self.known.staged(layer.item_keys());
             if let Err(failed) = self.commit(&payloads, writes, layer, seq) {
                 fail_stored(&mut answers, |events| SinkError::NotDurable {
                     events,
@@ -448,6 +460,8 @@ impl Writer {
         let from = projector::applied_through(&self.tree).unwrap_or(0);
         match projector::catch_up(&self.tree, &self.log.reader(), from) {
             Ok((through, _)) => {
+                // The catch-up put items in the tree that no group of this writer staged.
+                self.known.forget();
                 self.applied.recovered(through);
                 self.changed = true;
                 Ok(())

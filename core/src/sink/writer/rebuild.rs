@@ -49,6 +49,8 @@ impl Writer {
     /// Rebuilds the projection from the log and the items kept whole, durably (see the module
     /// doc); returns how many logged events were applied.
     pub(crate) fn rebuild_durably(&mut self) -> Result<u64, SinkError> {
+        // The rebuild puts items in the tree that no group of this writer staged.
+        self.known.forget();
         let kept_through = match mark(&self.tree, REBUILD_KEPT_THROUGH)? {
             // An interrupted rebuild: its copy is whole, the projection is not.
             Some(mark) => mark,
