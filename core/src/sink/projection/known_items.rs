@@ -15,9 +15,10 @@
 //! [`forget`](KnownItems::forget) the scan, and a new one follows.
 
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use foldhash::HashSet;
 use tracing::{debug, warn};
@@ -45,10 +46,42 @@ pub(crate) struct KnownItems {
 
 enum Scan {
     NotStarted,
-    Running(Receiver<Result<Vec<u64>, sled::Error>>),
+    Running(Running),
     /// Every item key of the tree is in `hashes`.
     Done,
 }
+
+/// A scan on its thread. Dropped, it stops the scan and joins the thread: the thread holds
+/// the tree, and sled keeps its files locked until the last handle goes, so a sink closed
+/// mid-scan could not be opened again at once.
+struct Running {
+    results: Receiver<Result<Vec<u64>, ScanError>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                warn!("the thread scanning the tree's item keys panicked");
+            }
+        }
+    }
+}
+
+/// Why a scan gave no hashes.
+#[derive(Debug, thiserror::Error)]
+enum ScanError {
+    #[error(transparent)]
+    Sled(#[from] sled::Error),
+    #[error("stopped")]
+    Stopped,
+}
+
+/// Keys scanned between two looks at the stop flag.
+const STOP_EVERY: usize = 1024;
 
 impl KnownItems {
     /// Nothing known yet: every item is read from the tree until a scan is in. `scans` counts
@@ -87,7 +120,7 @@ impl KnownItems {
         self.appended = self.appended.saturating_add(events);
         match std::mem::replace(&mut self.scan, Scan::NotStarted) {
             Scan::NotStarted if self.appended >= SCAN_AFTER_EVENTS => self.start(tree),
-            Scan::Running(results) => match results.try_recv() {
+            Scan::Running(running) => match running.results.try_recv() {
                 Ok(Ok(hashes)) => {
                     debug!(items = hashes.len(), "item keys of the tree scanned");
                     self.scanned = hashes.len();
@@ -99,7 +132,7 @@ impl KnownItems {
                     warn!(error = %err, "scanning the tree's item keys failed; new items are read from sled until a later scan succeeds");
                     self.forget();
                 }
-                Err(TryRecvError::Empty) => self.scan = Scan::Running(results),
+                Err(TryRecvError::Empty) => self.scan = Scan::Running(running),
                 Err(TryRecvError::Disconnected) => self.forget(),
             },
             other => self.scan = other,
@@ -132,25 +165,45 @@ impl KnownItems {
     fn start(&mut self, tree: &sled::Tree) {
         let (tree, hasher) = (tree.clone(), self.hasher.clone());
         let (done, results) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
         let spawned = std::thread::Builder::new()
             .name("dlq-sink-scan".into())
             .spawn(move || {
-                let hashes = tree
-                    .scan_prefix(keys::ITEM)
-                    .keys()
-                    .map(|key| key.map(|key| hasher.hash_one(key.as_ref())))
-                    .collect();
+                let hashes = scan(&tree, &hasher, &stopping);
                 // The writer may have forgotten this scan meanwhile: nobody to tell then.
                 let _ = done.send(hashes);
             });
         match spawned {
-            Ok(_) => self.scan = Scan::Running(results),
+            Ok(thread) => {
+                self.scan = Scan::Running(Running {
+                    results,
+                    stop,
+                    thread: Some(thread),
+                })
+            }
             Err(err) => {
                 warn!(error = %err, "cannot start the thread that scans the tree's item keys; new items are read from sled");
                 self.forget();
             }
         }
     }
+}
+
+/// The hash of every item key of `tree`, unless `stop` is set first.
+fn scan(
+    tree: &sled::Tree,
+    hasher: &foldhash::fast::RandomState,
+    stop: &AtomicBool,
+) -> Result<Vec<u64>, ScanError> {
+    let mut hashes = Vec::new();
+    for key in tree.scan_prefix(keys::ITEM).keys() {
+        if hashes.len() % STOP_EVERY == 0 && stop.load(Ordering::Relaxed) {
+            return Err(ScanError::Stopped);
+        }
+        hashes.push(hasher.hash_one(key?.as_ref()));
+    }
+    Ok(hashes)
 }
 
 #[cfg(test)]
@@ -208,6 +261,28 @@ mod tests {
         assert!(!known.surely_absent("job", "rebuilt"));
         scanned(&mut known, &tree);
         assert!(!known.surely_absent("job", "rebuilt"));
+    }
+
+    /// A sink closed while its writer scans must open again at once: the scan stops and lets
+    /// go of the tree (sled locks its files while any handle lives).
+    #[test]
+    fn dropping_a_running_scan_lets_go_of_the_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        for _ in 0..5 {
+            let db = sled::Config::new().path(dir.path()).open().unwrap();
+            let tree = db.open_tree("t").unwrap();
+            if tree.is_empty() {
+                let mut batch = sled::Batch::default();
+                for n in 0..100_000 {
+                    batch.insert(keys::item("job", &format!("item-{n}")), b"x".as_slice());
+                }
+                tree.apply_batch(batch).unwrap();
+            }
+            let mut known = KnownItems::new(Arc::default());
+            known.poll(&tree, SCAN_AFTER_EVENTS);
+            assert!(matches!(known.scan, Scan::Running(_)));
+            drop((known, tree, db));
+        }
     }
 
     #[test]
