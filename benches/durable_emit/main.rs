@@ -18,6 +18,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod bus_alone;
 mod drain;
 mod emit;
+mod handoff;
 mod limit;
 mod run;
 mod store;
@@ -299,7 +300,7 @@ fn main() {
     runtime.block_on(async {
         if !only_drain {
             eprintln!("1/4 physical limit ...");
-            let limits = limit::physical_limit(
+            let mut limits = limit::physical_limit(
                 dir,
                 sizes.fsyncs,
                 sizes.rounds,
@@ -307,6 +308,8 @@ fn main() {
                 sled_limit,
                 &mut rows,
             );
+            eprintln!("1b/4 the hand-off ...");
+            handoff::handed_off_fsyncs(dir, sizes.fsyncs, &records, &mut limits, &mut rows).await;
             if only_limit {
                 return;
             }
