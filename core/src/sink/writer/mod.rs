@@ -228,7 +228,11 @@ impl Writer {
                 _ => true,
             })
             .collect();
-        let appends = group.iter().any(|r| matches!(r, Request::Append { .. }));
+        let commands = group
+            .iter()
+            .filter(|r| matches!(r, Request::Append { .. }))
+            .count();
+        let appends = commands > 0;
         if appends {
             self.faults.wait_stall();
         }
@@ -236,8 +240,7 @@ impl Writer {
         let (mut rebuilds, mut closing, mut ticked) = (Vec::new(), Vec::new(), false);
         let mut checkpoints = Vec::new();
         let caught_up = if appends { self.catch_up() } else { Ok(()) };
-        let commands = group.iter().filter(|r| matches!(r, Request::Append { .. }));
-        self.known.poll(&self.tree, commands.count() as u64);
+        self.known.poll(&self.tree, commands as u64);
         if self.known.wants_refresh() {
             // The scan must find every item staged so far in the tree.
             self.applied.wait_idle();
