@@ -15,6 +15,14 @@ fn dead_letter(job: &str, id: &str) -> Command {
     }
 }
 
+/// A sink whose appends may wait long: the tests beside these (a 100,000-key sled tree built
+/// and scanned in a debug build) can hold an append past the default store timeout.
+fn config(dir: &std::path::Path) -> SinkConfig {
+    let mut config = SinkConfig::new(dir);
+    config.store_timeout = std::time::Duration::from_secs(120);
+    config
+}
+
 /// Appends new items until the writer merged a scan of the tree's item keys.
 async fn until_scanned(sink: &LocalSink) {
     let before = sink.item_scans();
@@ -35,13 +43,13 @@ async fn until_scanned(sink: &LocalSink) {
 #[tokio::test]
 async fn an_item_stored_before_the_open_is_found_after_the_scan() {
     let dir = tempfile::tempdir().unwrap();
-    let sink = LocalSink::open(SinkConfig::new(dir.path())).unwrap();
+    let sink = LocalSink::open(config(dir.path())).unwrap();
     sink.append(dead_letter("job", "old")).await.unwrap();
     let created = sink.item("job", "old").unwrap().unwrap().created_seq;
     sink.close().await.unwrap();
     drop(sink);
 
-    let sink = LocalSink::open(SinkConfig::new(dir.path())).unwrap();
+    let sink = LocalSink::open(config(dir.path())).unwrap();
     until_scanned(&sink).await;
     sink.append(dead_letter("job", "old")).await.unwrap();
     sink.append(dead_letter("job", "new")).await.unwrap();
@@ -55,7 +63,7 @@ async fn an_item_stored_before_the_open_is_found_after_the_scan() {
 #[tokio::test]
 async fn an_item_staged_after_the_scan_is_found_once_applied() {
     let dir = tempfile::tempdir().unwrap();
-    let sink = LocalSink::open(SinkConfig::new(dir.path())).unwrap();
+    let sink = LocalSink::open(config(dir.path())).unwrap();
     until_scanned(&sink).await;
     sink.append(dead_letter("job", "after")).await.unwrap();
     // A query waits for the applier: the item is in the tree, no longer in an unapplied group.
