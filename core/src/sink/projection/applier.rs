@@ -233,16 +233,20 @@ impl Applied {
     }
 
     /// Drops the layers of the groups up to `through` (applied or given up) and wakes waiters.
+    /// The layers (every staged item of their groups) are freed after the lock is released:
+    /// the writer takes the same lock for each group ([`Applied::base`], [`Applied::push`]).
     fn handled(&self, mut state: MutexGuard<'_, State>, through: u64) {
+        let mut done = Vec::new();
         while state
             .pending
             .front()
             .is_some_and(|(_, last, _)| *last <= through)
         {
-            state.pending.pop_front();
+            done.extend(state.pending.pop_front());
         }
         drop(state);
         self.changed.notify_all();
+        drop(done);
     }
 }
 

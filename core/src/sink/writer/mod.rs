@@ -300,13 +300,8 @@ impl Writer {
                 });
             }
         }
+        count_stored(&answers);
         for (reply, result) in answers {
-            if let Ok(appended) = &result {
-                for stored in appended {
-                    let kind = stored.kind_name();
-                    metrics::counter!(m::EVENTS_STORED, "kind" => kind).increment(1);
-                }
-            }
             // A waiter that gave up after the writer took its request (`Unconfirmed`) is gone:
             // stored events are published by the reconciler; a failure must at least be seen.
             if let Err(Err(err)) = reply.send(result) {
@@ -501,6 +496,29 @@ fn encode_for_log(events: &[Event], max_event_bytes: usize) -> Result<Vec<Bytes>
     Ok(payloads)
 }
 
+/// Adds a group's stored events to the per-kind counter: once per kind and group (a labelled
+/// counter is a registry lookup each time, a cost per event otherwise).
+fn count_stored(answers: &[(Reply, Answer)]) {
+    let stored = answers
+        .iter()
+        .filter_map(|(_, result)| result.as_ref().ok());
+    for (kind, count) in tally_kinds(stored.flatten()) {
+        metrics::counter!(m::EVENTS_STORED, "kind" => kind).increment(count);
+    }
+}
+
+/// How many of `events` there are of each kind, kinds in order of first appearance.
+fn tally_kinds<'a>(events: impl Iterator<Item = &'a Appended>) -> Vec<(&'static str, u64)> {
+    let mut kinds: Vec<(&'static str, u64)> = Vec::new();
+    for kind in events.map(Appended::kind_name) {
+        match kinds.iter_mut().find(|(seen, _)| *seen == kind) {
+            Some((_, count)) => *count += 1,
+            None => kinds.push((kind, 1)),
+        }
+    }
+    kinds
+}
+
 /// Turns every stored (non-empty) answer of a group into the error `error` makes of its events
 /// (decoded again where the answer held only their bytes: a failure's cold path).
 fn fail_stored(answers: &mut [(Reply, Answer)], error: impl Fn(Vec<Event>) -> SinkError) {
@@ -517,5 +535,57 @@ fn fail_stored(answers: &mut [(Reply, Answer)], error: impl Fn(Vec<Event>) -> Si
                 *result = Err(error(events.collect()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::event::{EventKind, RemovalReason};
+
+    fn stored(seq: u64, kind: EventKind) -> Appended {
+        Appended::unencoded(Event {
+            event_id: Event::stored_id("n", "00000000000000e1", seq),
+            node_id: "n".into(),
+            seq,
+            epoch: Some("00000000000000e1".into()),
+            prev_epoch: None,
+            prev_seq: None,
+            timestamp: Utc::now(),
+            job_id: "j".into(),
+            topic: "t".into(),
+            kind,
+        })
+    }
+
+    /// The per-kind counter of stored events goes up by every event of the group, counted
+    /// once per kind.
+    #[test]
+    fn a_group_is_tallied_by_kind() {
+        let removed = |seq| {
+            stored(
+                seq,
+                EventKind::ItemRemoved {
+                    item_id: format!("i{seq}"),
+                    reason: RemovalReason::Evicted,
+                    removed_by: None,
+                    generation: None,
+                },
+            )
+        };
+        let audit = stored(
+            2,
+            EventKind::EmitFailed {
+                failed_event_id: "n:00000000000000e1:1".into(),
+                attempts: 3,
+                error: "down".into(),
+            },
+        );
+        let group = [removed(1), audit, removed(3), removed(4)];
+        assert_eq!(
+            tally_kinds(group.iter()),
+            vec![("item_removed", 3), ("emit_failed", 1)]
+        );
+        assert!(tally_kinds(std::iter::empty()).is_empty());
     }
 }
