@@ -51,17 +51,48 @@ fn measure_sled_alone(dir: &Path) -> (Duration, u64, bool) {
     measure_process(command)
 }
 
-/// In the process `measure_sled_alone` starts: open, read one key, close.
-fn open_sled_alone(dir: &Path) {
-    let db = sled::Config::new()
+/// The ceiling of the export's memory: a new process (`--scan-sled DIR`) opening the
+/// database with the cache `dlq export` uses and reading every item key and value, nothing
+/// else.
+fn measure_sled_scan_alone(dir: &Path) -> (Duration, u64, bool) {
+    let mut command = Command::new(std::env::current_exe().expect("this bench's path"));
+    command.arg("--scan-sled").arg(dir);
+    measure_process(command)
+}
+
+/// Opens the sled database at `dir` as the sink does, with a cache of `cache_mib`.
+fn open_sled(dir: &Path, cache_mib: u64) -> sled::Db {
+    sled::Config::new()
         .path(dir)
-        .cache_capacity(64 << 20) // the sink's default (`sink.cache_capacity_mb`)
+        .cache_capacity(cache_mib << 20)
         .segment_size(dlq::sink::test_support::SLED_SEGMENT_SIZE)
         .flush_every_ms(None)
         .open()
-        .expect("open sled");
+        .expect("open sled")
+}
+
+/// In the process `measure_sled_alone` starts: open, read one key, close.
+fn open_sled_alone(dir: &Path) {
+    // The sink's default cache (`sink.cache_capacity_mb`).
+    let db = open_sled(dir, 64);
     let first = db.iter().next().expect("a key").expect("read it");
     assert!(!first.0.is_empty());
+}
+
+/// In the process `measure_sled_scan_alone` starts: open with the cache of a one-pass command
+/// (`ONE_PASS_CACHE_MB`, 1 MiB), read every item's key and value, close.
+fn scan_sled_alone(dir: &Path) {
+    let db = open_sled(dir, 1);
+    let prefix = dlq::sink::test_support::key_prefixes::ITEM;
+    let bytes: usize = db
+        .scan_prefix(prefix)
+        .map(|entry| {
+            entry
+                .map(|(key, value)| key.len() + value.len())
+                .expect("read")
+        })
+        .sum();
+    assert!(bytes > 0, "no items in {}", dir.display());
 }
 
 /// Wall time and peak RSS (VmHWM, polled) of one run of `command`, output discarded.
@@ -103,6 +134,10 @@ fn main() {
             "--json" => json = Some(args.next().expect("--json PATH").into()),
             "--open-sled" => {
                 open_sled_alone(Path::new(&args.next().expect("--open-sled DIR")));
+                return;
+            }
+            "--scan-sled" => {
+                scan_sled_alone(Path::new(&args.next().expect("--scan-sled DIR")));
                 return;
             }
             other => eprintln!("ignoring unknown argument {other:?}"),
@@ -184,11 +219,15 @@ fn main() {
     let runs = if benching { 3 } else { 1 };
     let started = Instant::now();
     println!("Cold: each command opens the data directory itself.\n");
-    let sled_alone = sled_alone_ms(&data, runs);
+    let (sled_alone, open_kb) = sled_alone_ms(&data, runs, measure_sled_alone);
+    let (_, scan_kb) = sled_alone_ms(&data, runs, measure_sled_scan_alone);
     let cold = table(&data, &cases, runs);
+    let (open_mib, scan_mib) = (open_kb as f64 / 1024.0, scan_kb as f64 / 1024.0);
     println!(
-        "\nThe ceiling of a cold command, measured before them: a new process opening the data \
-         set's sled database and reading one key, no dlq code: {sled_alone:.0} ms (median of {runs})."
+        "\nThe ceilings, measured before the commands, each a new process running no dlq code: \
+         opening the data set's sled database and reading one key, {sled_alone:.0} ms (median of \
+         {runs}), peak RSS {open_mib:.0} MiB; opening it with export's 1 MiB cache and reading \
+         every item's key and value, peak RSS {scan_mib:.0} MiB."
     );
 
     let server = Server::start(&data);
@@ -227,17 +266,36 @@ fn main() {
                         .above_ceiling(how == "cold" && sled_alone >= 100.0);
                 }
                 rows.push(row.note(note));
+                let mib = t.peak_kb as f64 / 1024.0;
                 if t.name.starts_with("export") {
                     let figure = format!("{label}: export csv, peak RSS");
-                    let mib = t.peak_kb as f64 / 1024.0;
-                    let note = "VmHWM of the `dlq export` process; flat = the same at every size";
-                    rows.push(suite::SuiteRow::new("5 queries", figure, mib, "MiB").note(note));
+                    let note = "VmHWM of the `dlq export` process; flat = the same at every size, or over `status` by what sled alone grows by for the same reads";
+                    let row = suite::SuiteRow::new("5 queries", figure, mib, "MiB")
+                        .against(scan_mib, SLED_SCAN_ALONE);
+                    rows.push(row.note(note));
+                }
+                if t.name.starts_with("status") {
+                    let figure = format!("{label}: status, peak RSS");
+                    let note = "VmHWM of the `dlq status` process (the sink opened, items counted)";
+                    let row = suite::SuiteRow::new("5 queries", figure, mib, "MiB").against(
+                        open_mib,
+                        "sled alone: open the data set's database, read one key (peak RSS)",
+                    );
+                    rows.push(row.note(note));
                 }
             }
         }
         let figure = format!("{label}, cold: {SLED_ALONE}");
         let note = format!("median of {runs} processes, timed like the commands; the floor of every cold command (sled recovers its whole page table on each open)");
         rows.push(suite::SuiteRow::new("5 queries", figure, sled_alone, "ms").note(note));
+        for (what, mib) in [
+            ("open, read one key", open_mib),
+            ("open with export's 1 MiB cache, read every item", scan_mib),
+        ] {
+            let figure = format!("{label}: sled alone: {what}, peak RSS");
+            let note = format!("VmHWM, the largest of {runs} processes running no dlq code");
+            rows.push(suite::SuiteRow::new("5 queries", figure, mib, "MiB").note(note));
+        }
         let figure = format!("{label}: first open of the data set (stats)");
         let note = "one `dlq stats` process before the timed runs; when the data set was never opened since it was written, sled replays its whole log (only an open writes sled's snapshot)";
         let ms = first_open.as_secs_f64() * 1e3;
@@ -270,17 +328,27 @@ fn main() {
 /// What the cold commands are read against.
 const SLED_ALONE: &str = "sled alone: open the data set's database, read one key";
 
-/// The median wall time, in ms, of `runs` processes doing [`open_sled_alone`].
-fn sled_alone_ms(data: &Path, runs: usize) -> f64 {
+/// What the export's memory is read against.
+const SLED_SCAN_ALONE: &str = "sled alone: open with export's cache, read every item (peak RSS)";
+
+/// The median wall time in ms and the largest peak RSS in KiB of `runs` processes started by
+/// `measure` on `data`.
+fn sled_alone_ms(
+    data: &Path,
+    runs: usize,
+    measure: fn(&Path) -> (Duration, u64, bool),
+) -> (f64, u64) {
+    let mut peak = 0;
     let mut times: Vec<Duration> = (0..runs)
         .map(|_| {
-            let (took, _, ok) = measure_sled_alone(data);
-            assert!(ok, "opening sled alone failed");
+            let (took, kb, ok) = measure(data);
+            assert!(ok, "sled alone failed");
+            peak = peak.max(kb);
             took
         })
         .collect();
     times.sort();
-    times[times.len() / 2].as_secs_f64() * 1000.0
+    (times[times.len() / 2].as_secs_f64() * 1000.0, peak)
 }
 
 /// Bytes of every file under `dir`.
