@@ -42,21 +42,13 @@ fn measure(dir: &Path, args: &[&str]) -> (Duration, u64, bool) {
     measure_process(command)
 }
 
-/// The ceiling of a cold command: this bench binary in a new process (`--open-sled DIR`)
-/// opening the data directory's sled database as the sink does (same cache and segment
-/// size) and reading its first key, nothing else. No dlq code runs.
-fn measure_sled_alone(dir: &Path) -> (Duration, u64, bool) {
+/// A ceiling, measured as the commands are: this bench binary in a new process, `--open-sled
+/// DIR` (open the data directory's sled database as the sink does and read one key: the floor
+/// of a cold command) or `--scan-sled DIR` (open it with export's cache and read every item:
+/// the floor of the export's memory). No dlq code runs.
+fn measure_sled(flag: &str, dir: &Path) -> (Duration, u64, bool) {
     let mut command = Command::new(std::env::current_exe().expect("this bench's path"));
-    command.arg("--open-sled").arg(dir);
-    measure_process(command)
-}
-
-/// The ceiling of the export's memory: a new process (`--scan-sled DIR`) opening the
-/// database with the cache `dlq export` uses and reading every item key and value, nothing
-/// else.
-fn measure_sled_scan_alone(dir: &Path) -> (Duration, u64, bool) {
-    let mut command = Command::new(std::env::current_exe().expect("this bench's path"));
-    command.arg("--scan-sled").arg(dir);
+    command.arg(flag).arg(dir);
     measure_process(command)
 }
 
@@ -71,7 +63,7 @@ fn open_sled(dir: &Path, cache_mib: u64) -> sled::Db {
         .expect("open sled")
 }
 
-/// In the process `measure_sled_alone` starts: open, read one key, close.
+/// In the process `measure_sled("--open-sled", ..)` starts: open, read one key, close.
 fn open_sled_alone(dir: &Path) {
     // The sink's default cache (`sink.cache_capacity_mb`).
     let db = open_sled(dir, 64);
@@ -79,7 +71,7 @@ fn open_sled_alone(dir: &Path) {
     assert!(!first.0.is_empty());
 }
 
-/// In the process `measure_sled_scan_alone` starts: open with the cache of a one-pass command
+/// In the process `measure_sled("--scan-sled", ..)` starts: open with the cache of a one-pass command
 /// (`ONE_PASS_CACHE_MB`, 1 MiB), read every item's key and value, close.
 fn scan_sled_alone(dir: &Path) {
     let db = open_sled(dir, 1);
@@ -219,8 +211,8 @@ fn main() {
     let runs = if benching { 3 } else { 1 };
     let started = Instant::now();
     println!("Cold: each command opens the data directory itself.\n");
-    let (sled_alone, open_kb) = sled_alone_ms(&data, runs, measure_sled_alone);
-    let (_, scan_kb) = sled_alone_ms(&data, runs, measure_sled_scan_alone);
+    let (sled_alone, open_kb) = sled_alone_runs(&data, runs, "--open-sled");
+    let (_, scan_kb) = sled_alone_runs(&data, runs, "--scan-sled");
     let cold = table(&data, &cases, runs);
     let (open_mib, scan_mib) = (open_kb as f64 / 1024.0, scan_kb as f64 / 1024.0);
     println!(
@@ -331,17 +323,13 @@ const SLED_ALONE: &str = "sled alone: open the data set's database, read one key
 /// What the export's memory is read against.
 const SLED_SCAN_ALONE: &str = "sled alone: open with export's cache, read every item (peak RSS)";
 
-/// The median wall time in ms and the largest peak RSS in KiB of `runs` processes started by
-/// `measure` on `data`.
-fn sled_alone_ms(
-    data: &Path,
-    runs: usize,
-    measure: fn(&Path) -> (Duration, u64, bool),
-) -> (f64, u64) {
+/// The median wall time in ms and the largest peak RSS in KiB of `runs` processes
+/// [`measure_sled`] starts with `flag` on `data`.
+fn sled_alone_runs(data: &Path, runs: usize, flag: &str) -> (f64, u64) {
     let mut peak = 0;
     let mut times: Vec<Duration> = (0..runs)
         .map(|_| {
-            let (took, kb, ok) = measure(data);
+            let (took, kb, ok) = measure_sled(flag, data);
             assert!(ok, "sled alone failed");
             peak = peak.max(kb);
             took
