@@ -75,28 +75,6 @@ async fn fill(sink: &LocalSink, events: usize) {
     }
 }
 
-/// The projection's items as a durable consumer's store writes them: `{"put": item}` lines
-/// in chunks closed at 64 KiB (`dlq::consumer`'s item log).
-fn store_chunks(projection: &dlq::domain::projection::MemoryProjection) -> Vec<Vec<u8>> {
-    let mut chunks = Vec::new();
-    let mut current = Vec::new();
-    for stored in projection.items.values() {
-        if !current.is_empty() {
-            current.push(b'\n');
-        }
-        current.extend_from_slice(b"{\"put\":");
-        serde_json::to_writer(&mut current, stored).unwrap();
-        current.push(b'}');
-        if current.len() >= 64 * 1024 {
-            chunks.push(std::mem::take(&mut current));
-        }
-    }
-    if !current.is_empty() {
-        chunks.push(current);
-    }
-    chunks
-}
-
 /// Seconds sled takes to write `chunks` into a new database at `dir` configured as a
 /// consumer's store, in as many batches as a catch-up of `events` saves (one per 5,000), each
 /// applied and made durable (sled's flush, then `fdatasync` of its log) before the next.
@@ -194,10 +172,10 @@ fn main() {
         }
 
         // The other half of a durable catch-up on its own: sled writing the same items in the
-        // store's form (chunks of ~64 KiB of `{"put": item}` lines), one batch and one durable
+        // store's own chunks (its item log), one batch and one durable
         // flush per 5,000 events as the consumer saves, encoded beforehand, nothing else.
         eprintln!("{runs} sled-alone write(s) ...");
-        let chunks = store_chunks(&items.unwrap());
+        let chunks = dlq::consumer::test_support::item_chunks(items.unwrap().items.values()).unwrap();
         let mut sled_only = Vec::new();
         for run in 0..runs {
             let dir = work.path().join(format!("sled-alone-{run}"));

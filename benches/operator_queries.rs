@@ -52,11 +52,11 @@ fn measure_sled(flag: &str, dir: &Path) -> (Duration, u64, bool) {
     measure_process(command)
 }
 
-/// Opens the sled database at `dir` as the sink does, with a cache of `cache_mib`.
-fn open_sled(dir: &Path, cache_mib: u64) -> sled::Db {
+/// Opens the sled database at `dir` as the sink does, with a cache of `cache_bytes`.
+fn open_sled(dir: &Path, cache_bytes: u64) -> sled::Db {
     sled::Config::new()
         .path(dir)
-        .cache_capacity(cache_mib << 20)
+        .cache_capacity(cache_bytes)
         .segment_size(dlq::sink::test_support::SLED_SEGMENT_SIZE)
         .flush_every_ms(None)
         .open()
@@ -65,8 +65,7 @@ fn open_sled(dir: &Path, cache_mib: u64) -> sled::Db {
 
 /// In the process `measure_sled("--open-sled", ..)` starts: open, read one key, close.
 fn open_sled_alone(dir: &Path) {
-    // The sink's default cache (`sink.cache_capacity_mb`).
-    let db = open_sled(dir, 64);
+    let db = open_sled(dir, dlq::sink::SinkConfig::new(dir).cache_capacity_bytes);
     let first = db.iter().next().expect("a key").expect("read it");
     assert!(!first.0.is_empty());
 }
@@ -74,7 +73,7 @@ fn open_sled_alone(dir: &Path) {
 /// In the process `measure_sled("--scan-sled", ..)` starts: open with the cache of a one-pass command
 /// (`ONE_PASS_CACHE_MB`, 1 MiB), read every item's key and value, close.
 fn scan_sled_alone(dir: &Path) {
-    let db = open_sled(dir, 1);
+    let db = open_sled(dir, 1 << 20);
     let prefix = dlq::sink::test_support::key_prefixes::ITEM;
     let bytes: usize = db
         .scan_prefix(prefix)

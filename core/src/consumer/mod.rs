@@ -31,3 +31,19 @@ pub use stream::{
     for_each_message, read_from_start, ReadError, StreamMessage, StreamRead, StreamSpan,
 };
 pub use verify::{compare, compare_node, explain_held, Difference};
+
+/// What benches outside the crate must reach inside the consumer: not part of the API, and
+/// built only with the `testing` feature.
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod test_support {
+    use crate::domain::projection::StoredItem;
+
+    /// `items` in the chunks a durable consumer's store writes them in (its item log), so a
+    /// bench can time sled writing exactly those bytes.
+    pub fn item_chunks<'a>(
+        items: impl IntoIterator<Item = &'a StoredItem>,
+    ) -> Result<Vec<Vec<u8>>, serde_json::Error> {
+        super::item_log::encode(items.into_iter().map(super::item_log::ChangeRef::Put))
+    }
+}
