@@ -9,6 +9,8 @@ use dlq_testkit::items::template_item_sized;
 use crate::bus_alone::{serial_ceiling, BusLimits};
 use crate::limit::{event_bytes, limit_for, Limits};
 use crate::run::{bench_emitter, cpu_seconds, disk_bytes_written, next_item, run_concurrent, Row};
+use crate::turns::{in_turns, mean_secs, InTurns, TURN};
+use dlq_testkit::bench::load::Run;
 use dlq_testkit::group_commits as flushes;
 
 /// A payload size: its name, the `blob` letters in `item_data`, the K measured, emits per K.
@@ -62,11 +64,28 @@ pub async fn emit_scenarios(
         run_concurrent(k, (total / 10).clamp(k, 500), call.clone()).await; // warm-up
         let (disk_before, flushes_before) = (disk_bytes_written(), flushes::count());
         let (checkpoints_before, cpu_before) = (flushes::checkpoints(), cpu_seconds());
-        let run = run_concurrent(k, total, call).await;
+        // One at a time, the calls take turns with their ceilings (`crate::turns`).
+        let (run, cpu_secs, disk_bytes, turns) = if k == 1 {
+            let bus_url = bus_up.then_some(url);
+            let record = payload.event_bytes();
+            let turns = in_turns(base, total, call, record, bus_url, payload.blob).await;
+            let InTurns {
+                ours,
+                cpu_secs,
+                disk_bytes,
+                plain,
+                bus,
+            } = turns;
+            (ours, cpu_secs, disk_bytes, Some((plain, bus)))
+        } else {
+            let run = run_concurrent(k, total, call).await;
+            let disk = disk_bytes_written() - disk_before;
+            (run, cpu_seconds() - cpu_before, disk, None)
+        };
         let (hist, secs, published, errors) = (run.hist, run.secs, run.ok, run.errors);
         let events = total as f64 * per_call;
-        let cpu_us = (cpu_seconds() - cpu_before) * 1e6 / events;
-        let kib = (disk_bytes_written() - disk_before) as f64 / 1024.0 / events;
+        let cpu_us = cpu_secs * 1e6 / events;
+        let kib = disk_bytes as f64 / 1024.0 / events;
         let per_flush = events / (flushes::count() - flushes_before).max(1) as f64;
         let checkpoints = flushes::checkpoints() - checkpoints_before;
         let event = emitter.sink().event(1).ok().flatten();
@@ -84,6 +103,9 @@ pub async fn emit_scenarios(
         } else {
             row.limit = Some(limit_for(limits, payload.blob, k));
         }
+        if let Some((plain, bus)) = &turns {
+            read_against_the_turns(&mut row, plain, bus.as_ref());
+        }
         let mut note = format!("event {bytes} B, {kib:.1} KiB to disk per event; ");
         note += &format!("{cpu_us:.0} us CPU per event (this process); ");
         note += &format!("{per_flush:.1} events per group commit; {checkpoints} checkpoints; ");
@@ -99,6 +121,29 @@ pub async fn emit_scenarios(
         );
         rows.push(row.note(note));
     }
+}
+
+/// A K = 1 row's ceiling from the probes made in turns with its calls (`crate::turns`): the
+/// plain file alone with the bus down, the serial ceiling with it up. The ceiling measured
+/// apart (sections 1 and 2a) stays in the text.
+fn read_against_the_turns(row: &mut Row, plain: &Run, bus: Option<&Run>) {
+    let plain_rate = 1.0 / mean_secs(plain);
+    let apart = row.limit.take().map_or_else(String::new, |(rate, text)| {
+        format!("; measured apart: {rate:.0}/s, {text}")
+    });
+    let (ceiling, text) = match bus {
+        Some(bus) => {
+            let bus_rate = 1.0 / mean_secs(bus);
+            let serial = serial_ceiling(plain_rate, bus_rate);
+            let text = format!("serial ceiling 1/(1/plain + 1/bus) in turns of {TURN} calls with these calls: plain {plain_rate:.0}/s, bus {bus_rate:.0}/s{apart}");
+            (serial, text)
+        }
+        None => {
+            let text = format!("plain file, one append + fdatasync at a time, in turns of {TURN} calls with these calls{apart}");
+            (plain_rate, text)
+        }
+    };
+    row.limit = Some((ceiling, text));
 }
 
 /// A bus-up row's ceiling: at K = 1 the serial one (store, then publish), above it the bus

@@ -22,6 +22,7 @@ mod handoff;
 mod limit;
 mod run;
 mod store;
+mod turns;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -1,16 +1,16 @@
 //! The plain-file ceiling and dlq itself.
 
+use std::future::Future;
 use std::io::Write as _;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use dlq::bus::{Bus, BusConfig, NatsBus};
 use dlq::domain::model::{DeadLetteredItem, FailureDetail};
 use dlq::emitter::{EmitterBuilder, TopicPolicies};
 use dlq::sink::{LocalSink, SinkConfig};
-use dlq_testkit::bench::load::{histogram, run_concurrent, Run};
 use dlq_testkit::items::dead_lettered_event;
 use dlq_testkit::NatsServer;
 
@@ -39,23 +39,38 @@ pub fn sample_event_json() -> Vec<u8> {
         .expect("event json")
 }
 
-/// Appends `event` `total` times to one file, `fdatasync` after each.
-pub fn plain_file(dir: &Path, event: &[u8], total: usize) -> Run {
+/// A contender, set up and ready for calls made one at a time by [`crate::alternate`].
+pub struct Contender {
+    /// The `n`-th call: returns once the item is durable (and acknowledged, where there is a
+    /// bus). Building the item happens when called, before the call's clock starts; the work
+    /// is in the future.
+    pub call: Box<dyn FnMut(usize) -> CallFuture + Send>,
+    /// What the calls need alive: servers, processes, connections.
+    pub keep: Vec<Box<dyn std::any::Any + Send>>,
+    /// Tears down after the last call what the run made outside this process (a queue) or
+    /// what must stop in order (an emitter).
+    pub close: Option<CallFuture>,
+}
+
+/// One call's future.
+pub type CallFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// Appends `event` to one file, `fdatasync` after each: the disk's ceiling.
+pub fn plain_file(dir: &Path, event: &[u8]) -> Contender {
     let path = dir.join("plain.log");
-    let mut file = std::fs::File::create(&path).expect("create plain.log");
-    let mut hist = histogram();
-    let started = Instant::now();
-    for _ in 0..total {
-        let t = Instant::now();
-        file.write_all(event).expect("append");
-        file.sync_data().expect("fdatasync");
-        hist.saturating_record(t.elapsed().as_micros().max(1) as u64);
-    }
-    Run {
-        hist,
-        secs: started.elapsed().as_secs_f64(),
-        ok: total as u64,
-        errors: Vec::new(),
+    let file = std::fs::File::create(&path).expect("create plain.log");
+    let (file, event) = (Arc::new(Mutex::new(file)), Arc::new(event.to_vec()));
+    Contender {
+        call: Box::new(move |_| {
+            let (file, event) = (file.clone(), event.clone());
+            Box::pin(async move {
+                let mut file = file.lock().map_err(|_| "plain file lock poisoned")?;
+                let written = file.write_all(&event).and_then(|()| file.sync_data());
+                written.map_err(|e| e.to_string())
+            })
+        }),
+        keep: Vec::new(),
+        close: None,
     }
 }
 
@@ -70,8 +85,8 @@ pub async fn ready_bus(server: &NatsServer) -> Result<NatsBus, String> {
     Ok(bus)
 }
 
-/// `dead_letter` one at a time with the bus up; every call must be durable and published.
-pub async fn dlq(dir: &Path, total: usize) -> Run {
+/// `dead_letter` with the bus up; every call must be durable and published.
+pub async fn dlq(dir: &Path) -> Contender {
     let server = NatsServer::start();
     let sink = LocalSink::open(SinkConfig::new(dir.join("dlq-sink"))).expect("open sink");
     let bus = ready_bus(&server).await.expect("bus");
@@ -79,44 +94,44 @@ pub async fn dlq(dir: &Path, total: usize) -> Run {
         .policies(TopicPolicies::default())
         .publish_timeout(PUBLISH_TIMEOUT)
         .build();
-    let next = Arc::new(AtomicUsize::new(0));
-    let em = emitter.clone();
-    let run = run_concurrent(1, total, move |_, _| {
-        let (emitter, item) = (em.clone(), item(next.fetch_add(1, Ordering::Relaxed)));
-        async move {
-            let receipt = emitter
-                .dead_letter(TOPIC, item)
-                .await
-                .map_err(|e| e.to_string())?;
-            if receipt.published {
-                Ok(true)
-            } else {
-                Err("stored but not published".into())
-            }
-        }
-    })
-    .await;
-    emitter.shutdown().await.expect("shutdown");
-    assert!(run.errors.is_empty(), "dlq: {:?}", run.errors.first());
-    run
+    let closing = emitter.clone();
+    Contender {
+        call: Box::new(move |n| {
+            let (emitter, item) = (emitter.clone(), item(n));
+            Box::pin(async move {
+                let receipt = emitter
+                    .dead_letter(TOPIC, item)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if receipt.published {
+                    Ok(())
+                } else {
+                    Err("stored but not published".into())
+                }
+            })
+        }),
+        keep: vec![Box::new(server)],
+        close: Some(Box::pin(async move {
+            closing.shutdown().await.map_err(|e| e.to_string())
+        })),
+    }
 }
 
-/// One JetStream publish with PubAck at a time, nothing stored: the bus's share of every
-/// contender that publishes after storing (dlq, Redis + NATS).
-pub async fn bus_alone(total: usize) -> Run {
+/// One JetStream publish with PubAck, nothing stored: the bus's share of every contender
+/// that publishes after storing (dlq, Redis + NATS).
+pub async fn bus_alone() -> Contender {
     let server = NatsServer::start();
     let bus = Arc::new(ready_bus(&server).await.expect("bus"));
-    let next = Arc::new(AtomicUsize::new(0));
-    let run = run_concurrent(1, total, move |_, _| {
-        let n = next.fetch_add(1, Ordering::Relaxed);
-        let event = dead_lettered_event("peers-bus", n as u64 + 1, TOPIC, item(n));
-        let bus = bus.clone();
-        async move {
-            bus.publish(&event).await.map_err(|e| e.to_string())?;
-            Ok(true)
-        }
-    })
-    .await;
-    assert!(run.errors.is_empty(), "bus alone: {:?}", run.errors.first());
-    run
+    Contender {
+        call: Box::new(move |n| {
+            let event = dead_lettered_event("peers-bus", n as u64 + 1, TOPIC, item(n));
+            let bus = bus.clone();
+            Box::pin(async move {
+                bus.publish(&event).await.map_err(|e| e.to_string())?;
+                Ok(())
+            })
+        }),
+        keep: vec![Box::new(server)],
+        close: None,
+    }
 }

@@ -13,9 +13,10 @@ use amqprs::channel::{
 };
 use amqprs::connection::{Connection, OpenConnectionArguments};
 use amqprs::{Ack, BasicProperties, Cancel, CloseChannel, FieldTable, FieldValue, Nack, Return};
-use dlq_testkit::bench::load::{run_concurrent, Run};
 use std::sync::Arc;
 use tokio::sync::{mpsc, Mutex};
+
+use crate::contenders::Contender;
 
 /// Forwards confirms (`true` = ack) to the publisher.
 struct Confirms(mpsc::UnboundedSender<bool>);
@@ -40,8 +41,9 @@ impl ChannelCallback for Confirms {
     async fn publish_return(&mut self, _: &Channel, _: Return, _: BasicProperties, _: Vec<u8>) {}
 }
 
-/// Runs the contender, or says why it cannot (no RabbitMQ on 127.0.0.1:5672).
-pub async fn run(event: &[u8], total: usize) -> Result<Run, String> {
+/// Opens a quorum queue of this run on the machine's RabbitMQ for the contender, or says why
+/// it cannot (no RabbitMQ on 127.0.0.1:5672).
+pub async fn contender(event: &[u8]) -> Result<Contender, String> {
     let args = OpenConnectionArguments::new("127.0.0.1", 5672, "guest", "guest");
     let connection = tokio::time::timeout(Duration::from_secs(5), Connection::open(&args))
         .await
@@ -81,32 +83,33 @@ pub async fn run(event: &[u8], total: usize) -> Result<Run, String> {
 
     let state = Arc::new(Mutex::new((channel.clone(), rx)));
     let (body, name) = (event.to_vec(), queue.clone());
-    let run = run_concurrent(1, total, move |_, _| {
-        let (state, body, name) = (state.clone(), body.clone(), name.clone());
-        async move {
-            let mut guard = state.lock().await;
-            let (channel, confirms) = &mut *guard;
-            let mut props = BasicProperties::default();
-            props.with_persistence(true);
-            channel
-                .basic_publish(props, body, BasicPublishArguments::new("", &name))
-                .await
-                .map_err(|e| e.to_string())?;
-            match confirms.recv().await {
-                Some(true) => Ok(true),
-                Some(false) => Err("nacked".into()),
-                None => Err("channel closed".into()),
-            }
-        }
+    Ok(Contender {
+        call: Box::new(move |_| {
+            let (state, body, name) = (state.clone(), body.clone(), name.clone());
+            Box::pin(async move {
+                let mut guard = state.lock().await;
+                let (channel, confirms) = &mut *guard;
+                let mut props = BasicProperties::default();
+                props.with_persistence(true);
+                channel
+                    .basic_publish(props, body, BasicPublishArguments::new("", &name))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                match confirms.recv().await {
+                    Some(true) => Ok(()),
+                    Some(false) => Err("nacked".into()),
+                    None => Err("channel closed".into()),
+                }
+            })
+        }),
+        keep: Vec::new(),
+        close: Some(Box::pin(async move {
+            let _ = channel
+                .queue_delete(QueueDeleteArguments::new(&queue))
+                .await;
+            let _ = channel.close().await;
+            let _ = connection.close().await;
+            Ok(())
+        })),
     })
-    .await;
-    let _ = channel
-        .queue_delete(QueueDeleteArguments::new(&queue))
-        .await;
-    let _ = channel.close().await;
-    let _ = connection.close().await;
-    match run.errors.first() {
-        Some(err) => Err(format!("{} errors, first: {err}", run.errors.len())),
-        None => Ok(run),
-    }
 }

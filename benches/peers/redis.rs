@@ -5,22 +5,21 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlq::bus::Bus;
-use dlq_testkit::bench::load::{run_concurrent, Run};
 use dlq_testkit::items::dead_lettered_event;
 use dlq_testkit::{free_port, spawn_tied, NatsServer};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
-use crate::contenders::{item, ready_bus};
+use crate::contenders::{item, ready_bus, Contender};
 
-/// Runs the contender, or says why it cannot (no `redis-server`).
-pub async fn run(dir: &Path, _event: &[u8], total: usize) -> Result<Run, String> {
+/// Starts Redis and a nats-server for the contender, or says why it cannot (no
+/// `redis-server`).
+pub async fn contender(dir: &Path) -> Result<Contender, String> {
     let bin = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]
         .into_iter()
         .find(|p| Path::new(p).is_file())
@@ -41,29 +40,35 @@ pub async fn run(dir: &Path, _event: &[u8], total: usize) -> Result<Run, String>
     .arg(&data)
     .stdout(Stdio::null())
     .stderr(Stdio::null());
-    let _redis = spawn_tied(cmd).map_err(|e| e.to_string())?;
-    let conn = connect(port).await?;
-    let conn = Arc::new(Mutex::new(conn));
-
+    let mut redis = spawn_tied(cmd).map_err(|e| e.to_string())?;
+    let conn = match connect(port).await {
+        Ok(conn) => Arc::new(Mutex::new(conn)),
+        Err(err) => {
+            let _ = redis.kill();
+            let _ = redis.wait();
+            return Err(err);
+        }
+    };
     let server = NatsServer::start();
     let bus = Arc::new(ready_bus(&server).await?);
-    let next = Arc::new(AtomicUsize::new(0));
-    let run = run_concurrent(1, total, move |_, _| {
-        let n = next.fetch_add(1, Ordering::Relaxed);
-        let event = dead_lettered_event("peers-redis", n as u64 + 1, "bench", item(n));
-        let (conn, bus) = (conn.clone(), bus.clone());
-        async move {
-            let json = event.to_json().map_err(|e| e.to_string())?;
-            rpush(&mut *conn.lock().await, &json).await?;
-            bus.publish(&event).await.map_err(|e| e.to_string())?;
-            Ok(true)
-        }
+    Ok(Contender {
+        call: Box::new(move |n| {
+            let event = dead_lettered_event("peers-redis", n as u64 + 1, "bench", item(n));
+            let (conn, bus) = (conn.clone(), bus.clone());
+            Box::pin(async move {
+                let json = event.to_json().map_err(|e| e.to_string())?;
+                rpush(&mut *conn.lock().await, &json).await?;
+                bus.publish(&event).await.map_err(|e| e.to_string())?;
+                Ok(())
+            })
+        }),
+        keep: vec![Box::new(server)],
+        close: Some(Box::pin(async move {
+            let _ = redis.kill();
+            let _ = redis.wait();
+            Ok(())
+        })),
     })
-    .await;
-    match run.errors.first() {
-        Some(err) => Err(format!("{} errors, first: {err}", run.errors.len())),
-        None => Ok(run),
-    }
 }
 
 async fn connect(port: u16) -> Result<BufReader<TcpStream>, String> {
