@@ -9,7 +9,7 @@ use dlq_testkit::items::template_item_sized;
 use crate::bus_alone::{serial_ceiling, BusLimits};
 use crate::limit::{event_bytes, limit_for, Limits};
 use crate::run::{bench_emitter, cpu_seconds, disk_bytes_written, next_item, run_concurrent, Row};
-use crate::turns::{in_turns, mean_secs, InTurns, TURN};
+use crate::turns::{in_turns, mean_secs, InTurns, Probes, TURN};
 use dlq_testkit::bench::load::Run;
 use dlq_testkit::group_commits as flushes;
 
@@ -66,9 +66,13 @@ pub async fn emit_scenarios(
         let (checkpoints_before, cpu_before) = (flushes::checkpoints(), cpu_seconds());
         // One at a time, the calls take turns with their ceilings (`crate::turns`).
         let (run, cpu_secs, disk_bytes, turns) = if k == 1 {
-            let bus_url = bus_up.then_some(url);
-            let record = payload.event_bytes();
-            let turns = in_turns(base, total, call, record, bus_url, payload.blob).await;
+            let probes = Probes {
+                dir: base.to_owned(),
+                record: payload.event_bytes(),
+                bus_url: bus_up.then(|| url.to_owned()),
+                blob: payload.blob,
+            };
+            let turns = in_turns(probes, total, call).await;
             let InTurns {
                 ours,
                 cpu_secs,

@@ -16,7 +16,7 @@ use dlq_testkit::items::template_item_sized;
 use crate::emit::Payload;
 use crate::limit::{limit_for, Limits};
 use crate::run::{bench_emitter, cpu_seconds, next_item, run_concurrent, Row};
-use crate::turns::{in_turns, mean_secs, TURN};
+use crate::turns::{in_turns, mean_secs, Probes, TURN};
 
 /// Issue 37: `store` with the bus down reaches half the plain-file group commit at K = 64, 256.
 const PLAIN_SHARE: (f64, &str) = (0.5, ">= 50 % of the plain-file limit");
@@ -60,8 +60,13 @@ pub async fn store_scenarios(
         // One at a time, the calls take turns with one plain append + fdatasync each
         // (`crate::turns`): the K = 1 target reads the call's p50 against theirs.
         let (run, cpu_secs, plain) = if k == 1 {
-            let record = payload.event_bytes();
-            let turns = in_turns(base, total, call, record, None, payload.blob).await;
+            let probes = Probes {
+                dir: base.to_owned(),
+                record: payload.event_bytes(),
+                bus_url: None,
+                blob: payload.blob,
+            };
+            let turns = in_turns(probes, total, call).await;
             (turns.ours, turns.cpu_secs, Some(turns.plain))
         } else {
             let run = run_concurrent(k, total, call).await;
