@@ -9,10 +9,9 @@
 //! wait until the mark reaches the log's durable mark of when they started
 //! ([`Applied::wait_for`]): a process reads its own writes.
 //!
-//! The applier gathers groups before it applies them: up to [`APPLY_GATHER`] after the first
-//! ([`LONE_GATHER`] when one emit at a time leaves at most two events waiting), or until
-//! [`APPLY_GATHER_EVENTS`] events wait, unless someone waits for the projection (a query, a
-//! checkpoint, a close). Each sled batch rewrites the newest index runs and the counters of
+//! The applier gathers groups before it applies them: up to [`APPLY_GATHER`] after the first,
+//! or until [`APPLY_GATHER_EVENTS`] events wait, unless someone waits for the projection (a
+//! query, a checkpoint, a close). Each sled batch rewrites the newest index runs and the counters of
 //! every job it touches, so a batch of many groups writes fewer sled keys per event.
 //!
 //! If sled refuses a batch, the applier stops applying (it may not skip a group) and reports
@@ -83,18 +82,14 @@ const QUERY_WAIT: Duration = Duration::from_secs(10);
 /// holds, and every batch rewrites the counters and the newest index runs of each job it
 /// touches: applied one group at a time, 64 busy jobs cost about three sled keys per new item.
 /// Gathering 10 ms cut the CPU per event by a quarter to a third at 64 and 256 in flight
-/// (docs/benchmarks.md, issue 37's sixth round).
+/// (docs/benchmarks.md, issue 37's sixth round). One emit at a time gathers as long: each sled
+/// batch writes sled's log buffer beside the log's, and the log's next `fdatasync` waits behind
+/// it; applying every millisecond there (as until the tenth round) left `store`'s p50 at 1.59 ×
+/// one plain `fdatasync`, 10 ms at 1.23 ×, for a p99 of 1.2-1.7 ms instead of 0.7.
 const APPLY_GATHER: Duration = Duration::from_millis(10);
 /// The applier stops gathering once this many events wait to be applied: a bound on the
 /// memory the unapplied layers hold and on how long one sled batch takes.
 const APPLY_GATHER_EVENTS: u64 = 2048;
-/// When at most [`LONE_MAX_EVENTS`] events wait (one emit at a time) the applier gathers only
-/// this long: sled writes fewer times beside the log's `fdatasync`s (15.6 KiB written per 1.9
-/// KB event without it, 9.2 with it), while 10 ms there made sled's batches large enough to
-/// slow the log's next `fdatasync` (`store` at K = 1: p99 0.7 → 1.9 ms).
-const LONE_GATHER: Duration = Duration::from_millis(1);
-/// See [`LONE_GATHER`].
-const LONE_MAX_EVENTS: u64 = 2;
 
 impl Applied {
     /// Starts with everything up to `through` applied.
@@ -269,8 +264,7 @@ fn run(tree: &sled::Tree, applied: &Applied, jobs: &Receiver<Job>, faults: &Faul
         faults.wait_while_applier_paused();
         let (mut writes, mut through) = (first.writes, first.through);
         take_waiting(jobs, &mut writes, &mut through);
-        let lone = through.saturating_sub(applied.through()) <= LONE_MAX_EVENTS;
-        applied.gather(if lone { LONE_GATHER } else { APPLY_GATHER });
+        applied.gather(APPLY_GATHER);
         take_waiting(jobs, &mut writes, &mut through);
         if applied.failure().is_some() {
             // Stopped: the writer applies the log from sled's mark once it sees the failure.
