@@ -16,9 +16,7 @@ use dlq::bus::Bus;
 use dlq_testkit::bench::load::Run;
 use dlq_testkit::items::{dead_lettered_event, template_item_sized};
 
-use crate::run::{
-    connect_bus, cpu_seconds, disk_bytes_written, histogram, next_item, wait_healthy, TOPIC,
-};
+use crate::run::{connect_bus, cpu_seconds, disk_bytes_written, next_item, wait_healthy, TOPIC};
 
 /// Calls per turn.
 pub const TURN: usize = 50;
@@ -95,11 +93,11 @@ impl Probes {
         let (template, seq) = (template_item_sized(blob), AtomicU64::new(0));
         let node = format!("bench-turns-{blob}");
         let mut turns = InTurns {
-            ours: empty_run(),
+            ours: Run::empty(),
             cpu_secs: 0.0,
             disk_bytes: 0,
-            plain: empty_run(),
-            bus: bus.as_ref().map(|_| empty_run()),
+            plain: Run::empty(),
+            bus: bus.as_ref().map(|_| Run::empty()),
         };
         let mut made = 0;
         while made < total {
@@ -109,7 +107,7 @@ impl Probes {
                 let pending = call(0, i);
                 let t = Instant::now();
                 let result = pending.await;
-                record_call(&mut turns.ours, t, result);
+                turns.ours.record(t, result);
             }
             turns.ours.secs += started.elapsed().as_secs_f64();
             turns.cpu_secs += cpu_seconds() - cpu;
@@ -118,11 +116,8 @@ impl Probes {
             for _ in 0..turn {
                 let t = Instant::now();
                 let written = file.write_all(&block).and_then(|()| file.sync_data());
-                record_call(
-                    &mut turns.plain,
-                    t,
-                    written.map(|()| true).map_err(|e| e.to_string()),
-                );
+                let written = written.map(|()| true).map_err(|e| e.to_string());
+                turns.plain.record(t, written);
             }
             turns.plain.secs += started.elapsed().as_secs_f64();
             if let (Some(bus), Some(run)) = (&bus, &mut turns.bus) {
@@ -132,7 +127,7 @@ impl Probes {
                     let event = dead_lettered_event(&node, n, TOPIC, next_item(&template, i));
                     let t = Instant::now();
                     let published = bus.publish(&event).await;
-                    record_call(run, t, published.map(|_| true).map_err(|e| e.to_string()));
+                    run.record(t, published.map(|_| true).map_err(|e| e.to_string()));
                 }
                 run.secs += started.elapsed().as_secs_f64();
             }
@@ -141,23 +136,5 @@ impl Probes {
         drop(file);
         std::fs::remove_file(&path).expect("remove probe file");
         turns
-    }
-}
-
-fn empty_run() -> Run {
-    Run {
-        hist: histogram(),
-        secs: 0.0,
-        ok: 0,
-        errors: Vec::new(),
-    }
-}
-
-fn record_call(run: &mut Run, started: Instant, result: Result<bool, String>) {
-    run.hist
-        .saturating_record(started.elapsed().as_micros().max(1) as u64);
-    match result {
-        Ok(flag) => run.ok += u64::from(flag),
-        Err(err) => run.errors.push(err),
     }
 }

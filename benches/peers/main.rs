@@ -34,7 +34,7 @@ use std::path::PathBuf;
 
 use std::time::Instant;
 
-use dlq_testkit::bench::load::{histogram, Run};
+use dlq_testkit::bench::load::Run;
 use dlq_testkit::bench::suite::{self, SuiteRow};
 
 /// What one run measures.
@@ -139,15 +139,7 @@ async fn alternate(
     mut contenders: Vec<Result<contenders::Contender, String>>,
     total: usize,
 ) -> Vec<Result<Run, String>> {
-    let mut runs: Vec<Run> = contenders
-        .iter()
-        .map(|_| Run {
-            hist: histogram(),
-            secs: 0.0,
-            ok: 0,
-            errors: Vec::new(),
-        })
-        .collect();
+    let mut runs: Vec<Run> = contenders.iter().map(|_| Run::empty()).collect();
     let mut made = 0;
     while made < total {
         let turn = TURN.min(total - made);
@@ -158,12 +150,7 @@ async fn alternate(
                 let pending = (contender.call)(n);
                 let t = Instant::now();
                 let result = pending.await;
-                run.hist
-                    .saturating_record(t.elapsed().as_micros().max(1) as u64);
-                match result {
-                    Ok(()) => run.ok += 1,
-                    Err(err) => run.errors.push(err),
-                }
+                run.record(t, result.map(|()| true));
             }
             run.secs += started.elapsed().as_secs_f64();
         }

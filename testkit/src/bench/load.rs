@@ -24,6 +24,27 @@ pub struct Run {
 }
 
 impl Run {
+    /// No call yet.
+    pub fn empty() -> Run {
+        Run {
+            hist: histogram(),
+            secs: 0.0,
+            ok: 0,
+            errors: Vec::new(),
+        }
+    }
+
+    /// Records one call made one at a time: its latency since `started` and what it returned
+    /// (`Ok(true)` counts in `ok`). The caller adds the wall time to `secs`.
+    pub fn record(&mut self, started: Instant, result: Result<bool, String>) {
+        self.hist
+            .saturating_record(started.elapsed().as_micros().max(1) as u64);
+        match result {
+            Ok(flag) => self.ok += u64::from(flag),
+            Err(err) => self.errors.push(err),
+        }
+    }
+
     /// Calls per second.
     pub fn rate(&self) -> f64 {
         self.hist.len() as f64 / self.secs
@@ -72,12 +93,7 @@ where
             })
         })
         .collect();
-    let mut run = Run {
-        hist: histogram(),
-        secs: 0.0,
-        ok: 0,
-        errors: Vec::new(),
-    };
+    let mut run = Run::empty();
     for task in tasks {
         let (latencies, ok, errors) = task.await.expect("bench task");
         for latency in latencies {
