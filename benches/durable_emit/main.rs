@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Durable-emit benchmark:
 //! `cargo bench --bench durable_emit -- [--quick] [--json PATH] [--dir DIR] [--drain N,N]
-//! [--only-drain] [--only-limit] [--no-sled-limit] [--sections up,store,down] [--ks 1,64] [--payloads 1,64]`.
+//! [--only-drain] [--only-limit] [--no-sled-limit] [--sections up,store,down] [--ks 1,64] [--payloads 1,64]
+//! [--emits N]`.
 //!
 //! Measures (1) this disk's fsync and group-commit limits, (1b) the same append handed to a
 //! thread as the sink does, (2) `dead_letter` with a real
@@ -209,6 +210,7 @@ fn main() {
     let mut sections: Option<Vec<String>> = None;
     let mut only_ks: Option<Vec<usize>> = None;
     let mut only_payloads: Option<Vec<usize>> = None;
+    let mut emits: Option<usize> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -248,6 +250,12 @@ fn main() {
                     .map(|k| k.trim().parse().expect("--payloads KIB[,KIB...]"));
                 only_payloads = Some(kib.collect());
             }
+            // Emits per K for the 1 KiB payload (20,000 by default): a longer run for an A/B
+            // figure, where the first touches of memory weigh less.
+            "--emits" => {
+                let n = args.next().expect("--emits N");
+                emits = Some(n.trim().replace('_', "").parse().expect("--emits N"));
+            }
             "--bench" => benching = true, // added by `cargo bench` for `harness = false` targets
             other => eprintln!("ignoring unknown argument {other:?}"),
         }
@@ -255,6 +263,9 @@ fn main() {
     let mut sizes = sizes(benching, quick);
     if let Some(drains) = drains {
         sizes.drains = drains;
+    }
+    if let Some(emits) = emits {
+        sizes.emits[0] = emits;
     }
     let mut payloads = Vec::from(payloads(sizes.emits));
     if let Some(only) = &only_payloads {
