@@ -16,7 +16,8 @@ use tracing::{info, warn};
 
 use super::fold::{AcceptedGap, Fold, MAX_WAITING_PER_NODE};
 use super::store::{ConsumerStore, StoreError};
-use super::stream::{denied, explain, fetch_into, holes, offer_by_sequence, wait_into, ReadError};
+use super::fetch::{self, Fetched, FETCH_MAX};
+use super::stream::{denied, explain, holes, offer_by_sequence, offer_fetched, ReadError};
 use crate::bus::Denials;
 
 /// Consumer-side metric: stream last sequence minus the consumer's checkpoint.
@@ -177,21 +178,39 @@ async fn run(
     let mut messages = 0u64;
     let mut caught_up = false;
     let mut writing: Option<JoinHandle<Result<(), StoreError>>> = None;
+    // The next batch, fetched while the last one is folded and saved (catching up only).
+    let mut ahead: Option<JoinHandle<Result<Vec<Fetched>, ReadError>>> = None;
     let outcome: Result<(), ConsumeError> = async {
         loop {
             if shutdown.is_cancelled() {
                 return Ok(());
             }
             let (applied, duplicates) = (fold.stats.applied, fold.stats.duplicates);
-            // Caught up and following: wait for the next message instead of polling.
-            let batch = if caught_up {
+            let fetched = if let Some(task) = ahead.as_mut() {
+                let joined = tokio::select! {
+                    joined = task => joined,
+                    () = shutdown.cancelled() => return Ok(()),
+                };
+                ahead = None;
+                joined.map_err(|err| {
+                    stream_error(format!("the task fetching a batch failed: {err}"))
+                        .caused_by(err)
+                })??
+            } else if caught_up {
+                // Caught up and following: wait for the next message instead of polling.
                 tokio::select! {
-                    batch = wait_into(&reader, &mut fold, FOLLOW_WAIT, &stream_error) => batch?,
+                    fetched = fetch::take_next(&reader, FOLLOW_WAIT, &config.stream) => fetched?,
                     () = shutdown.cancelled() => return Ok(()),
                 }
             } else {
-                fetch_into(&reader, &mut fold, &stream_error).await?
+                fetch::take_batch(reader.clone(), config.stream.clone()).await?
             };
+            // A full batch says more may wait: fetch it while this one is folded and saved.
+            if !caught_up && fetched.len() == FETCH_MAX {
+                let next = fetch::take_batch(reader.clone(), config.stream.clone());
+                ahead = Some(tokio::spawn(next));
+            }
+            let batch = offer_fetched(fetched, &mut fold);
             denied(denials)?;
             messages += batch.messages;
             if batch.malformed > 0 {
@@ -253,6 +272,11 @@ async fn run(
         }
     }
     .await;
+    // A batch fetched ahead and not folded is not saved: the next run's consumer starts after
+    // the checkpoint and delivers it again.
+    if let Some(task) = ahead {
+        task.abort();
+    }
     // The last save is written before the run reports, whatever stopped it.
     let written = finish(writing.take()).await;
     outcome?;

@@ -11,6 +11,7 @@ mod durable;
 mod fold;
 mod foreign;
 mod item_log;
+mod fetch;
 pub mod repair;
 mod seqset;
 mod store;

@@ -6,11 +6,11 @@ use async_nats::jetstream::context::GetStreamErrorKind;
 use async_nats::jetstream::stream::{ConsumerError, ConsumerErrorKind, RawMessageErrorKind};
 use async_nats::jetstream::{self, consumer};
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
 use thiserror::Error;
 
 use super::fold::Fold;
 use super::foreign;
+use super::fetch::{self, Fetched};
 use super::seqset::SeqSet;
 use crate::bus::{connect_watched, through_failover, BusConfig, Denials};
 use crate::Cause;
@@ -191,36 +191,23 @@ async fn read_each(
         Err(err) => return Err(stream_error(format!("creating a reader: {err}")).caused_by(err)),
     };
     let mut seen = SeqSet::new(span.first_seq, span.last_seq);
-    let (mut at, mut delivered, mut idle_rounds) = (0, 0u64, 0);
-    while let Some(reader) = reader
-        .as_ref()
-        .filter(|_| at < span.last_seq && delivered < state.messages && idle_rounds < 3)
-    {
-        let mut messages = fetch_batch(reader, &stream_error).await?;
-        let before = at;
-        while let Some(message) = next_within(&mut messages, FETCH_EXPIRES, &stream_error).await? {
-            let stream_seq = message.info().map_or(0, |info| info.stream_sequence);
-            at = at.max(stream_seq);
-            if stream_seq > span.last_seq {
-                continue; // stored after the read began
+    if let Some(reader) = reader {
+        let extent = fetch::Extent {
+            last_seq: span.last_seq,
+            messages: state.messages,
+        };
+        let (mut chunks, taking) =
+            fetch::read_ahead(reader, extent, seen, denials.clone(), stream.to_owned());
+        while let Some(chunk) = chunks.recv().await {
+            for fetched in &chunk {
+                visit(fetched.message());
             }
-            if !seen.insert(stream_seq) {
-                span.repeats += 1;
-                continue;
-            }
-            delivered += 1;
-            visit(StreamMessage {
-                stream_seq,
-                msg_id: message
-                    .headers
-                    .as_ref()
-                    .and_then(|h| h.get(crate::bus::HEADER_MSG_ID))
-                    .map(|v| v.as_str()),
-                payload: &message.payload,
-            });
         }
-        denied(denials)?;
-        idle_rounds = if at == before { idle_rounds + 1 } else { 0 };
+        let taken = taking.await.map_err(|err| {
+            stream_error(format!("the task reading the stream failed: {err}")).caused_by(err)
+        })??;
+        seen = taken.seen;
+        span.repeats = taken.repeats;
     }
     let holes: Vec<u64> = seen.missing().collect();
     for seq in holes {
@@ -318,99 +305,24 @@ pub(crate) async fn offer_by_sequence(
     }
 }
 
-/// How long the server keeps a fetch open for messages that are not there yet.
-const FETCH_EXPIRES: Duration = Duration::from_secs(1);
-
-/// How long past a fetch's expiry the client waits for the server's next message or its end of
-/// batch before it gives up: the server answers a pull request the user may not make with
-/// nothing at all (the denial goes to the connection), so without a deadline the read would
-/// wait forever.
-const FETCH_GRACE: Duration = Duration::from_secs(10);
-
-/// The next message of a fetched batch (`None` at its end), or an error once the server has
-/// sent nothing for `expires` plus [`FETCH_GRACE`].
-async fn next_within(
-    messages: &mut consumer::pull::Batch,
-    expires: Duration,
-    stream_error: &impl Fn(String) -> ReadError,
-) -> Result<Option<jetstream::Message>, ReadError> {
-    let deadline = expires + FETCH_GRACE;
-    match tokio::time::timeout(deadline, messages.next()).await {
-        Ok(next) => next
-            .transpose()
-            .map_err(|e| stream_error(e.to_string()).caused_by(e)),
-        Err(_) => Err(stream_error(format!(
-            "the server sent nothing for {}s after a fetch (was this user denied publish on \
-             $JS.API.CONSUMER.MSG.NEXT.<stream>.*? see deploy/nats-permissions.conf)",
-            deadline.as_secs()
-        ))),
-    }
-}
-
-/// Fetches one batch: up to 5,000 messages, those available now.
-async fn fetch_batch(
-    reader: &consumer::Consumer<consumer::pull::Config>,
-    stream_error: &impl Fn(String) -> ReadError,
-) -> Result<consumer::pull::Batch, ReadError> {
-    reader
-        .fetch()
-        .max_messages(5000)
-        .expires(FETCH_EXPIRES)
-        .messages()
-        .await
-        .map_err(|e| stream_error(e.to_string()).caused_by(e))
-}
-
-/// Fetches one batch and offers every event in it to `fold`.
-pub(crate) async fn fetch_into(
-    reader: &consumer::Consumer<consumer::pull::Config>,
-    fold: &mut Fold,
-    stream_error: &impl Fn(String) -> ReadError,
-) -> Result<Batch, ReadError> {
-    let messages = fetch_batch(reader, stream_error).await?;
-    offer_all(messages, FETCH_EXPIRES, fold, stream_error).await
-}
-
-/// Waits up to `wait` for the next message (a caught-up consumer that follows the stream),
-/// and offers it to `fold`.
-pub(crate) async fn wait_into(
-    reader: &consumer::Consumer<consumer::pull::Config>,
-    fold: &mut Fold,
-    wait: Duration,
-    stream_error: &impl Fn(String) -> ReadError,
-) -> Result<Batch, ReadError> {
-    let messages = reader
-        .batch()
-        .max_messages(1)
-        .expires(wait)
-        .messages()
-        .await
-        .map_err(|e| stream_error(e.to_string()).caused_by(e))?;
-    offer_all(messages, wait, fold, stream_error).await
-}
-
-async fn offer_all(
-    mut messages: consumer::pull::Batch,
-    expires: Duration,
-    fold: &mut Fold,
-    stream_error: &impl Fn(String) -> ReadError,
-) -> Result<Batch, ReadError> {
+/// Offers every event of a fetched batch to `fold`, in delivery order.
+pub(crate) fn offer_fetched(fetched: Vec<Fetched>, fold: &mut Fold) -> Batch {
     let mut batch = Batch::default();
-    while let Some(message) = next_within(&mut messages, expires, stream_error).await? {
-        let stream_seq = message.info().map_or(0, |info| info.stream_sequence);
+    for message in fetched {
+        let stream_seq = message.stream_seq();
         if stream_seq > 0 {
             batch.reached = batch.reached.max(stream_seq);
             batch.delivered.push(stream_seq);
         }
         batch.messages += 1;
-        match foreign::decode(&message.payload, stream_seq) {
+        match foreign::decode(message.payload(), stream_seq) {
             Some(event) => {
                 fold.offer(event);
             }
             None => batch.malformed += 1,
         }
     }
-    Ok(batch)
+    batch
 }
 
 #[cfg(test)]
