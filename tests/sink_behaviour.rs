@@ -103,7 +103,7 @@ fn items(sink: &LocalSink) -> Vec<StoredItem> {
 
 fn ids_in(sink: &LocalSink, job: &str) -> Vec<String> {
     let of_job = items(sink).into_iter().filter(|s| s.item.job_id == job);
-    of_job.map(|s| s.item.item_id).collect()
+    of_job.map(|s| s.item.item_id.clone()).collect()
 }
 
 /// Events in short form: "seq kind job/item", plus the reason of a removal.
@@ -626,5 +626,5 @@ async fn append_encoded_gives_each_event_the_bytes_the_log_holds() {
     let mut expected = item.clone();
     expected.job_id = "A".into();
     let stored = sink.item("A", "a2").unwrap().expect("a2 in the projection");
-    assert_eq!(stored.item, expected);
+    assert_eq!(*stored.item, expected);
 }

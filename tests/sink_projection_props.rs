@@ -490,7 +490,7 @@ fn check_queries(sink: &LocalSink, stored: &[StoredItem], step: usize) {
     for job in [None, Some(JOBS[0]), Some(JOBS[1])] {
         let selected: Vec<&DeadLetteredItem> = stored
             .iter()
-            .map(|s| &s.item)
+            .map(|s| &*s.item)
             .filter(|item| job.is_none_or(|j| item.job_id == j))
             .collect();
         let mut scan = StatsAccumulator::default();

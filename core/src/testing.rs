@@ -250,7 +250,7 @@ pub fn item(job: &str, id: &str) -> DeadLetteredItem {
 /// `item(job, id)` as the projection keeps it, last written by the event `last_event_id`.
 pub fn stored_item(job: &str, id: &str, last_event_id: &str) -> StoredItem {
     StoredItem {
-        item: item(job, id),
+        item: item(job, id).into(),
         created_seq: 1,
         version: 1,
         last_event_id: last_event_id.to_owned(),

@@ -200,7 +200,7 @@ pub fn in_listing_order<'a>(
                 // its current state puts it.
                 Ok(None) => None,
                 Ok(Some(stored)) if stored.item.last_attempt != recent.last_attempt.0 => None,
-                Ok(Some(stored)) => filter.matches(&stored.item).then_some(Ok(stored.item)),
+                Ok(Some(stored)) => filter.matches(&stored.item).then_some(Ok(std::sync::Arc::unwrap_or_clone(stored.item))),
                 Err(err) => Some(Err(err.into())),
             }
         }))
@@ -354,7 +354,7 @@ pub fn find_item(
         }
     };
     sink.item(&job, item_id)?
-        .map(|stored| stored.item)
+        .map(|stored| std::sync::Arc::unwrap_or_clone(stored.item))
         .ok_or_else(|| QueryError::ItemNotFound {
             item_id: item_id.to_owned(),
             job_id: Some(job),

@@ -409,7 +409,7 @@ fn existing<V: StateView>(
     item_id: &str,
 ) -> Result<DeadLetteredItem, DecideError<V::Error>> {
     match view.item(job_id, item_id).map_err(DecideError::State)? {
-        Some(stored) => Ok(stored.item),
+        Some(stored) => Ok(std::sync::Arc::unwrap_or_clone(stored.item)),
         None => Err(DecideError::NotFound {
             job_id: job_id.to_owned(),
             item_id: item_id.to_owned(),

@@ -6,6 +6,7 @@
 //! goes through the same function, a projection rebuilt from the log alone equals the live one.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -16,8 +17,10 @@ use crate::domain::model::{DeadLetteredItem, FailureDetail, Redrive, RedriveStat
 /// An item as the projection keeps it: the item plus bookkeeping.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredItem {
-    /// The item, with `job_id` set.
-    pub item: DeadLetteredItem,
+    /// The item, with `job_id` set; shared, so a copy of the projection (a console's view, a
+    /// group's staged state) costs a reference count per item, not the item's bytes. Its JSON
+    /// is the item's.
+    pub item: Arc<DeadLetteredItem>,
     /// Log sequence of the event that created it: the FIFO order for eviction.
     pub created_seq: u64,
     /// Number of events applied to the item (1 on creation).
@@ -78,7 +81,7 @@ fn apply_kind(previous: Option<&StoredItem>, event: &Event) -> Change {
             item.job_id = event.job_id.clone();
             Change::Put {
                 item: Box::new(StoredItem {
-                    item,
+                    item: item.into(),
                     created_seq: event.seq,
                     version: 1,
                     last_event_id: event.event_id.clone(),
@@ -109,7 +112,7 @@ fn apply_kind(previous: Option<&StoredItem>, event: &Event) -> Change {
             Some(prev),
         ) => {
             let mut next = prev.clone();
-            let item = &mut next.item;
+            let item = Arc::make_mut(&mut next.item);
             item.failure_history.extend(failures.iter().cloned());
             item.failure_count = item.failure_count.saturating_add(*attempts);
             item.last_attempt = item.last_attempt.max(*last_attempt);
@@ -135,16 +138,16 @@ fn apply_kind(previous: Option<&StoredItem>, event: &Event) -> Change {
         ) => {
             let mut next = prev.clone();
             if let Some(flag) = reprocess_eligible {
-                next.item.reprocess_eligible = *flag;
+                Arc::make_mut(&mut next.item).reprocess_eligible = *flag;
             }
             if let Some(flag) = manual_review_required {
-                next.item.manual_review_required = *flag;
+                Arc::make_mut(&mut next.item).manual_review_required = *flag;
             }
             put(next, prev, event)
         }
         (EventKind::Redriven { generation, .. }, Some(prev)) => {
             let mut next = prev.clone();
-            next.item.redrive = Some(Redrive {
+            Arc::make_mut(&mut next.item).redrive = Some(Redrive {
                 generation: *generation,
                 state: RedriveState::InFlight,
                 at: event.timestamp,
@@ -159,7 +162,7 @@ fn apply_kind(previous: Option<&StoredItem>, event: &Event) -> Change {
             Some(prev),
         ) if prev.item.generation() == *generation => {
             let mut next = prev.clone();
-            next.item.redrive = Some(Redrive {
+            Arc::make_mut(&mut next.item).redrive = Some(Redrive {
                 generation: *generation,
                 state: RedriveState::Failed,
                 at: event.timestamp,
@@ -169,7 +172,7 @@ fn apply_kind(previous: Option<&StoredItem>, event: &Event) -> Change {
         }
         (EventKind::ItemEdited { patch, .. }, Some(prev)) => {
             let mut next = prev.clone();
-            next.item.item_data = merge_patch(&prev.item.item_data, patch);
+            Arc::make_mut(&mut next.item).item_data = merge_patch(&prev.item.item_data, patch);
             put(next, prev, event)
         }
         _ => Change::Unchanged,
@@ -196,7 +199,7 @@ pub(crate) fn apply_owned(previous: Option<&StoredItem>, event: Event) -> Change
             };
             Change::Put {
                 item: Box::new(StoredItem {
-                    item,
+                    item: item.into(),
                     created_seq: seq,
                     version: 1,
                     last_event_id: event_id,
@@ -211,7 +214,7 @@ pub(crate) fn apply_owned(previous: Option<&StoredItem>, event: Event) -> Change
 
 /// Appends `incoming`'s history to `target`, renumbering attempts after the existing ones.
 pub(crate) fn merge_failure(target: &mut StoredItem, incoming: &DeadLetteredItem, attempts: u32) {
-    let item = &mut target.item;
+    let item = Arc::make_mut(&mut target.item);
     let renumbered = renumber(item.failure_count, &incoming.failure_history);
     item.failure_history.extend(renumbered);
     item.failure_count = item.failure_count.saturating_add(attempts);

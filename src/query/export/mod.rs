@@ -188,7 +188,11 @@ pub fn export(
     }
     let items = sink
         .scan_items(job_id)
-        .map(|stored| stored.map(|s| s.item).map_err(QueryError::from));
+        .map(|stored| {
+            stored
+                .map(|s| std::sync::Arc::unwrap_or_clone(s.item))
+                .map_err(QueryError::from)
+        });
     write_atomically(path, format, items)
 }
 

@@ -81,7 +81,7 @@ async fn retry_claimed<B: Bus>(
     };
     // Read the item again now that it is ours: another retry may have resolved it.
     let item = match ctx.emitter.sink().item(job_id, item_id) {
-        Ok(Some(stored)) => stored.item,
+        Ok(Some(stored)) => std::sync::Arc::unwrap_or_clone(stored.item),
         Ok(None) => return ItemEnd::Gone,
         Err(err) => {
             warn!(error = %err, item_id, "cannot read the item; leaving it unchanged");

@@ -276,7 +276,7 @@ fn select(
 ) -> Result<Vec<String>, RunError> {
     let mut selected = Vec::new();
     for stored in sink.job_items(job_id) {
-        let item = stored?.item;
+        let item = std::sync::Arc::unwrap_or_clone(stored?.item);
         if !item.reprocess_eligible && !options.force {
             report.skipped_ineligible += 1;
             continue;

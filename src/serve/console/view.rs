@@ -5,6 +5,7 @@
 //! `StoredItem::last_event_id`, matched against the nodes the fold knows).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -26,10 +27,11 @@ pub struct NodeView {
     pub waiting: usize,
 }
 
-/// The items of every node, in listing order (newest failure first).
+/// The items of every node, in listing order (newest failure first). The items are the fold's,
+/// shared: building a view copies no item.
 #[derive(Debug, Clone, Default)]
 pub struct ConsoleView {
-    items: Vec<(DeadLetteredItem, String)>,
+    items: Vec<(Arc<DeadLetteredItem>, String)>,
     index: HashMap<(String, String), usize>,
     nodes: Vec<NodeView>,
 }
@@ -38,7 +40,7 @@ impl ConsoleView {
     /// The view of `fold`'s projection.
     pub fn from_fold(fold: &Fold) -> Self {
         let known: Vec<&str> = fold.nodes.keys().map(String::as_str).collect();
-        let mut items: Vec<(DeadLetteredItem, String)> = fold
+        let mut items: Vec<(Arc<DeadLetteredItem>, String)> = fold
             .projection
             .items
             .values()
@@ -77,7 +79,7 @@ impl ConsoleView {
     /// The item `item_id` of `job_id` and its node.
     pub fn find(&self, job_id: &str, item_id: &str) -> Option<(&DeadLetteredItem, &str)> {
         let n = *self.index.get(&(job_id.to_owned(), item_id.to_owned()))?;
-        self.items.get(n).map(|(item, node)| (item, node.as_str()))
+        self.items.get(n).map(|(item, node)| (&**item, node.as_str()))
     }
 
     /// The items `item_id` names in every job, with their nodes.
@@ -85,7 +87,7 @@ impl ConsoleView {
         self.items
             .iter()
             .filter(|(item, _)| item.item_id == item_id)
-            .map(|(item, node)| (item, node.as_str()))
+            .map(|(item, node)| (&**item, node.as_str()))
             .collect()
     }
 
@@ -103,7 +105,7 @@ impl ConsoleView {
             .filter_map(move |(item, owner)| {
                 let expr = query.expr.as_ref();
                 match expr.map(|e| e.matches_item(item)) {
-                    None | Some(Ok(true)) => Some(Ok((item, owner.as_str()))),
+                    None | Some(Ok(true)) => Some(Ok((&**item, owner.as_str()))),
                     Some(Ok(false)) => None,
                     Some(Err(err)) => Some(Err(QueryError::Invalid(format!(
                         "item '{}' of job '{}': {err}; nothing was listed",
