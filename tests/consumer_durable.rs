@@ -214,3 +214,60 @@ fn verify_against_a_shared_consumer_store_compares_each_node_alone() {
         assert_eq!(out.status.code(), Some(0), "{verify}");
     }
 }
+
+/// A durable consumer catching up fetches its next batch while it folds the last one (after a
+/// full batch of 5,000): a batch fetched ahead is applied, and one still being fetched when the
+/// consumer stops is fetched again by the next run, never skipped by the checkpoint.
+#[test]
+fn batches_fetched_ahead_are_applied_once() {
+    let server = NatsServer::start();
+    let url = server.url();
+    let work = tempfile::tempdir().unwrap();
+    let data = setup(work.path());
+    let store = work.path().join("consumer");
+    let store_arg = store.to_str().unwrap();
+    let consume = ["consume", "--durable", "c1", "--store", store_arg];
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let stream_len = || runtime.block_on(stream_len(&url, "DLQ"));
+    // Stored with the bus down (one event per emit), then published by the reconciler.
+    let fail = |count: &str, job: &str| {
+        let down = "nats://127.0.0.1:1";
+        let args = ["demo", "--count", count, "--job-id", job];
+        let out = dlq(&data, down, &args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = dlq(&data, &url, &["reconcile"]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+
+    // 10,000 events: two full batches, so the run ends with a fetch ahead still open.
+    fail("10000", "a");
+    let events = event_count(&data);
+    assert_eq!(events, 10_000);
+    assert_eq!(stream_len(), events);
+    let (out, first) = run(&mut dlq(&data, &url, &consume));
+    assert!(out.status.success(), "{first}");
+    assert_eq!(first["events_applied_this_run"], events, "{first}");
+
+    // More than two full batches: the third is fetched ahead and holds the rest.
+    fail("12500", "b");
+    let all = event_count(&data);
+    assert_eq!(stream_len(), all);
+    let (_, second) = run(&mut dlq(&data, &url, &consume));
+    assert_eq!(second["events_applied_this_run"], all - events, "{second}");
+    assert_eq!(second["events_applied"], all, "{second}");
+
+    let (out, verify) = run(&mut dlq(
+        &data,
+        &url,
+        &["verify", "--consumer-store", store_arg],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{verify}");
+}

@@ -99,7 +99,15 @@ async fn rebuild_from_the_stream_equals_the_sink_after_a_mixed_workload_and_an_o
         }
         let resolve = SinkCommand::Remove {
             job_id: "job-0".into(),
-            item_id: emitter.sink().items().next().unwrap().unwrap().item.item_id.clone(),
+            item_id: emitter
+                .sink()
+                .items()
+                .next()
+                .unwrap()
+                .unwrap()
+                .item
+                .item_id
+                .clone(),
             reason: RemovalReason::Resolved,
             by: None,
         };

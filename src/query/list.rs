@@ -200,7 +200,9 @@ pub fn in_listing_order<'a>(
                 // its current state puts it.
                 Ok(None) => None,
                 Ok(Some(stored)) if stored.item.last_attempt != recent.last_attempt.0 => None,
-                Ok(Some(stored)) => filter.matches(&stored.item).then_some(Ok(std::sync::Arc::unwrap_or_clone(stored.item))),
+                Ok(Some(stored)) => filter
+                    .matches(&stored.item)
+                    .then_some(Ok(std::sync::Arc::unwrap_or_clone(stored.item))),
                 Err(err) => Some(Err(err.into())),
             }
         }))

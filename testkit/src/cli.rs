@@ -145,8 +145,12 @@ impl Env {
 
     /// Every item in the sink, in key order.
     pub async fn items(&self) -> Vec<DeadLetteredItem> {
-        self.with_sink(|sink| sink.items().map(|s| std::sync::Arc::unwrap_or_clone(s.unwrap().item)).collect())
-            .await
+        self.with_sink(|sink| {
+            sink.items()
+                .map(|s| std::sync::Arc::unwrap_or_clone(s.unwrap().item))
+                .collect()
+        })
+        .await
     }
 
     /// Every event in the log.

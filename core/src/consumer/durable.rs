@@ -14,9 +14,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::fetch::{self, Fetched, FETCH_MAX};
 use super::fold::{AcceptedGap, Fold, MAX_WAITING_PER_NODE};
 use super::store::{ConsumerStore, StoreError};
-use super::fetch::{self, Fetched, FETCH_MAX};
 use super::stream::{denied, explain, holes, offer_by_sequence, offer_fetched, ReadError};
 use crate::bus::Denials;
 
@@ -193,8 +193,7 @@ async fn run(
                 };
                 ahead = None;
                 joined.map_err(|err| {
-                    stream_error(format!("the task fetching a batch failed: {err}"))
-                        .caused_by(err)
+                    stream_error(format!("the task fetching a batch failed: {err}")).caused_by(err)
                 })??
             } else if caught_up {
                 // Caught up and following: wait for the next message instead of polling.

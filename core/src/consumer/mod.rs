@@ -8,10 +8,10 @@
 
 mod cursor;
 mod durable;
+mod fetch;
 mod fold;
 mod foreign;
 mod item_log;
-mod fetch;
 pub mod repair;
 mod seqset;
 mod store;

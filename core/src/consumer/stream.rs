@@ -8,9 +8,9 @@ use async_nats::jetstream::{self, consumer};
 use chrono::{DateTime, Utc};
 use thiserror::Error;
 
+use super::fetch::{self, Fetched};
 use super::fold::Fold;
 use super::foreign;
-use super::fetch::{self, Fetched};
 use super::seqset::SeqSet;
 use crate::bus::{connect_watched, through_failover, BusConfig, Denials};
 use crate::Cause;

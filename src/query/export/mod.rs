@@ -186,13 +186,11 @@ pub fn export(
             return Err(QueryError::JobNotFound(job.to_owned()));
         }
     }
-    let items = sink
-        .scan_items(job_id)
-        .map(|stored| {
-            stored
-                .map(|s| std::sync::Arc::unwrap_or_clone(s.item))
-                .map_err(QueryError::from)
-        });
+    let items = sink.scan_items(job_id).map(|stored| {
+        stored
+            .map(|s| std::sync::Arc::unwrap_or_clone(s.item))
+            .map_err(QueryError::from)
+    });
     write_atomically(path, format, items)
 }
 

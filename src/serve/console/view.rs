@@ -79,7 +79,9 @@ impl ConsoleView {
     /// The item `item_id` of `job_id` and its node.
     pub fn find(&self, job_id: &str, item_id: &str) -> Option<(&DeadLetteredItem, &str)> {
         let n = *self.index.get(&(job_id.to_owned(), item_id.to_owned()))?;
-        self.items.get(n).map(|(item, node)| (&**item, node.as_str()))
+        self.items
+            .get(n)
+            .map(|(item, node)| (&**item, node.as_str()))
     }
 
     /// The items `item_id` names in every job, with their nodes.

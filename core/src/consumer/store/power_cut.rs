@@ -52,7 +52,8 @@ fn a_save_that_returned_survives_a_power_cut() {
     }
     // A large value goes to a blob file of its own, which sled's flush never syncs.
     let mut big = crate::testing::stored_item("job", "big", "n:9");
-    std::sync::Arc::make_mut(&mut big.item).item_data = serde_json::json!({ "blob": "x".repeat(256 * 1024) });
+    std::sync::Arc::make_mut(&mut big.item).item_data =
+        serde_json::json!({ "blob": "x".repeat(256 * 1024) });
     fold.projection
         .items
         .insert(("job".into(), "big".into()), big);
