@@ -3,7 +3,7 @@
 //! the same projection as the emitter's sink, every event applied exactly once.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -33,6 +33,33 @@ fn run(cmd: &mut Command) -> (Output, Value) {
     (output, value)
 }
 
+/// [`run`], failing if the command has not ended within `limit` (it is killed): a consumer
+/// that lost track of messages would fetch for ever.
+fn run_within(cmd: &mut Command, limit: Duration) -> (Output, Value) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("{cmd:?} still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    let value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+        panic!(
+            "not JSON ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output, value)
+}
+
 fn setup(work: &Path) -> std::path::PathBuf {
     let data = work.join("data");
     std::fs::write(
@@ -48,13 +75,19 @@ fn event_count(data: &Path) -> u64 {
     sink.events_from(1).count() as u64
 }
 
-#[test]
-fn later_runs_apply_only_new_events() {
+/// A private server, and under one temp dir a data directory and a durable consumer's store.
+fn world() -> (NatsServer, tempfile::TempDir, PathBuf, PathBuf) {
     let server = NatsServer::start();
-    let url = server.url();
     let work = tempfile::tempdir().unwrap();
     let data = setup(work.path());
     let store = work.path().join("consumer");
+    (server, work, data, store)
+}
+
+#[test]
+fn later_runs_apply_only_new_events() {
+    let (server, _work, data, store) = world();
+    let url = server.url();
     let store_arg = store.to_str().unwrap();
     let consume = ["consume", "--durable", "c1", "--store", store_arg];
 
@@ -220,11 +253,8 @@ fn verify_against_a_shared_consumer_store_compares_each_node_alone() {
 /// consumer stops is fetched again by the next run, never skipped by the checkpoint.
 #[test]
 fn batches_fetched_ahead_are_applied_once() {
-    let server = NatsServer::start();
+    let (server, _work, data, store) = world();
     let url = server.url();
-    let work = tempfile::tempdir().unwrap();
-    let data = setup(work.path());
-    let store = work.path().join("consumer");
     let store_arg = store.to_str().unwrap();
     let consume = ["consume", "--durable", "c1", "--store", store_arg];
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -252,7 +282,8 @@ fn batches_fetched_ahead_are_applied_once() {
     let events = event_count(&data);
     assert_eq!(events, 10_000);
     assert_eq!(stream_len(), events);
-    let (out, first) = run(&mut dlq(&data, &url, &consume));
+    let minute = Duration::from_secs(60);
+    let (out, first) = run_within(&mut dlq(&data, &url, &consume), minute);
     assert!(out.status.success(), "{first}");
     assert_eq!(first["events_applied_this_run"], events, "{first}");
 
@@ -260,7 +291,7 @@ fn batches_fetched_ahead_are_applied_once() {
     fail("12500", "b");
     let all = event_count(&data);
     assert_eq!(stream_len(), all);
-    let (_, second) = run(&mut dlq(&data, &url, &consume));
+    let (_, second) = run_within(&mut dlq(&data, &url, &consume), minute);
     assert_eq!(second["events_applied_this_run"], all - events, "{second}");
     assert_eq!(second["events_applied"], all, "{second}");
 
