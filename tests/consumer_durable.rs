@@ -22,7 +22,11 @@ fn dlq(data_dir: &Path, url: &str, args: &[&str]) -> Command {
 }
 
 fn run(cmd: &mut Command) -> (Output, Value) {
-    let output = cmd.output().unwrap();
+    json_of(cmd.output().unwrap())
+}
+
+/// The command's output and its stdout as JSON.
+fn json_of(output: Output) -> (Output, Value) {
     let value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
         panic!(
             "not JSON ({}): {}",
@@ -49,15 +53,7 @@ fn run_within(cmd: &mut Command, limit: Duration) -> (Output, Value) {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let output = child.wait_with_output().unwrap();
-    let value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
-        panic!(
-            "not JSON ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    (output, value)
+    json_of(child.wait_with_output().unwrap())
 }
 
 fn setup(work: &Path) -> std::path::PathBuf {
