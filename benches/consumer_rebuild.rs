@@ -12,7 +12,10 @@
 //! chunks, one batch and durable flush per 5,000 events), the other half of a durable
 //! catch-up, so each rebuild is read against its ceiling in the same run. Without `--bench` (under `cargo test`) it
 //! runs with 500 events as a smoke test. Each rebuild runs `--runs` times (default 3; the durable
-//! one into a fresh store each time) and the median is reported. Progress goes
+//! one into a fresh store each time) and the median is reported, with its CPU per event (this
+//! process and the nats-server, `/proc/PID/stat`). (5) The cores over the CPU per event of the
+//! bus alone and sled alone: what a durable rebuild could reach if reading and writing overlapped
+//! perfectly and decoding cost nothing, its third ceiling. Progress goes
 //! to stderr. Figures are reported, never asserted. `--json PATH` also writes the suite's rows
 //! (`dlq_testkit::bench::suite`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -34,7 +37,7 @@ use dlq::domain::model::{DeadLetteredItem, ErrorType, FailureDetail};
 use dlq::emitter::EmitterBuilder;
 use dlq::sink::{LocalSink, Sink, SinkConfig};
 use dlq_ops::serve::console::{follow, Console, ControlClient};
-use dlq_testkit::bench::suite;
+use dlq_testkit::bench::{cpu, suite};
 use dlq_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
 
@@ -63,7 +66,7 @@ async fn fill(sink: &LocalSink, events: usize) {
                     let topic = "bench".to_owned();
                     let command = Command::DeadLetter {
                         topic,
-                        item: Box::new(item),
+                        item: item.into(),
                     };
                     sink.append(command).await.unwrap();
                 }
@@ -103,6 +106,11 @@ fn write_chunks_alone(dir: &std::path::Path, chunks: &[Vec<u8>], events: usize) 
         log.sync_data().unwrap();
     }
     started.elapsed().as_secs_f64()
+}
+
+/// CPU seconds used so far by this process and the bus's server together.
+fn cpu_with(server: &NatsServer) -> f64 {
+    cpu::seconds(None) + cpu::seconds(Some(server.pid()))
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -162,11 +170,13 @@ fn main() {
 
         eprintln!("{events} events published; {runs} in-memory rebuild(s) ...");
         let mut in_memory = Vec::new();
+        let mut cpu_in_memory = Vec::new();
         let mut items = None;
         for _ in 0..runs {
-            let started = Instant::now();
+            let (started, cpu_before) = (Instant::now(), cpu_with(&server));
             let read = read_from_start(&BusConfig::at(server.url()), "DLQ", None).await.unwrap();
             in_memory.push(started.elapsed().as_secs_f64());
+            cpu_in_memory.push(cpu_with(&server) - cpu_before);
             assert_eq!(read.fold.stats.applied as usize, events);
             items = Some(read.fold.projection);
         }
@@ -176,19 +186,22 @@ fn main() {
         // flush per 5,000 events as the consumer saves, encoded beforehand, nothing else.
         eprintln!("{runs} sled-alone write(s) ...");
         let chunks = dlq::consumer::test_support::item_chunks(items.unwrap().items.values()).unwrap();
-        let mut sled_only = Vec::new();
+        let (mut sled_only, mut cpu_sled_only) = (Vec::new(), Vec::new());
         for run in 0..runs {
             let dir = work.path().join(format!("sled-alone-{run}"));
+            let cpu_before = cpu_with(&server);
             sled_only.push(write_chunks_alone(&dir, &chunks, events));
+            cpu_sled_only.push(cpu_with(&server) - cpu_before);
         }
 
         // The two halves of the in-memory rebuild on their own: the bus (messages fetched,
         // nothing decoded) and our CPU (decode + fold of payloads already in memory).
         eprintln!("{runs} read-only pass(es) and decode+fold pass(es) ...");
         let (mut read_only, mut fold_only) = (Vec::new(), Vec::new());
+        let (mut cpu_read_only, mut cpu_fold_only) = (Vec::new(), Vec::new());
         let mut payloads: Vec<Vec<u8>> = Vec::with_capacity(events);
         for run in 0..runs {
-            let started = Instant::now();
+            let (started, cpu_before) = (Instant::now(), cpu_with(&server));
             let mut count = 0usize;
             for_each_message(&BusConfig::at(server.url()), "DLQ", |message| {
                 count += 1;
@@ -198,17 +211,19 @@ fn main() {
             })
             .await
             .unwrap();
-            let elapsed = started.elapsed().as_secs_f64();
+            let (elapsed, cpu_used) = (started.elapsed().as_secs_f64(), cpu_with(&server) - cpu_before);
             assert_eq!(count, events);
             if run > 0 || runs == 1 {
                 read_only.push(elapsed);
+                cpu_read_only.push(cpu_used);
             }
-            let started = Instant::now();
+            let (started, cpu_before) = (Instant::now(), cpu_with(&server));
             let mut fold = Fold::untracked();
             for payload in &payloads {
                 fold.offer(Event::from_json(payload).unwrap());
             }
             fold_only.push(started.elapsed().as_secs_f64());
+            cpu_fold_only.push(cpu_with(&server) - cpu_before);
             assert_eq!(fold.stats.applied as usize, events);
         }
 
@@ -221,20 +236,21 @@ fn main() {
             follow: false,
             accept_gaps: Vec::new(),
         };
-        let mut durable = Vec::new();
+        let (mut durable, mut cpu_durable) = (Vec::new(), Vec::new());
         for run in 0..runs {
             // A fresh store each time: a first catch-up.
             let store = ConsumerStore::open(&work.path().join(format!("consumer-{run}"))).unwrap();
-            let started = Instant::now();
+            let (started, cpu_before) = (Instant::now(), cpu_with(&server));
             let run = run_durable(&config, &store, CancellationToken::new())
                 .await
                 .unwrap();
             durable.push(started.elapsed().as_secs_f64());
+            cpu_durable.push(cpu_with(&server) - cpu_before);
             assert_eq!(run.applied_this_run as usize, events);
         }
         eprintln!("{runs} console catch-up(s) ...");
         let client = async_nats::connect(server.url()).await.unwrap();
-        let mut console_secs = Vec::new();
+        let (mut console_secs, mut cpu_console) = (Vec::new(), Vec::new());
         for run in 0..runs {
             let store = ConsumerStore::open(&work.path().join(format!("console-{run}"))).unwrap();
             let console = Console::new(ControlClient::new(client.clone(), "dlq.control"));
@@ -243,7 +259,7 @@ fn main() {
                 name: format!("bench-console-{run}"),
                 ..config.clone()
             };
-            let started = Instant::now();
+            let (started, cpu_before) = (Instant::now(), cpu_with(&server));
             let following = tokio::spawn(follow(config, store, console.clone(), stop.clone()));
             // Caught up once the view (what the page and the API read) holds every item.
             let deadline = started + Duration::from_secs(600);
@@ -253,6 +269,7 @@ fn main() {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
             console_secs.push(started.elapsed().as_secs_f64());
+            cpu_console.push(cpu_with(&server) - cpu_before);
             stop.cancel();
             following.await.unwrap();
         }
@@ -261,69 +278,79 @@ fn main() {
         let (in_memory, durable) = (median(in_memory), median(durable));
         let (read_only, fold_only) = (median(read_only), median(fold_only));
         let sled_only = median(sled_only);
+        // CPU per event, this process and the nats-server together, in µs (median of the runs).
+        let us = |cpu: Vec<f64>| median(cpu) / events as f64 * 1e6;
+        let (cpu_in_memory, cpu_durable, cpu_console) = (us(cpu_in_memory), us(cpu_durable), us(cpu_console));
+        let (cpu_read_only, cpu_fold_only, cpu_sled_only) = (us(cpu_read_only), us(cpu_fold_only), us(cpu_sled_only));
+        // What the machine's cores could do if the bus's and sled's work (the least a durable
+        // rebuild does: read every message, write every item) overlapped perfectly, our own
+        // decoding and folding free.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let cores_ceiling = cores / (cpu_read_only + cpu_sled_only) * 1e6;
 
         println!(
-            "| rebuild from the stream ({events} events, ~1.3 KB each; median of {runs}) | events/s | seconds |"
+            "| rebuild from the stream ({events} events, ~1.3 KB each; median of {runs}) | events/s | seconds | CPU µs/event (ours + nats-server) |"
         );
-        println!("|---|---:|---:|");
-        println!(
-            "| in memory (`dlq consume`, `dlq verify`) | {:.0} | {in_memory:.2} |",
-            events as f64 / in_memory
-        );
-        println!(
-            "| durable consumer into its own sled store, first catch-up | {:.0} | {durable:.2} |",
-            events as f64 / durable
-        );
-        println!(
-            "| the fleet console's first catch-up (consumer, store and view) | {:.0} | {console:.2} |",
-            events as f64 / console
-        );
-        println!(
-            "| the bus alone: fetch every message, decode nothing | {:.0} | {read_only:.2} |",
-            events as f64 / read_only
+        println!("|---|---:|---:|---:|");
+        let line = |what: &str, secs: f64, cpu_us: f64| {
+            println!("| {what} | {:.0} | {secs:.2} | {cpu_us:.1} |", events as f64 / secs);
+        };
+        line("in memory (`dlq consume`, `dlq verify`)", in_memory, cpu_in_memory);
+        line("durable consumer into its own sled store, first catch-up", durable, cpu_durable);
+        line("the fleet console's first catch-up (consumer, store and view)", console, cpu_console);
+        line("the bus alone: fetch every message, decode nothing", read_only, cpu_read_only);
+        line("our CPU alone: decode + fold payloads already in memory", fold_only, cpu_fold_only);
+        line(
+            "sled alone: the same items written as the store writes them (batch and durable flush per 5,000)",
+            sled_only,
+            cpu_sled_only,
         );
         println!(
-            "| our CPU alone: decode + fold payloads already in memory | {:.0} | {fold_only:.2} |",
-            events as f64 / fold_only
-        );
-        println!(
-            "| sled alone: the same items written as the store writes them (batch and durable flush per 5,000) | {:.0} | {sled_only:.2} |",
-            events as f64 / sled_only
+            "| {cores} cores over the CPU of the bus alone + sled alone ({:.1} µs/event) | {cores_ceiling:.0} | – | – |",
+            cpu_read_only + cpu_sled_only
         );
         println!("\ntarget: >= 100,000 events/s; reported, not asserted");
         if let Some(path) = &json {
             let note = format!("{events} events of ~1.3 KB from a private nats-server; median of {runs}");
+            let with_cpu = |cpu_us: f64| format!("{note}; CPU {cpu_us:.1} µs/event, this process and the nats-server");
             // Every rebuild reads the whole stream: the bus alone is its ceiling; a durable
-            // one also writes every item: the slower of the bus alone and sled alone (the
-            // higher of the ceilings a pipelined reader and writer could reach).
+            // one also writes every item: the slowest of the bus alone, sled alone and the
+            // cores doing both's work (the highest a pipelined reader and writer could reach).
             let bus_alone = events as f64 / read_only;
-            let bus_and_sled = bus_alone.min(events as f64 / sled_only);
+            let bus_and_sled = bus_alone.min(events as f64 / sled_only).min(cores_ceiling);
             let (bus_label, both_label) = (
                 "bus alone: fetch every message, decode nothing",
-                "bus alone or sled alone writing the same items, the slower",
+                "the slowest of the bus alone, sled alone writing the same items, and the cores over their CPU per event",
             );
             let rows = [
-                ("rebuild from the stream, in memory (`dlq consume`, `dlq verify`)", in_memory, bus_alone, bus_label),
-                ("rebuild from the stream, durable consumer's first catch-up", durable, bus_and_sled, both_label),
-                ("rebuild from the stream, the fleet console's first catch-up (`dlq console`)", console, bus_and_sled, both_label),
+                ("rebuild from the stream, in memory (`dlq consume`, `dlq verify`)", in_memory, cpu_in_memory, bus_alone, bus_label),
+                ("rebuild from the stream, durable consumer's first catch-up", durable, cpu_durable, bus_and_sled, both_label),
+                ("rebuild from the stream, the fleet console's first catch-up (`dlq console`)", console, cpu_console, bus_and_sled, both_label),
             ]
-            .map(|(figure, secs, ceiling, against)| {
+            .map(|(figure, secs, cpu_us, ceiling, against)| {
                 let rate = events as f64 / secs;
                 suite::SuiteRow::new("7 consumers", figure, rate, "events/s")
                     .against(ceiling, against)
                     .target(">= 100000 events/s", rate >= 100_000.0)
                     .above_ceiling(ceiling < 100_000.0)
-                    .note(note.clone())
+                    .note(with_cpu(cpu_us))
             });
             let halves = [
-                ("rebuild from the stream: the bus alone, fetch every message, decode nothing", read_only),
-                ("rebuild from the stream: our CPU alone, decode + fold payloads already in memory", fold_only),
-                ("rebuild from the stream: sled alone, the same items written as a durable consumer's store writes them", sled_only),
+                ("rebuild from the stream: the bus alone, fetch every message, decode nothing", read_only, cpu_read_only),
+                ("rebuild from the stream: our CPU alone, decode + fold payloads already in memory", fold_only, cpu_fold_only),
+                ("rebuild from the stream: sled alone, the same items written as a durable consumer's store writes them", sled_only, cpu_sled_only),
             ]
-            .map(|(figure, secs)| {
-                suite::SuiteRow::new("7 consumers", figure, events as f64 / secs, "events/s").note(note.clone())
+            .map(|(figure, secs, cpu_us)| {
+                suite::SuiteRow::new("7 consumers", figure, events as f64 / secs, "events/s").note(with_cpu(cpu_us))
             });
-            let rows: Vec<_> = rows.into_iter().chain(halves).collect();
+            let cores_row = suite::SuiteRow::new(
+                "7 consumers",
+                "rebuild from the stream: the cores over the CPU per event of the bus alone + sled alone",
+                cores_ceiling,
+                "events/s",
+            )
+            .note(format!("{note}; {cores} cores, {:.1} µs/event", cpu_read_only + cpu_sled_only));
+            let rows: Vec<_> = rows.into_iter().chain(halves).chain([cores_row]).collect();
             let mode = if benching { "full" } else { "smoke" };
             suite::write(path, "consumer_rebuild", mode, suite::machine(), started.elapsed().as_secs_f64(), &rows);
         }

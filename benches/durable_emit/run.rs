@@ -76,19 +76,9 @@ pub fn disk_bytes_written() -> u64 {
         .unwrap_or(0)
 }
 
-/// CPU seconds (user + system) this process has used, from `/proc/self/stat` (100 ticks/s).
+/// CPU seconds (user + system) this process has used.
 pub fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start at the state, field 3.
-    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0 // utime and stime, fields 14 and 15
+    dlq_testkit::bench::cpu::seconds(None)
 }
 
 /// The template with a new item id (never used before in this process) in one of `JOBS` jobs.
