@@ -157,7 +157,7 @@ async fn an_unreadable_log_entry_is_parked_and_later_events_reach_the_stream() {
     for n in 0..3 {
         let command = dlq::domain::command::Command::DeadLetter {
             topic: "park".into(),
-            item: Box::new(item("job-2", &format!("i{n}"), 10)),
+            item: item("job-2", &format!("i{n}"), 10).into(),
         };
         sink.append(command).await.unwrap();
     }

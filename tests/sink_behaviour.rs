@@ -44,7 +44,7 @@ fn item(job: &str, id: &str, first: DateTime<Utc>, n: u32) -> DeadLetteredItem {
 }
 
 fn dead_letter(item: DeadLetteredItem) -> Command {
-    let (topic, item) = ("mapreduce".to_owned(), Box::new(item));
+    let (topic, item) = ("mapreduce".to_owned(), std::sync::Arc::new(item));
     Command::DeadLetter { topic, item }
 }
 
@@ -623,7 +623,7 @@ async fn append_encoded_gives_each_event_the_bytes_the_log_holds() {
     let EventKind::DeadLettered { item } = &events[1].kind else {
         panic!("the second event is the new item: {:?}", events[1].kind);
     };
-    let mut expected = item.clone();
+    let mut expected = (**item).clone();
     expected.job_id = "A".into();
     let stored = sink.item("A", "a2").unwrap().expect("a2 in the projection");
     assert_eq!(*stored.item, expected);

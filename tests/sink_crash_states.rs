@@ -83,7 +83,7 @@ fn dl(id: &str) -> Command {
     (item.job_id, item.item_id) = (job_of(id), id.to_owned());
     Command::DeadLetter {
         topic: "t".into(),
-        item: Box::new(item),
+        item: item.into(),
     }
 }
 

@@ -68,7 +68,7 @@ fn command(op: &Op) -> Command {
             .unwrap();
             Command::DeadLetter {
                 topic: "t".into(),
-                item: Box::new(item),
+                item: item.into(),
             }
         }
         Op::Remove { job: j, item } => Command::Remove {

@@ -33,7 +33,7 @@ fn dead_letter(id: &str, attempt: &str) -> Command {
     item.failure_history[0].error_message = format!("failure {attempt} of {id}");
     Command::DeadLetter {
         topic: "t".into(),
-        item: Box::new(item),
+        item: item.into(),
     }
 }
 

@@ -26,7 +26,7 @@ fn big_item(id: &str, trace_bytes: usize) -> DeadLetteredItem {
 fn dead_letter(item: DeadLetteredItem) -> Command {
     Command::DeadLetter {
         topic: "t".into(),
-        item: Box::new(item),
+        item: item.into(),
     }
 }
 

@@ -146,7 +146,7 @@ fn item_at(job: &str, id: &str, first: DateTime<Utc>, kind: ErrorType, n: u32) -
 }
 
 fn dead_letter(item: DeadLetteredItem) -> Command {
-    let (topic, item) = ("mapreduce".to_owned(), Box::new(item));
+    let (topic, item) = ("mapreduce".to_owned(), std::sync::Arc::new(item));
     Command::DeadLetter { topic, item }
 }
 

@@ -62,7 +62,7 @@ async fn write_items(dir: &Path, n: usize) {
         (item.job_id, item.item_id) = ("J".to_owned(), format!("item-{i}"));
         let command = Command::DeadLetter {
             topic: "t".into(),
-            item: Box::new(item),
+            item: item.into(),
         };
         sink.append(command).await.unwrap();
     }

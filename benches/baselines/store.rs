@@ -98,7 +98,7 @@ async fn append_items(
     let (sink, items) = (sink.clone(), items.clone());
     let next = Arc::new(AtomicUsize::new(from));
     run_concurrent(k, to - from, move |_, _| {
-        let item = Box::new(items.nth(next.fetch_add(1, Ordering::Relaxed)));
+        let item = std::sync::Arc::new(items.nth(next.fetch_add(1, Ordering::Relaxed)));
         let sink = sink.clone();
         async move {
             let command = Command::DeadLetter {

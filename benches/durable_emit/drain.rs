@@ -30,7 +30,7 @@ pub async fn drain(base: &Path, n: usize, rows: &mut Vec<Row>) {
     let (sink, template) = (LocalSink::open(config).expect("open sink"), template_item());
     let (appender, disk_before) = (sink.clone(), disk_bytes_written());
     let run = run_concurrent(APPENDERS, n, move |task, i| {
-        let item = Box::new(next_item(&template, task + i));
+        let item = std::sync::Arc::new(next_item(&template, task + i));
         let (sink, topic) = (appender.clone(), TOPIC.to_owned());
         async move {
             let appended = sink.append(Command::DeadLetter { topic, item }).await;

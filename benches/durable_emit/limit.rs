@@ -53,7 +53,9 @@ pub fn event_bytes(item: &DeadLetteredItem) -> usize {
         timestamp: Utc::now(),
         job_id: item.job_id.clone(),
         topic: TOPIC.into(),
-        kind: EventKind::DeadLettered { item: item.clone() },
+        kind: EventKind::DeadLettered {
+            item: item.clone().into(),
+        },
     };
     event.to_json().map_or(0, |j| j.len())
 }

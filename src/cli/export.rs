@@ -150,7 +150,7 @@ async fn append_all(
                 return Ok::<bool, CliError>(false);
             }
             let topic = IMPORT_TOPIC.to_owned();
-            let item = Box::new(item);
+            let item = std::sync::Arc::new(item);
             sink.append(Command::DeadLetter { topic, item }).await?;
             Ok(true)
         })

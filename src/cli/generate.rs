@@ -89,7 +89,7 @@ async fn append_generated(
         })
         .map(|item| async move {
             let topic = "generate".to_owned();
-            let item = Box::new(item);
+            let item = std::sync::Arc::new(item);
             let events = sink.append(Command::DeadLetter { topic, item }).await?;
             for event in &events {
                 sink.mark_published(event.seq)?;

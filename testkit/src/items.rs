@@ -60,6 +60,6 @@ pub fn dead_lettered_event(node: &str, seq: u64, topic: &str, item: DeadLettered
         timestamp: Utc::now(),
         job_id: item.job_id.clone(),
         topic: topic.into(),
-        kind: EventKind::DeadLettered { item },
+        kind: EventKind::DeadLettered { item: item.into() },
     }
 }

@@ -261,7 +261,7 @@ mod tests {
             event.event_id = event_id;
             event.job_id = "job-a".into();
             event.kind = EventKind::DeadLettered {
-                item: item("job-a", "1"),
+                item: item("job-a", "1").into(),
             };
             event
         };

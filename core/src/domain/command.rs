@@ -5,6 +5,8 @@
 //! them with sequence numbers and applies them through [`crate::domain::projection::apply`]. Keeping the
 //! decision pure makes capacity, eviction and merge rules unit-testable without a disk.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use thiserror::Error;
 
@@ -24,7 +26,7 @@ pub enum Command {
         /// Scheduler topic the failure came from.
         topic: String,
         /// The failed item; its `job_id` names the job.
-        item: Box<DeadLetteredItem>,
+        item: Arc<DeadLetteredItem>,
     },
     /// Remove one item.
     Remove {
@@ -192,7 +194,7 @@ pub fn decide<V: StateView>(
     limits: Limits,
 ) -> Result<Vec<Draft>, DecideError<V::Error>> {
     match command {
-        Command::DeadLetter { topic, item } => dead_letter(view, topic, *item, limits),
+        Command::DeadLetter { topic, item } => dead_letter(view, topic, item, limits),
         other => decide_ref(view, &other, limits),
     }
 }
@@ -202,7 +204,7 @@ pub fn decide<V: StateView>(
 fn dead_letter<V: StateView>(
     view: &V,
     topic: String,
-    item: DeadLetteredItem,
+    item: Arc<DeadLetteredItem>,
     limits: Limits,
 ) -> Result<Vec<Draft>, DecideError<V::Error>> {
     validate_id("job_id", &item.job_id)?;
@@ -213,16 +215,18 @@ fn dead_letter<V: StateView>(
         .item(&job_id, &item.item_id)
         .map_err(DecideError::State)?
     {
+        // The caller may still hold the item (the emitter keeps it for a volatile copy):
+        // the fields the event needs are copied, not the item's data.
         let kind = EventKind::FailureAppended {
             failures: renumber(existing.item.failure_count, &item.failure_history),
-            item_id: item.item_id,
+            item_id: item.item_id.clone(),
             attempts: item.failure_count,
             last_attempt: item.last_attempt,
-            error_signature: item.error_signature,
-            error_pattern: item.error_pattern,
+            error_signature: item.error_signature.clone(),
+            error_pattern: item.error_pattern.clone(),
             reprocess_eligible: item.reprocess_eligible,
             manual_review_required: item.manual_review_required,
-            worktree_artifacts: item.worktree_artifacts,
+            worktree_artifacts: item.worktree_artifacts.clone(),
         };
         return Ok(vec![Draft {
             job_id,
@@ -270,7 +274,7 @@ fn decide_ref<V: StateView>(
     };
     match command {
         Command::DeadLetter { topic, item } => {
-            dead_letter(view, topic.clone(), (**item).clone(), limits)
+            dead_letter(view, topic.clone(), Arc::clone(item), limits)
         }
         Command::Remove {
             job_id,

@@ -77,11 +77,11 @@ fn note_unstored(mut change: Change, event_id: &str) -> Change {
 fn apply_kind(previous: Option<&StoredItem>, event: &Event) -> Change {
     match (&event.kind, previous) {
         (EventKind::DeadLettered { item }, None) => {
-            let mut item = item.clone();
-            item.job_id = event.job_id.clone();
+            let mut item = Arc::clone(item);
+            name_job(&mut item, &event.job_id);
             Change::Put {
                 item: Box::new(StoredItem {
-                    item: item.into(),
+                    item,
                     created_seq: event.seq,
                     version: 1,
                     last_event_id: event.event_id.clone(),
@@ -191,7 +191,7 @@ pub(crate) fn apply_owned(previous: Option<&StoredItem>, event: Event) -> Change
             event_id,
             ..
         } if previous.is_none() => {
-            item.job_id = job_id;
+            name_job(&mut item, &job_id);
             let unstored_event_ids = if seq == 0 && Event::is_volatile_id(&event_id) {
                 vec![event_id.clone()]
             } else {
@@ -199,7 +199,7 @@ pub(crate) fn apply_owned(previous: Option<&StoredItem>, event: Event) -> Change
             };
             Change::Put {
                 item: Box::new(StoredItem {
-                    item: item.into(),
+                    item,
                     created_seq: seq,
                     version: 1,
                     last_event_id: event_id,
@@ -209,6 +209,14 @@ pub(crate) fn apply_owned(previous: Option<&StoredItem>, event: Event) -> Change
             }
         }
         event => apply(previous, &event),
+    }
+}
+
+/// Makes the item's `job_id` the event's (they differ only in events written by hand): the
+/// item is copied only then, since the caller of an emit may still share it.
+fn name_job(item: &mut Arc<DeadLetteredItem>, job_id: &str) {
+    if item.job_id != job_id {
+        Arc::make_mut(item).job_id = job_id.to_owned();
     }
 }
 
@@ -365,5 +373,56 @@ impl StateView for MemoryProjection {
             .take(limit)
             .map(|(_, key)| key.clone())
             .collect())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{apply, apply_owned, Change};
+    use crate::domain::event::EventKind;
+    use crate::testing::{item, removal};
+
+    /// A new item's event for `job`, carrying `shared`.
+    fn dead_lettered(
+        job: &str,
+        shared: &Arc<crate::domain::model::DeadLetteredItem>,
+    ) -> crate::domain::event::Event {
+        let mut event = removal(None, 1, None, chrono::Utc::now());
+        event.job_id = job.into();
+        event.kind = EventKind::DeadLettered {
+            item: Arc::clone(shared),
+        };
+        event
+    }
+
+    fn put_item(change: Change) -> Arc<crate::domain::model::DeadLetteredItem> {
+        match change {
+            Change::Put { item, .. } => item.item,
+            other => panic!("a new item is put: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_new_item_shares_its_events_item_unless_the_job_differs() {
+        // The emitter keeps the caller's item for a volatile copy while the sink stores it:
+        // the stored item is that allocation, not a copy.
+        let shared = Arc::new(item("job-a", "1"));
+        let event = dead_lettered("job-a", &shared);
+        assert!(Arc::ptr_eq(&put_item(apply(None, &event)), &shared));
+        assert!(Arc::ptr_eq(&put_item(apply_owned(None, event)), &shared));
+        // An event naming another job than its item: the stored item is renamed, the
+        // shared one left as it was.
+        let event = dead_lettered("job-b", &shared);
+        for stored in [
+            put_item(apply(None, &event)),
+            put_item(apply_owned(None, event)),
+        ] {
+            assert_eq!(stored.job_id, "job-b");
+            assert!(!Arc::ptr_eq(&stored, &shared));
+        }
+        assert_eq!(shared.job_id, "job-a");
     }
 }

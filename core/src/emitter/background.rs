@@ -104,7 +104,7 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
     ) -> Result<StoredReceipt, EmitError> {
         let command = Command::DeadLetter {
             topic: topic.to_owned(),
-            item: Box::new(item),
+            item: item.into(),
         };
         self.submit_stored(topic, command).await
     }

@@ -122,7 +122,7 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
         };
         let command = Command::DeadLetter {
             topic: topic.to_owned(),
-            item: Box::new(item.clone()),
+            item: item.clone(),
         };
         let (result, late) = self.inner.sink.append_with_late(command).await;
         let result = match (result, late) {

@@ -370,7 +370,7 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
     ) -> Result<Receipt, EmitError> {
         let command = Command::DeadLetter {
             topic: topic.to_owned(),
-            item: Box::new(item),
+            item: item.into(),
         };
         self.submit(topic, command).await
     }
@@ -396,7 +396,7 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
     /// doc says (a volatile copy of a dead-letter the sink provably never stored is published
     /// before returning [`EmitError::NotStored`]), for both promises alike.
     async fn append(&self, topic: &str, command: Command) -> Result<Vec<Appended>, EmitError> {
-        // The item is copied now (the command moves into the sink); the copy's id and time are
+        // The item is shared now (the command moves into the sink); the copy's id and time are
         // made only if the sink fails.
         let volatile = volatile_item(&command);
         match self.inner.sink.append_encoded(command).await {
@@ -452,7 +452,7 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
     }
 
     /// The volatile copy of a dead-letter of `item` that the sink did not store.
-    fn volatile_event(&self, topic: &str, item: DeadLetteredItem) -> Event {
+    fn volatile_event(&self, topic: &str, item: Arc<DeadLetteredItem>) -> Event {
         let node_id = self.inner.sink.node_id();
         let now = Utc::now();
         let counter = self.inner.volatile_counter.fetch_add(1, Ordering::Relaxed);
@@ -500,9 +500,9 @@ impl<S: Sink, B: Bus> Emitter<S, B> {
 
 /// What a volatile copy needs if the sink fails: the item of a dead-letter (only dead-letters
 /// can be published without the sink's state).
-fn volatile_item(command: &Command) -> Option<DeadLetteredItem> {
+fn volatile_item(command: &Command) -> Option<Arc<DeadLetteredItem>> {
     match command {
-        Command::DeadLetter { item, .. } => Some((**item).clone()),
+        Command::DeadLetter { item, .. } => Some(Arc::clone(item)),
         _ => None,
     }
 }

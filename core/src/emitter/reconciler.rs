@@ -356,7 +356,7 @@ mod tests {
             let job = format!("job-{}", n % 3);
             let command = Command::DeadLetter {
                 topic: "t".into(),
-                item: Box::new(item(&job, &format!("i{n}"))),
+                item: item(&job, &format!("i{n}")).into(),
             };
             sink.append(command).await.unwrap();
         }

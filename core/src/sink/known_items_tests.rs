@@ -11,7 +11,7 @@ use crate::testing::item;
 fn dead_letter(job: &str, id: &str) -> Command {
     Command::DeadLetter {
         topic: "t".into(),
-        item: Box::new(item(job, id)),
+        item: item(job, id).into(),
     }
 }
 

@@ -90,7 +90,7 @@ mod tests {
         for id in ["a", "b", "c"] {
             sink.append(Command::DeadLetter {
                 topic: "t".into(),
-                item: Box::new(item("j", id)),
+                item: item("j", id).into(),
             })
             .await
             .unwrap();

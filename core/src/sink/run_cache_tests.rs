@@ -12,7 +12,7 @@ use crate::testing::item;
 fn dead_letter(n: usize) -> Command {
     Command::DeadLetter {
         topic: "t".into(),
-        item: Box::new(item("job", &format!("item-{n:04}"))),
+        item: item("job", &format!("item-{n:04}")).into(),
     }
 }
 

@@ -36,7 +36,7 @@ fn added(epoch: Option<&str>, seq: u64, id: &str) -> Event {
         epoch,
         seq,
         EventKind::DeadLettered {
-            item: item("job", id),
+            item: item("job", id).into(),
         },
     )
 }

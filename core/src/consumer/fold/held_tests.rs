@@ -27,7 +27,7 @@ fn event(seq: u64, kind: EventKind) -> Event {
 
 fn added(seq: u64, id: &str) -> Event {
     let item = item("job", id);
-    event(seq, EventKind::DeadLettered { item })
+    event(seq, EventKind::DeadLettered { item: item.into() })
 }
 
 fn removed(seq: u64, id: &str) -> Event {

@@ -28,7 +28,12 @@ fn event(epoch: &str, seq: u64, prev: Option<(&str, u64)>, kind: EventKind) -> E
 
 fn added(epoch: &str, seq: u64, prev: Option<(&str, u64)>, id: &str) -> Event {
     let item = item("job", id);
-    event(epoch, seq, prev, EventKind::DeadLettered { item })
+    event(
+        epoch,
+        seq,
+        prev,
+        EventKind::DeadLettered { item: item.into() },
+    )
 }
 
 fn removed(epoch: &str, seq: u64, prev: Option<(&str, u64)>, id: &str) -> Event {

@@ -15,7 +15,7 @@ async fn log() -> Vec<Event> {
         let id = format!("i{}", n % 5);
         sink.append(Command::DeadLetter {
             topic: "t".into(),
-            item: Box::new(item("job", &id)),
+            item: item("job", &id).into(),
         })
         .await
         .unwrap();

@@ -15,6 +15,8 @@
 //! group the log refused names the last durable event before it (`prev_epoch`, `prev_seq`), see
 //! [`Event::needs`].
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -74,8 +76,9 @@ pub struct Event {
 pub enum EventKind {
     /// A new item entered the dead-letter queue.
     DeadLettered {
-        /// The item as handed over by the scheduler.
-        item: DeadLetteredItem,
+        /// The item as handed over by the scheduler (shared, not copied, between the caller's
+        /// command, the event and the stored item).
+        item: Arc<DeadLetteredItem>,
     },
     /// An item already in the queue failed again: its history grows.
     FailureAppended {

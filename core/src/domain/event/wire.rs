@@ -116,7 +116,7 @@ impl TryFrom<WireEvent> for Event {
     fn try_from(w: WireEvent) -> Result<Self, MissingField> {
         let kind = match w.kind {
             Tag::DeadLettered => EventKind::DeadLettered {
-                item: need(w.item, "item")?,
+                item: need(w.item, "item")?.into(),
             },
             Tag::FailureAppended => EventKind::FailureAppended {
                 item_id: need(w.item_id, "item_id")?,
@@ -232,7 +232,7 @@ mod tests {
         )
         .unwrap();
         vec![
-            EventKind::DeadLettered { item },
+            EventKind::DeadLettered { item: item.into() },
             EventKind::FailureAppended {
                 item_id: "i1".into(),
                 failures: vec![failure()],

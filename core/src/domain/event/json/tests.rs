@@ -284,7 +284,7 @@ fn kind(which: usize, t: &[String], v: &[Value], at: DateTime<Utc>, n: u32) -> E
                 at,
                 error: Some(t[3].clone()),
             });
-            EventKind::DeadLettered { item }
+            EventKind::DeadLettered { item: item.into() }
         }
         2 => EventKind::FailureAppended {
             item_id,

@@ -20,7 +20,7 @@ fn dead_letter(id: &str) -> Command {
     (item.job_id, item.item_id) = ("J".to_owned(), id.to_owned());
     Command::DeadLetter {
         topic: "t".into(),
-        item: Box::new(item),
+        item: item.into(),
     }
 }
 
