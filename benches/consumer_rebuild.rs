@@ -320,7 +320,7 @@ fn main() {
             let bus_and_sled = bus_alone.min(events as f64 / sled_only).min(cores_ceiling);
             let (bus_label, both_label) = (
                 "bus alone: fetch every message, decode nothing",
-                "the slowest of the bus alone, sled alone writing the same items, and the cores over their CPU per event",
+                "bus alone, sled alone writing the same items, or the cores over their CPU per event: the slowest",
             );
             let rows = [
                 ("rebuild from the stream, in memory (`dlq consume`, `dlq verify`)", in_memory, cpu_in_memory, bus_alone, bus_label),
