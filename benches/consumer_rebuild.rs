@@ -9,8 +9,9 @@
 //! is not timed) and our CPU alone (decode and fold of those payloads, no bus); and (3) the fleet
 //! console's first catch-up (`dlq console`'s consumer and its view, until the view holds every
 //! item); and (4) sled alone writing the same items as the durable consumer's store does (its
-//! chunks, one batch and durable flush per 5,000 events), the other half of a durable
-//! catch-up, so each rebuild is read against its ceiling in the same run. Without `--bench` (under `cargo test`) it
+//! chunks, one batch and durable flush per 5,000 events, encoded beforehand: the encoding is
+//! timed apart, our CPU for a save), the other half of a durable catch-up, so each rebuild is
+//! read against its ceiling in the same run. Without `--bench` (under `cargo test`) it
 //! runs with 500 events as a smoke test. Each rebuild runs `--runs` times (default 3; the durable
 //! one into a fresh store each time) and the median is reported, with its CPU per event (this
 //! process and the nats-server, `/proc/PID/stat`). (5) The cores over the CPU per event of the
@@ -185,7 +186,15 @@ fn main() {
         // store's own chunks (its item log), one batch and one durable
         // flush per 5,000 events as the consumer saves, encoded beforehand, nothing else.
         eprintln!("{runs} sled-alone write(s) ...");
-        let chunks = dlq::consumer::test_support::item_chunks(items.unwrap().items.values()).unwrap();
+        // Our CPU for the same save, apart: every item encoded as the store's chunks.
+        let items = items.unwrap();
+        let (mut encode_only, mut cpu_encode_only, mut chunks) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let (started, cpu_before) = (Instant::now(), cpu_with(&server));
+            chunks = dlq::consumer::test_support::item_chunks(items.items.values()).unwrap();
+            encode_only.push(started.elapsed().as_secs_f64());
+            cpu_encode_only.push(cpu_with(&server) - cpu_before);
+        }
         let (mut sled_only, mut cpu_sled_only) = (Vec::new(), Vec::new());
         for run in 0..runs {
             let dir = work.path().join(format!("sled-alone-{run}"));
@@ -277,11 +286,12 @@ fn main() {
         let console = median(console_secs);
         let (in_memory, durable) = (median(in_memory), median(durable));
         let (read_only, fold_only) = (median(read_only), median(fold_only));
-        let sled_only = median(sled_only);
+        let (sled_only, encode_only) = (median(sled_only), median(encode_only));
         // CPU per event, this process and the nats-server together, in µs (median of the runs).
         let us = |cpu: Vec<f64>| median(cpu) / events as f64 * 1e6;
         let (cpu_in_memory, cpu_durable, cpu_console) = (us(cpu_in_memory), us(cpu_durable), us(cpu_console));
         let (cpu_read_only, cpu_fold_only, cpu_sled_only) = (us(cpu_read_only), us(cpu_fold_only), us(cpu_sled_only));
+        let cpu_encode_only = us(cpu_encode_only);
         // What the machine's cores could do if the bus's and sled's work (the least a durable
         // rebuild does: read every message, write every item) overlapped perfectly, our own
         // decoding and folding free.
@@ -300,6 +310,7 @@ fn main() {
         line("the fleet console's first catch-up (consumer, store and view)", console, cpu_console);
         line("the bus alone: fetch every message, decode nothing", read_only, cpu_read_only);
         line("our CPU alone: decode + fold payloads already in memory", fold_only, cpu_fold_only);
+        line("our CPU alone: encode every item as the store's chunks", encode_only, cpu_encode_only);
         line(
             "sled alone: the same items written as the store writes them (batch and durable flush per 5,000)",
             sled_only,
@@ -338,6 +349,7 @@ fn main() {
             let halves = [
                 ("rebuild from the stream: the bus alone, fetch every message, decode nothing", read_only, cpu_read_only),
                 ("rebuild from the stream: our CPU alone, decode + fold payloads already in memory", fold_only, cpu_fold_only),
+                ("rebuild from the stream: our CPU alone, encode every item as a durable consumer's store writes it", encode_only, cpu_encode_only),
                 ("rebuild from the stream: sled alone, the same items written as a durable consumer's store writes them", sled_only, cpu_sled_only),
             ]
             .map(|(figure, secs, cpu_us)| {

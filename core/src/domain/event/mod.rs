@@ -26,6 +26,20 @@ mod encoded;
 mod json;
 mod wire;
 
+/// Appends `value` to `out` as the bytes `serde_json::to_writer` writes (compact), by the
+/// faster `json::write` when it can, else by serde_json.
+pub(crate) fn append_json(
+    value: &impl Serialize,
+    out: &mut Vec<u8>,
+) -> Result<(), serde_json::Error> {
+    let start = out.len();
+    if json::write(value, out).is_err() {
+        out.truncate(start);
+        serde_json::to_writer(&mut *out, value)?;
+    }
+    Ok(())
+}
+
 pub use encoded::EncodedEvent;
 
 /// One change to the dead-letter queue.
@@ -352,10 +366,7 @@ impl Event {
     pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
         // Most events are a few KB: one allocation instead of a dozen doublings from nothing.
         let mut json = Vec::with_capacity(4096);
-        if json::write(self, &mut json).is_err() {
-            json.clear();
-            serde_json::to_writer(&mut json, self)?;
-        }
+        append_json(self, &mut json)?;
         Ok(json)
     }
 
