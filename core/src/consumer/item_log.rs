@@ -16,9 +16,10 @@ use serde::{Deserialize, Serialize};
 use crate::domain::event::append_json;
 use crate::domain::projection::StoredItem;
 
-/// A chunk is closed once it holds this many bytes (the last change may pass it). Below
-/// sled's blob threshold (a quarter of its 512 KiB segment), so a chunk is written into
-/// sled's log like any value, not into a file of its own.
+/// A chunk is closed once it holds this many bytes (the last change may pass it). One chunk is
+/// below sled's blob threshold (a quarter of its 512 KiB segment), but a leaf holding two is
+/// above it: sled writes such a leaf to a blob file of its own whenever it rewrites it (seen in
+/// a profile of `consumer_rebuild`, docs/benchmarks.md, twelfth round).
 pub(crate) const CHUNK_BYTES: usize = 64 * 1024;
 
 /// Stale entries tolerated beyond the live items before a save compacts the chunks.
